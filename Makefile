@@ -1,0 +1,52 @@
+# Every target creates the virtual environment on first use; `.venv/.installed` is re-made
+# whenever pyproject.toml changes.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: demo test lint typecheck bench accuracy k8s-check clean venv tools
+
+# Areas add their own targets and test prerequisites in mk/<area>.mk (TEST_DEPS += ...).
+.DEFAULT_GOAL := test
+TEST_DEPS :=
+-include mk/*.mk
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -e '.[all]'
+	touch $@
+
+# wrk is the C reference load generator (Debian package); best effort: tests that need it skip
+# with the reason when it cannot be installed.
+tools:
+	@command -v wrk >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq wrk >/dev/null 2>&1))) || true
+
+demo: venv tools
+	$(BIN)/python -m tritonkit.demo
+
+lint: venv
+	$(BIN)/ruff check tools tests loadtests
+	$(BIN)/ruff format --check tools tests loadtests
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv tools $(TEST_DEPS) lint typecheck
+	$(BIN)/python -m pytest
+
+bench: venv tools
+	$(BIN)/tritonkit bench --output docs/benchmarks.md
+
+accuracy: venv
+	$(BIN)/tritonkit accuracy --repo model_repository --report docs/accuracy.md
+
+k8s-check: venv
+	$(BIN)/python -m pytest tests/k8s
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,38 @@
+"""Suite-wide test set-up: the `gpu` and `tensorrt` markers skip, with the reason printed, where the
+hardware or library is missing; everything else runs against real parts."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+
+import pytest
+
+
+@functools.cache
+def _tensorrt_missing() -> str | None:
+    try:
+        import tensorrt  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install raising OSError
+        return f"needs TensorRT: `import tensorrt` failed here ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.cache
+def _gpu_missing() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "needs an NVIDIA GPU: `nvidia-smi` is not on PATH"
+    result = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or "GPU" not in result.stdout:
+        return f"needs an NVIDIA GPU: `nvidia-smi -L` found none ({result.stderr.strip()[:80]})"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("tensorrt") and (reason := _tensorrt_missing()):
+            item.add_marker(pytest.mark.skip(reason=reason))
+        if item.get_closest_marker("gpu") and (reason := _gpu_missing()):
+            item.add_marker(pytest.mark.skip(reason=reason))

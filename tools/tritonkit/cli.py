@@ -1,0 +1,73 @@
+"""The ``tritonkit`` command line: argument parsing, dispatch, and error-to-exit-code mapping.
+
+Each subcommand lives in :mod:`tritonkit.commands.<name>` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` to a callable ``(argparse.Namespace) -> int``. Modules are
+imported lazily so that ``tritonkit serve`` does not pay for torch or locust imports.
+
+User errors (:class:`~tritonkit.TritonKitError`) become one line on stderr and a non-zero exit;
+only unexpected exceptions show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tritonkit import __version__
+from tritonkit.errors import TritonKitError
+
+#: (command name, module, one-line help) in the order ``--help`` lists them.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("build", "tritonkit.commands.build", "build a versioned model from an ONNX file or a build spec"),
+    ("check", "tritonkit.commands.check", "verify every model of a repository against its artifacts"),
+    ("serve", "tritonkit.commands.serve", "serve a model repository with the embedded Triton server"),
+    ("infer", "tritonkit.commands.infer", "send one inference request and print the outputs"),
+    ("models", "tritonkit.commands.models", "list a server's models with state, versions and I/O"),
+    ("accuracy", "tritonkit.commands.accuracy", "print the accuracy table of a repository"),
+    ("loadtest", "tritonkit.commands.loadtest", "run a Locust load test and write a capacity report"),
+    ("bench", "tritonkit.commands.bench", "run the benchmarks and write docs/benchmarks.md"),
+    ("k8s", "tritonkit.commands.k8s", "render and validate the Kubernetes manifests"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors keep argparse's exit code 2 but stay one line plus usage."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tritonkit", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"tritonkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name, help_text in COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # command not written yet: leave it out of the CLI
+                continue
+            raise
+        module.register(sub, name=name, help=help_text)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(args) or 0)
+    except TritonKitError as err:
+        message = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
+        print(f"tritonkit {args.command}: error: {message}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"tritonkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

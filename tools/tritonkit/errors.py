@@ -1,0 +1,111 @@
+"""The package's one exception hierarchy.
+
+Every error a user can cause or meet derives from :class:`TritonKitError`. The CLI prints
+``str(err)`` as a single line and exits non-zero; nothing below should need a traceback to be
+understood. Messages say what was expected and what was given, and name fields in backticks.
+Third-party exceptions are wrapped at the boundary (``raise XError(...) from None``).
+
+Subsystems may define narrower subclasses next to their code, but always under one of the
+roots below so callers can catch by area.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccuracyError",
+    "BuildError",
+    "CalibrationError",
+    "ClientError",
+    "ConfigError",
+    "DeployError",
+    "GpuProfileError",
+    "LoadTestError",
+    "ModelImportError",
+    "ModelLoadError",
+    "PortInUseError",
+    "RepositoryError",
+    "ServerError",
+    "ServerNotInstalledError",
+    "ServerStartTimeout",
+    "SpecError",
+    "TensorRTUnavailableError",
+    "TritonKitError",
+]
+
+
+class TritonKitError(Exception):
+    """Root of every error raised by tritonkit."""
+
+    exit_code: int = 1
+
+
+# --- model configuration and repository -------------------------------------------------
+class ConfigError(TritonKitError):
+    """A model configuration (dataclass, protobuf or ``config.pbtxt``) is invalid."""
+
+
+class RepositoryError(TritonKitError):
+    """The model repository layout, a model name, or a version directory is wrong."""
+
+
+class ModelImportError(TritonKitError):
+    """A source model (ONNX file, torch module) is missing, malformed or unsupported."""
+
+
+# --- embedded server -----------------------------------------------------------------------
+class ServerError(TritonKitError):
+    """The embedded Triton server could not start, serve or stop."""
+
+
+class ServerNotInstalledError(ServerError):
+    """The ``tritonserver`` binary (from the ``nvidia-pytriton`` wheel) is not available."""
+
+
+class PortInUseError(ServerError):
+    """A requested port is already bound by another process."""
+
+
+class ModelLoadError(ServerError):
+    """Triton failed to load one or more models; the message carries Triton's own line."""
+
+
+class ServerStartTimeout(ServerError):
+    """The server did not become ready within the startup timeout."""
+
+
+# --- conversion and calibration ------------------------------------------------------------
+class BuildError(TritonKitError):
+    """A conversion or build step failed."""
+
+
+class SpecError(BuildError):
+    """A build spec (YAML) has unknown keys, wrong types or impossible values."""
+
+
+class CalibrationError(BuildError):
+    """Calibration data is missing, corrupt or too small."""
+
+
+class AccuracyError(BuildError):
+    """A converted model fell below its accuracy thresholds; nothing was written."""
+
+
+class TensorRTUnavailableError(BuildError):
+    """The TensorRT target was asked for but ``import tensorrt`` fails here."""
+
+
+class GpuProfileError(BuildError):
+    """A setting is impossible on the chosen GPU profile (e.g. BF16 on a T4)."""
+
+
+# --- client, load tests, deployment ---------------------------------------------------------
+class ClientError(TritonKitError):
+    """Root of client-side errors; see :mod:`tritonkit.client` for the specific ones."""
+
+
+class LoadTestError(TritonKitError):
+    """A load test could not be configured or run."""
+
+
+class DeployError(TritonKitError):
+    """Kubernetes manifests could not be rendered or validated."""
