@@ -26,7 +26,7 @@ __all__ = [
     "RepositoryError",
     "ServerError",
     "ServerNotInstalledError",
-    "ServerStartTimeout",
+    "ServerStartTimeoutError",
     "SpecError",
     "TensorRTUnavailableError",
     "TritonKitError",
@@ -69,7 +69,7 @@ class ModelLoadError(ServerError):
     """Triton failed to load one or more models; the message carries Triton's own line."""
 
 
-class ServerStartTimeout(ServerError):
+class ServerStartTimeoutError(ServerError):
     """The server did not become ready within the startup timeout."""
 
 

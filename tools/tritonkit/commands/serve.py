@@ -1,0 +1,89 @@
+"""``tritonkit serve``: run the embedded Triton server in the foreground until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from tritonkit.server import DEFAULT_RESTRICTED_APIS, EmbeddedServer
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("--repo", required=True, help="model repository folder")
+    parser.add_argument("--http-port", type=int, help="HTTP port (default: a free one)")
+    parser.add_argument("--grpc-port", type=int, help="gRPC port (default: a free one)")
+    parser.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default: a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address the listeners bind (default 127.0.0.1)")
+    parser.add_argument("--log-file", help="server log (default: a temporary file, printed at start)")
+    parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    parser.add_argument("--exit-timeout", type=int, default=30, help="seconds in-flight requests get on stop")
+    parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument(
+        "--model-control-mode",
+        choices=("none", "poll", "explicit"),
+        default="none",
+        help="`none` (default) never loads models at run time: dynamic loading can run arbitrary code",
+    )
+    parser.add_argument("--no-strict-readiness", action="store_true", help="ready even if a model is not")
+    parser.add_argument(
+        "--restricted-apis",
+        default=",".join(DEFAULT_RESTRICTED_APIS),
+        help="comma-separated API groups behind the admin key ('' for none; default %(default)s)",
+    )
+    parser.add_argument("--admin-key", help="key for restricted APIs (default: random, printed at start)")
+    parser.add_argument("--triton-arg", action="append", default=[], help="extra tritonserver argument")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    server = EmbeddedServer(
+        args.repo,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        log_file=args.log_file,
+        startup_timeout=args.startup_timeout,
+        exit_timeout=args.exit_timeout,
+        log_verbose=args.log_verbose,
+        model_control_mode=args.model_control_mode,
+        strict_readiness=not args.no_strict_readiness,
+        restricted_apis=[api for api in args.restricted_apis.split(",") if api],
+        admin_key=args.admin_key,
+        extra_args=args.triton_arg,
+    )
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        print(
+            f"tritonkit serve: ready  http={server.http_url}  grpc={server.grpc_url}  "
+            f"metrics={server.metrics_url}  log={server.log_file}",
+            flush=True,
+        )
+        if server.restricted_apis and args.admin_key is None:
+            print(
+                f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}",
+                flush=True,
+            )
+        while not stop.wait(0.5):
+            if not server.is_running():
+                tail = " | ".join(server.tail(3))
+                print(f"tritonkit serve: error: tritonserver exited unexpectedly: {tail}", file=sys.stderr)
+                return 1
+        print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
+        code = server.stop()
+        return 0 if code in (0, None, -signal.SIGTERM) else 1
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,429 @@
+"""The embedded Triton server: the real ``tritonserver`` binary from the ``nvidia-pytriton`` wheel.
+
+This module owns everything between "a model repository on disk" and "a ready server on loopback":
+finding the binary, preparing a python-backend directory with the stub for the running Python,
+choosing and checking ports, the secure-by-default command line, waiting for readiness, turning
+Triton's log into one-line errors, and a graceful stop (SIGTERM, in-flight requests finish within
+``exit_timeout``).
+
+Why the set-up is needed (``shared/docs/ENVIRONMENT.md``): the wheel ships one python-backend stub
+per Python minor version; the stub must sit next to ``libtriton_python.so`` and it embeds the
+system ``libpython``, finding the virtual environment's packages only when the venv's ``bin`` is
+first on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from tritonkit.errors import (
+    ModelLoadError,
+    PortInUseError,
+    ServerError,
+    ServerNotInstalledError,
+    ServerStartTimeoutError,
+)
+
+__all__ = [
+    "ADMIN_HEADER",
+    "DEFAULT_RESTRICTED_APIS",
+    "EmbeddedServer",
+    "TritonInstall",
+    "find_triton",
+    "free_port",
+]
+
+#: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
+DEFAULT_RESTRICTED_APIS: tuple[str, ...] = ("model-repository", "trace", "logging")
+#: Header that carries the key for restricted APIs.
+ADMIN_HEADER = "tritonkit-admin-key"
+
+_INSTALL_HINT = "install it with `pip install 'nvidia-pytriton>=0.7,<0.8'` (or `pip install -e '.[serve]'`)"
+_LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)$")
+_POLL_INTERVAL_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonInstall:
+    """Where the wheel's server parts live."""
+
+    binary: Path
+    python_backend: Path  # folder holding libtriton_python.so
+    stub: Path  # triton_python_backend_stub for the running Python minor version
+    caches: Path | None
+
+
+def find_triton() -> TritonInstall:
+    """Locate the ``tritonserver`` binary and python backend inside the ``nvidia-pytriton`` wheel."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerNotInstalledError(
+            f"`tritonserver` not found: the `nvidia-pytriton` wheel is missing; {_INSTALL_HINT}"
+        )
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    binary = root / "bin" / "tritonserver"
+    backend = root / "backends" / "python"
+    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / minor / "triton_python_backend_stub"
+    for what, path in (("tritonserver binary", binary), ("python backend", backend / "libtriton_python.so")):
+        if not path.exists():
+            raise ServerNotInstalledError(f"{what} not found at {path}; {_INSTALL_HINT}")
+    if not stub.exists():
+        have = sorted(p.name for p in (root / "python_backend_stubs").iterdir())
+        raise ServerNotInstalledError(
+            f"no python-backend stub for Python {minor} in nvidia-pytriton; expected one of Python {', '.join(have)}"
+        )
+    caches = root / "caches"
+    return TritonInstall(binary, backend, stub, caches if caches.is_dir() else None)
+
+
+def _prepare_backends(install: TritonInstall) -> Path:
+    """A private ``backends/`` folder: the wheel's python backend plus the stub for this Python.
+
+    The wheel's own folder is left untouched (it may be read-only or shared by several venvs);
+    the private copy is keyed by the stub so different Python versions never collide.
+    """
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(install.stub.resolve()).encode()).hexdigest()[:12]
+    key = f"py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+    backends = cache_home / "tritonkit" / f"backends-{key}"
+    python_dir = backends / "python"
+    if (python_dir / "triton_python_backend_stub").exists():
+        return backends
+    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(cache_home / "tritonkit")))
+    (staging / "python").mkdir()
+    for entry in install.python_backend.iterdir():
+        if entry.name != "__pycache__":
+            (staging / "python" / entry.name).symlink_to(entry)
+    # A link, not a copy: the stub finds the wheel's bundled libraries through an $ORIGIN-relative
+    # RPATH, which the kernel resolves from the link's target.
+    (staging / "python" / "triton_python_backend_stub").symlink_to(install.stub)
+    try:
+        staging.rename(backends)
+    except OSError:  # another process prepared it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return backends
+
+
+def _mkdirs(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _check_port(host: str, port: int, role: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise PortInUseError(
+                f"{role} port {port} is already in use on {host}; expected a free port "
+                f"(choose another with --{role}-port, or omit it to pick one)"
+            ) from None
+
+
+class EmbeddedServer:
+    """Run ``tritonserver`` on a model repository; a context manager.
+
+    >>> with EmbeddedServer("model_repository") as server:   # doctest: +SKIP
+    ...     client = tritonclient.http.InferenceServerClient(server.http_url)
+
+    Ports left as ``None`` are picked free. Listeners bind ``host`` (loopback by default).
+    Defaults follow Triton's secure-deployment guide: ``--model-control-mode=none``, strict
+    readiness, auto-complete disabled, and the model-repository, trace and logging APIs restricted
+    behind the ``tritonkit-admin-key`` header (:attr:`admin_key`). Every one of them can be changed.
+    """
+
+    def __init__(
+        self,
+        repo: str | os.PathLike[str],
+        *,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        host: str = "127.0.0.1",
+        log_file: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 120.0,
+        exit_timeout: int = 30,
+        log_verbose: int = 0,
+        model_control_mode: str = "none",
+        strict_readiness: bool = True,
+        exit_on_error: bool = True,
+        restricted_apis: Sequence[str] = DEFAULT_RESTRICTED_APIS,
+        admin_key: str | None = None,
+        response_cache_bytes: int = 0,
+        metrics: bool = True,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.repo = Path(repo).resolve()
+        self.host = host
+        self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self.startup_timeout = startup_timeout
+        self.exit_timeout = exit_timeout
+        self.log_verbose = log_verbose
+        self.model_control_mode = model_control_mode
+        self.strict_readiness = strict_readiness
+        self.exit_on_error = exit_on_error
+        self.restricted_apis = tuple(restricted_apis)
+        self.admin_key = admin_key or secrets.token_urlsafe(16)
+        self.response_cache_bytes = response_cache_bytes
+        self.metrics = metrics
+        self.extra_args = tuple(extra_args)
+        self._log_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.log_file = Path(log_file) if log_file is not None else None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # --- addresses --------------------------------------------------------------------------
+    def _port(self, role: str) -> int:
+        port = self._ports[role]
+        if port is None:
+            raise ServerError("the server has not been started; ports are chosen by start()")
+        return port
+
+    @property
+    def http_port(self) -> int:
+        return self._port("http")
+
+    @property
+    def grpc_port(self) -> int:
+        return self._port("grpc")
+
+    @property
+    def metrics_port(self) -> int:
+        return self._port("metrics")
+
+    @property
+    def _client_host(self) -> str:
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint (tritonclient style, no scheme)."""
+        return f"{self._client_host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint."""
+        return f"{self._client_host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus metrics page."""
+        return f"http://{self._client_host}:{self.metrics_port}/metrics"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """Headers that unlock the restricted APIs."""
+        return {ADMIN_HEADER: self.admin_key}
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    # --- life cycle ---------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The full ``tritonserver`` command line (ports must be resolved)."""
+        install = find_triton()
+        args = [
+            str(install.binary),
+            f"--model-repository={self.repo}",
+            f"--backend-directory={_prepare_backends(install)}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--allow-metrics={str(self.metrics).lower()}",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--strict-readiness={str(self.strict_readiness).lower()}",
+            f"--exit-on-error={str(self.exit_on_error).lower()}",
+            f"--exit-timeout-secs={self.exit_timeout}",
+            "--disable-auto-complete-config",
+            "--allow-sagemaker=false",
+            "--allow-vertex-ai=false",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        if self.metrics:
+            args += [f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}"]
+        if install.caches is not None:
+            args.append(f"--cache-directory={install.caches}")
+        if self.response_cache_bytes > 0:
+            args.append(f"--cache-config=local,size={self.response_cache_bytes}")
+        if self.restricted_apis:
+            spec = f"{','.join(self.restricted_apis)}:{ADMIN_HEADER}={self.admin_key}"
+            args += [f"--http-restricted-api={spec}", f"--grpc-restricted-protocol={spec}"]
+        return args + list(self.extra_args)
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The python-backend stub finds the venv's site-packages only through PATH (ENVIRONMENT.md).
+        venv_bin = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+        env.pop("PYTHONHOME", None)
+        return env
+
+    def start(self) -> EmbeddedServer:
+        """Start the server and block until ``/v2/health/ready`` answers 200."""
+        if self.is_running():
+            raise ServerError(f"the server is already running (pid {self.pid})")
+        if not self.repo.is_dir():
+            raise ServerError(f"model repository {self.repo} is not a directory; expected a folder of models")
+        roles = ["http", "grpc"] + (["metrics"] if self.metrics else [])
+        for role in roles:
+            if self._ports[role] is None:
+                self._ports[role] = free_port(self.host if self.host != "0.0.0.0" else "127.0.0.1")
+            else:
+                _check_port(self.host, self._port(role), role)
+        if self.log_file is None:
+            self._log_dir = tempfile.TemporaryDirectory(prefix="tritonkit-server-")
+            self.log_file = Path(self._log_dir.name) / "tritonserver.log"
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        with open(self.log_file, "wb") as log:
+            self._process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self._environment(),
+                cwd=self.repo,
+                start_new_session=True,  # Ctrl-C in a terminal must not reach Triton before we stop it
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._terminate(grace=5.0)
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                raise self._startup_failure(code)
+            with (
+                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError, OSError),
+                urllib.request.urlopen(url, timeout=1.0) as response,
+            ):
+                if response.status == 200:
+                    return
+            time.sleep(_POLL_INTERVAL_S)
+        failures = self._load_failures()
+        if failures:
+            raise ModelLoadError(failures[0])
+        raise ServerStartTimeoutError(
+            f"tritonserver was not ready after {self.startup_timeout:g} s "
+            f"(expected /v2/health/ready to answer 200); see {self.log_file}"
+        )
+
+    def _log_lines(self) -> list[str]:
+        if self.log_file is None or not self.log_file.exists():
+            return []
+        return self.log_file.read_text(errors="replace").splitlines()
+
+    def _load_failures(self) -> list[str]:
+        failures = []
+        for line in self._log_lines():
+            match = _LOAD_FAILURE.search(line)
+            if match:
+                # Triton logs the reason as an escaped one-line string; keep its first line only.
+                reason = match["reason"].strip().rstrip('"').split("\\n")[0].strip()
+                failures.append(
+                    f"model `{match['model']}` version {match['version']} failed to load: {reason}"
+                )
+        return failures
+
+    def _startup_failure(self, code: int) -> ServerError:
+        failures = self._load_failures()
+        if failures:
+            more = f" (and {len(failures) - 1} more; see {self.log_file})" if len(failures) > 1 else ""
+            return ModelLoadError(failures[0] + more)
+        lines = self._log_lines()
+        for line in lines:
+            if "already in use" in line or "Address already in use" in line:
+                return PortInUseError(f"tritonserver could not bind a port: {line.split(']', 1)[-1].strip()}")
+        errors = [line.split("] ", 1)[-1] for line in lines if line.startswith("E")]
+        detail = errors[-1] if errors else (lines[-1] if lines else "no output")
+        return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
+
+    def _terminate(self, grace: float) -> int | None:
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+    def stop(self) -> int | None:
+        """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds."""
+        code = self._terminate(grace=self.exit_timeout + 10.0)
+        self._process = None
+        return code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the server process exits (for ``tritonkit serve``)."""
+        if self._process is None:
+            return None
+        return self._process.wait(timeout=timeout)
+
+    def tail(self, lines: int = 20) -> list[str]:
+        """The last lines of the server log."""
+        return self._log_lines()[-lines:]
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a forgotten server must not outlive the interpreter
+        with contextlib.suppress(Exception):
+            if self._process is not None and self._process.poll() is None:
+                self._process.kill()
+
+
+@contextlib.contextmanager
+def serving(repo: str | os.PathLike[str], **options: object) -> Iterator[EmbeddedServer]:
+    """Functional twin of ``with EmbeddedServer(repo, **options) as server``."""
+    server = EmbeddedServer(repo, **options)  # type: ignore[arg-type]
+    with server:
+        yield server
