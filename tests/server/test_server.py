@@ -245,3 +245,10 @@ def test_cli_serve_busy_port_is_one_line_and_nonzero(tmp_path: Path) -> None:
         f"tritonkit serve: error: grpc port {port} is already in use on 127.0.0.1; expected a free port "
         "(choose another with --grpc-port, or omit it to pick one)"
     ]
+
+
+def test_unreadable_model_directory_names_the_directory(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    (tmp_path / "stray").mkdir()  # a folder without config.pbtxt: Triton cannot poll it
+    with pytest.raises(ServerError, match="model directory `stray` could not be read by Triton"):
+        EmbeddedServer(tmp_path).start()

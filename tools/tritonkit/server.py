@@ -58,6 +58,9 @@ ADMIN_HEADER = "tritonkit-admin-key"
 
 _INSTALL_HINT = "install it with `pip install 'nvidia-pytriton>=0.7,<0.8'` (or `pip install -e '.[serve]'`)"
 _LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)$")
+_POLL_FAILURE = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$")
+#: Start-up noise on machines without a GPU or DCGM; never the reason a start failed.
+_NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")
 _POLL_INTERVAL_S = 0.1
 
 
@@ -360,6 +363,10 @@ class EmbeddedServer:
                 failures.append(
                     f"model `{match['model']}` version {match['version']} failed to load: {reason}"
                 )
+            poll = _POLL_FAILURE.search(line)
+            if poll:
+                reason = poll["reason"].strip().rstrip('"').split("\\n")[0].strip()
+                failures.append(f"model directory `{poll['model']}` could not be read by Triton: {reason}")
         return failures
 
     def _startup_failure(self, code: int) -> ServerError:
@@ -371,8 +378,12 @@ class EmbeddedServer:
         for line in lines:
             if "already in use" in line or "Address already in use" in line:
                 return PortInUseError(f"tritonserver could not bind a port: {line.split(']', 1)[-1].strip()}")
-        errors = [line.split("] ", 1)[-1] for line in lines if line.startswith("E")]
-        detail = errors[-1] if errors else (lines[-1] if lines else "no output")
+        errors = [
+            line.split("] ", 1)[-1].strip('"')
+            for line in lines
+            if line.startswith("E") and not any(noise in line for noise in _NOISE)
+        ]
+        detail = errors[-1] if errors else "no error line in the log"
         return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
 
     def _terminate(self, grace: float) -> int | None:

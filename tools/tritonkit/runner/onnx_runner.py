@@ -1,0 +1,211 @@
+"""tritonkit portable runner: a Triton python-backend model that executes an ONNX file with ONNX Runtime.
+
+Copied by ``tritonkit build`` into ``<model>/<version>/model.py`` next to the ONNX artifact, so the
+embedded server (python backend only) can serve any imported model. Self-contained on purpose: it
+runs inside the python-backend stub and imports nothing from tritonkit.
+
+Config ``parameters`` it reads (all optional, string values; ``runner: onnx_runner`` is written
+by the importer for ``tritonkit check`` and ignored here):
+  ``onnx_file``          artifact name in the version directory (default ``model.onnx``)
+  ``intra_op_threads``   ORT intra-op threads per instance (default 1: instances, not threads, scale)
+  ``inter_op_threads``   ORT inter-op threads per instance (default 1)
+  ``execution_provider`` ``auto`` (default: CUDA when ORT has it and the instance is not KIND_CPU),
+                         ``cuda`` or ``cpu``
+  ``tensor_exchange``    ``auto`` (default: DLPack when NumPy >= 2, whose arrays this release's stub
+                         rejects as outputs, else NumPy), ``dlpack`` or ``numpy``
+
+Batching: all requests Triton hands to one ``execute`` call whose inputs share non-batch shapes are
+concatenated along axis 0 and run once; the outputs are split back by each request's batch size.
+Requests with other shapes form their own group. A failing group is retried request by request so
+one bad request cannot fail its neighbours. Errors go back as error responses; the stub never dies.
+"""
+
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_NUMPY_MAJOR = int(np.__version__.split(".")[0])
+
+
+def _param(params, key, default):
+    value = params.get(key, {})
+    text = value.get("string_value", "") if isinstance(value, dict) else ""
+    return text or default
+
+
+def _to_str_array(array):
+    # Triton hands BYTES over as bytes objects; ORT string tensors want str.
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def _to_bytes_array(array):
+    flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+class TritonPythonModel:
+    """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
+
+    def initialize(self, args):
+        import onnxruntime as ort
+
+        config = json.loads(args["model_config"])
+        params = config.get("parameters", {})
+        self.model_name = config.get("name", "?")
+        self.max_batch_size = int(config.get("max_batch_size", 0))
+        self.inputs = [(t["name"], t["data_type"]) for t in config.get("input", [])]
+        self.outputs = [(t["name"], t["data_type"]) for t in config.get("output", [])]
+
+        exchange = _param(params, "tensor_exchange", "auto")
+        if exchange not in ("auto", "dlpack", "numpy"):
+            raise ValueError(f"parameter `tensor_exchange` must be auto, dlpack or numpy; got {exchange!r}")
+        self.use_dlpack = exchange == "dlpack" or (exchange == "auto" and _NUMPY_MAJOR >= 2)
+        if self.use_dlpack:
+            # Through torch, not NumPy: NumPy's DLPack capsules expect the standard "used_dltensor"
+            # rename, the stub writes "used_dlpack", and the stub dies (seen with NumPy 1.26).
+            # torch <-> stub DLPack is the path verified on the NumPy-2 GPU host (ENVIRONMENT.md).
+            try:
+                import torch
+                import torch.utils.dlpack as torch_dlpack
+            except ImportError as exc:
+                raise ValueError(
+                    f"tensor exchange `dlpack` needs torch in the stub's environment ({exc})"
+                ) from None
+            self.torch = torch
+            self.torch_dlpack = torch_dlpack
+
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        onnx_path = os.path.join(version_dir, _param(params, "onnx_file", "model.onnx"))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(_param(params, "intra_op_threads", "1"))
+        options.inter_op_num_threads = int(_param(params, "inter_op_threads", "1"))
+        self.session = ort.InferenceSession(
+            onnx_path, sess_options=options, providers=self._providers(ort, args, params)
+        )
+
+        graph_inputs = {i.name for i in self.session.get_inputs()}
+        graph_outputs = {o.name for o in self.session.get_outputs()}
+        missing = [n for n, _ in self.inputs if n not in graph_inputs] + [
+            n for n, _ in self.outputs if n not in graph_outputs
+        ]
+        if missing:
+            raise ValueError(
+                f"config names tensors the ONNX graph lacks: {', '.join(missing)}; "
+                f"graph inputs: {sorted(graph_inputs)}, outputs: {sorted(graph_outputs)}"
+            )
+        self.output_names = [n for n, _ in self.outputs]
+        self.bytes_outputs = {n for n, dt in self.outputs if dt == "TYPE_STRING"}
+        self.bytes_inputs = {n for n, dt in self.inputs if dt == "TYPE_STRING"}
+
+    @staticmethod
+    def _providers(ort, args, params):
+        wanted = _param(params, "execution_provider", "auto")
+        available = ort.get_available_providers()
+        has_cuda = "CUDAExecutionProvider" in available
+        if wanted == "cpu":
+            return ["CPUExecutionProvider"]
+        if wanted == "cuda" and not has_cuda:
+            raise ValueError(
+                f"parameter `execution_provider` is cuda but ONNX Runtime offers only {available}"
+            )
+        if wanted not in ("auto", "cuda"):
+            raise ValueError(f"parameter `execution_provider` must be auto, cuda or cpu; got {wanted!r}")
+        if has_cuda and (wanted == "cuda" or args.get("model_instance_kind", "") != "CPU"):
+            device = int(args.get("model_instance_device_id", "0") or 0)
+            return [("CUDAExecutionProvider", {"device_id": device}), "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+    # --- tensors in and out -------------------------------------------------------------------------
+    def _read_inputs(self, request):
+        feeds = {}
+        for name, _ in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                raise ValueError(f"request lacks input `{name}`")
+            if name in self.bytes_inputs:
+                feeds[name] = _to_str_array(tensor.as_numpy())
+            elif self.use_dlpack:
+                # Copy: the request's buffer is only lent for the duration of this call.
+                feeds[name] = self.torch_dlpack.from_dlpack(tensor.to_dlpack()).cpu().numpy().copy()
+            else:
+                feeds[name] = tensor.as_numpy()
+        return feeds
+
+    def _make_response(self, outputs):
+        tensors = []
+        for name, value in zip(self.output_names, outputs, strict=True):
+            if name in self.bytes_outputs:
+                tensors.append(pb_utils.Tensor(name, _to_bytes_array(value)))
+                continue
+            array = np.ascontiguousarray(value)
+            if self.use_dlpack:
+                capsule = self.torch_dlpack.to_dlpack(self.torch.from_numpy(array))
+                tensors.append(pb_utils.Tensor.from_dlpack(name, capsule))
+            else:
+                tensors.append(pb_utils.Tensor(name, array))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    @staticmethod
+    def _error(exc):
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+    # --- execution -------------------------------------------------------------------------------
+    def _run(self, feeds):
+        return self.session.run(self.output_names, feeds)
+
+    def _run_group(self, members):
+        """Run requests that share non-batch shapes as one batch; return one output list per request."""
+        if len(members) == 1:
+            return [self._run(members[0][1])]
+        first = self.inputs[0][0]
+        sizes = [feeds[first].shape[0] for _, feeds in members]
+        batch = {
+            name: np.concatenate([feeds[name] for _, feeds in members], axis=0) for name, _ in self.inputs
+        }
+        outputs = self._run(batch)
+        total = sum(sizes)
+        for name, value in zip(self.output_names, outputs, strict=True):
+            if value.ndim == 0 or value.shape[0] != total:
+                raise ValueError(
+                    f"output `{name}` has shape {list(value.shape)}; expected batch {total} first"
+                )
+        cuts = np.cumsum(sizes)[:-1]
+        per_output = [np.split(value, cuts, axis=0) for value in outputs]
+        return [[parts[i] for parts in per_output] for i in range(len(members))]
+
+    def execute(self, requests):
+        responses = [None] * len(requests)
+        groups = {}
+        for index, request in enumerate(requests):
+            try:
+                feeds = self._read_inputs(request)
+            except Exception as exc:  # every failure becomes that request's error response
+                responses[index] = self._error(exc)
+                continue
+            if self.max_batch_size > 0:
+                key = tuple((name, feeds[name].shape[1:], feeds[name].dtype.str) for name, _ in self.inputs)
+            else:
+                key = ("request", index)
+            groups.setdefault(key, []).append((index, feeds))
+
+        for members in groups.values():
+            try:
+                results = self._run_group(members)
+            except Exception as exc:  # retried alone below: one bad request fails only itself
+                if len(members) == 1:
+                    responses[members[0][0]] = self._error(exc)
+                    continue
+                results = [None] * len(members)
+            for (index, feeds), outputs in zip(members, results, strict=True):
+                try:
+                    responses[index] = self._make_response(self._run(feeds) if outputs is None else outputs)
+                except Exception as exc:
+                    responses[index] = self._error(exc)
+        return responses
+
+    def finalize(self):
+        self.session = None
