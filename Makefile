@@ -45,7 +45,8 @@ bench: venv tools
 accuracy: venv
 	$(BIN)/tritonkit accuracy --repo model_repository --report docs/accuracy.md
 
-k8s-check: venv
+k8s-check: venv checkov
+	$(BIN)/tritonkit k8s check --checkov require
 	$(BIN)/python -m pytest tests/k8s
 
 clean:
