@@ -43,7 +43,7 @@ bench: venv tools
 	$(BIN)/tritonkit bench --output docs/benchmarks.md
 
 accuracy: venv
-	$(BIN)/tritonkit accuracy --repo model_repository --report docs/accuracy.md
+	$(BIN)/tritonkit accuracy --build --repo model_repository --report docs/accuracy.md
 
 k8s-check: venv checkov
 	$(BIN)/tritonkit k8s check --checkov require

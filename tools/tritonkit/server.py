@@ -140,6 +140,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _check_port(host: str, port: int, role: str) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR ignores TIME_WAIT leftovers of a server just stopped (tritonserver binds the
+        # same way) but still fails on a port another process is listening on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

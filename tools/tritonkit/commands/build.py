@@ -59,14 +59,11 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         metavar="N",
         help="0 disables batching (default: 64 when the graph's first axis is dynamic, else 0)",
     )
-    parser.add_argument("--instances", type=int, default=1, metavar="N", help="model instances (default 1)")
-    parser.add_argument(
-        "--instance-kind", default="KIND_CPU", choices=INSTANCE_KINDS, help="instance kind (default KIND_CPU)"
-    )
+    parser.add_argument("--instances", type=int, metavar="N", help="model instances (default 1)")
+    parser.add_argument("--instance-kind", choices=INSTANCE_KINDS, help="instance kind (default KIND_CPU)")
     parser.add_argument(
         "--max-queue-delay-us",
         type=int,
-        default=DEFAULT_MAX_QUEUE_DELAY_US,
         metavar="US",
         help=f"dynamic batching delay in microseconds (default {DEFAULT_MAX_QUEUE_DELAY_US})",
     )
@@ -110,9 +107,12 @@ def run(args: argparse.Namespace) -> int:
         version=args.version,
         force=args.force,
         max_batch_size=args.max_batch_size,
-        instance_count=args.instances,
-        instance_kind=args.instance_kind,
-        max_queue_delay_us=args.max_queue_delay_us,
+        # None means "not given": specs and TRITONKIT_* variables may then decide (convert.cli).
+        instance_count=1 if args.instances is None else args.instances,
+        instance_kind=args.instance_kind or "KIND_CPU",
+        max_queue_delay_us=DEFAULT_MAX_QUEUE_DELAY_US
+        if args.max_queue_delay_us is None
+        else args.max_queue_delay_us,
     )
     config = ModelRepository(args.repo).read_config(name)
     batching = f"max_batch_size {config.max_batch_size}" if config.max_batch_size else "no batching"

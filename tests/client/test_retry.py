@@ -1,0 +1,190 @@
+"""Retries against real servers: started late, restarted mid-run; never for bad requests; bounded."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritonkit.client import Client, ClientError, InvalidInputError, RetryPolicy, ServerUnavailableError
+from tritonkit.client.errors import InvalidArgumentError, QueueFullError
+from tritonkit.server import EmbeddedServer, free_port
+
+X = np.ones((1, 4), np.float32)
+PATIENT = RetryPolicy(max_attempts=1000, initial_backoff=0.05, max_backoff=0.3, deadline=60.0)
+
+
+def _ports() -> dict[str, int]:
+    return {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+
+
+def _url(ports: dict[str, int], protocol: str) -> str:
+    return f"127.0.0.1:{ports['http_port'] if protocol == 'http' else ports['grpc_port']}"
+
+
+@pytest.fixture(scope="module")
+def small_repo(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only the `add` model: these tests start and stop servers, and each python-backend model
+    costs a stub process at every start."""
+    root = tmp_path_factory.mktemp("retry") / "repo"
+    shutil.copytree(repo / "add", root / "add")
+    return root
+
+
+def test_policy_backoff_is_bounded_and_jittered() -> None:
+    p = RetryPolicy(initial_backoff=0.1, max_backoff=0.4, multiplier=2.0)
+    rng = random.Random(7)
+    waits = [[p.backoff(a, rng) for _ in range(200)] for a in (1, 2, 3, 6)]
+    ceilings = (0.1, 0.2, 0.4, 0.4)
+    for draws, ceiling in zip(waits, ceilings, strict=True):
+        assert all(0.0 <= w <= ceiling for w in draws)
+        assert max(draws) > ceiling * 0.8 and min(draws) < ceiling * 0.2  # spread over [0, ceiling]
+
+
+def test_policy_decides_what_is_retried() -> None:
+    p = RetryPolicy(max_attempts=3)
+    down = ServerUnavailableError("down")
+    down.retryable = True
+    assert p.should_retry(down, 1) and p.should_retry(down, 2)
+    assert not p.should_retry(down, 3)
+    assert not p.should_retry(InvalidArgumentError("bad"), 1)
+    full = QueueFullError("Exceeds maximum queue size")
+    full.retryable = True
+    assert not p.should_retry(full, 1)
+    assert RetryPolicy(retry_queue_full=True).should_retry(full, 1)
+    with pytest.raises(ClientError, match="`max_attempts` must be >= 1, given 0"):
+        RetryPolicy(max_attempts=0)
+
+
+def test_no_retry_on_bad_request(client: Client) -> None:
+    client.metadata("add")
+    before = client.stats.attempts
+    with pytest.raises(InvalidInputError):
+        client.infer("add", {"X": np.ones((1, 3), np.float32)})
+    assert client.stats.attempts == before  # refused before sending
+    with pytest.raises(ClientError):
+        client.infer("add", X, version=9)  # server answers NOT_FOUND: one attempt, no retry
+    assert client.stats.attempts == before + 1
+    assert client.stats.retries == 0
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_server_started_late(small_repo: Path, protocol: str) -> None:
+    ports = _ports()
+    started: list[EmbeddedServer] = []
+
+    def start_later() -> None:
+        time.sleep(1.0)
+        started.append(EmbeddedServer(small_repo, exit_timeout=0, **ports).start())
+
+    thread = threading.Thread(target=start_later)
+    thread.start()
+    try:
+        with Client(_url(ports, protocol), protocol, retries=PATIENT) as c:
+            t0 = time.monotonic()
+            out = c.infer("add", {"X": X})
+            assert time.monotonic() - t0 >= 0.9
+            np.testing.assert_array_equal(out["Y"], X + 1)
+            assert c.stats.retries >= 1
+    finally:
+        thread.join(60)
+        for s in started:
+            s.stop()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
+    ports = _ports()
+    server = EmbeddedServer(small_repo, exit_timeout=1, **ports).start()
+    outcomes: list[str] = []
+    stop = threading.Event()
+    calls = 0
+
+    def caller(c: Client) -> None:
+        nonlocal calls
+        i = 0
+        while not stop.is_set():
+            i += 1
+            calls += 1
+            x = np.full((1, 4), i, np.float32)
+            try:
+                y = c.infer("add", {"X": x}, timeout=20)["Y"]
+                outcomes.append("ok" if y[0, 0] == i + 1 else "wrong")
+            except ClientError as exc:
+                outcomes.append(f"raised {type(exc).__name__}: {exc}")
+            time.sleep(0.01)
+
+    try:
+        with Client(_url(ports, protocol), protocol, retries=PATIENT) as c:
+            thread = threading.Thread(target=caller, args=(c,))
+            thread.start()
+            time.sleep(0.5)
+            server.stop()
+            time.sleep(0.5)
+            server = EmbeddedServer(small_repo, exit_timeout=1, **ports).start()
+            time.sleep(0.5)
+            stop.set()
+            thread.join(60)
+            retries = c.stats.retries
+    finally:
+        server.stop()
+    assert len(outcomes) == calls, "every call returned or raised"
+    assert "wrong" not in outcomes
+    assert outcomes[-1] == "ok"
+    assert outcomes.count("ok") >= len(outcomes) - 1, sorted(set(outcomes))
+    assert retries >= 1
+
+
+def test_retries_stop_at_the_deadline() -> None:
+    port = free_port()
+    policy = RetryPolicy(max_attempts=10_000, initial_backoff=0.01, max_backoff=0.05, deadline=None)
+    with Client(f"127.0.0.1:{port}", "http", retries=policy) as c:
+        t0 = time.monotonic()
+        with pytest.raises(ServerUnavailableError, match="gave up after"):
+            c.infer("add", {"X": X}, timeout=0.5)
+        elapsed = time.monotonic() - t0
+    assert 0.4 <= elapsed < 2.0
+    assert c.stats.attempts > 2
+
+
+def _flood(c: Client, n: int, seconds: float) -> list[str]:
+    """``n`` concurrent requests to `queued` (one executing, one queued, the rest over the limit)."""
+    outcomes: list[str] = []
+
+    def one() -> None:
+        try:
+            c.infer("queued", {"SECONDS": np.array([[seconds]], np.float32)}, timeout=30)
+            outcomes.append("ok")
+        except ClientError as exc:
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+def test_queue_full_is_not_retried_by_default(server: EmbeddedServer) -> None:
+    with Client(server.grpc_url, "grpc") as c:
+        c.metadata("queued")
+        outcomes = _flood(c, 4, 0.4)
+        assert len(outcomes) == 4
+        full = [o for o in outcomes if o.startswith("QueueFullError")]
+        assert full, outcomes
+        assert all("Exceeds maximum queue size" in o for o in full)
+        assert c.stats.retries == 0 and c.stats.attempts == 4 + 1  # +1: the metadata fetch
+
+
+def test_queue_full_retried_when_asked(server: EmbeddedServer) -> None:
+    policy = RetryPolicy(max_attempts=100, initial_backoff=0.05, max_backoff=0.2, retry_queue_full=True)
+    with Client(server.http_url, "http", retries=policy) as c:
+        outcomes = _flood(c, 4, 0.2)
+        assert outcomes == ["ok"] * 4
+        assert c.stats.retries >= 1

@@ -1,0 +1,62 @@
+"""The client library: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), twins over
+``tritonclient`` HTTP and gRPC with the same methods and keyword arguments.
+
+Thin: tritonclient does the wire work. This package adds validation before sending, one error
+hierarchy for both protocols, bounded retries with backoff, optional shared-memory transport, and
+documented thread safety. Modules: ``errors`` (classes and mapping), ``retry`` (policy), ``spec``
+(model knowledge and validation), ``core`` (shared state), ``transport``/``aio_transport``
+(protocol adapters), ``sync``/``aio`` (the clients), ``shm`` (shared memory), ``cli_args``
+(arguments of ``tritonkit infer``/``models``), ``bench`` (the ``make bench`` section).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tritonkit.client.core import ClientStats
+from tritonkit.client.errors import (
+    ClientError,
+    InferenceTimeoutError,
+    InternalServerError,
+    InvalidArgumentError,
+    InvalidInputError,
+    ModelNotFoundError,
+    QueueFullError,
+    RestrictedApiError,
+    ServerUnavailableError,
+)
+from tritonkit.client.retry import RetryPolicy
+from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelStatistics, TensorSpec
+from tritonkit.client.sync import Client
+
+if TYPE_CHECKING:
+    from tritonkit.client.aio import AsyncClient
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "ClientStats",
+    "InferenceTimeoutError",
+    "InternalServerError",
+    "InvalidArgumentError",
+    "InvalidInputError",
+    "ModelInfo",
+    "ModelMetadata",
+    "ModelNotFoundError",
+    "ModelStatistics",
+    "QueueFullError",
+    "RestrictedApiError",
+    "RetryPolicy",
+    "ServerUnavailableError",
+    "TensorSpec",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncClient pulls in aiohttp and grpc.aio; load them only when asked for.
+    if name == "AsyncClient":
+        from tritonkit.client.aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module 'tritonkit.client' has no attribute {name!r}")

@@ -1,0 +1,223 @@
+"""asyncio protocol adapters: the only code of :class:`AsyncClient` that touches ``tritonclient``.
+
+Twins of :mod:`tritonkit.client.transport` with ``async`` methods, over ``tritonclient.http.aio``
+(aiohttp, a pooled connector: many concurrent requests share keep-alive connections) and
+``tritonclient.grpc.aio`` (one ``grpc.aio`` channel, calls multiplexed over HTTP/2). Both
+underlying clients belong to the event loop they were created in, so they are created lazily on
+first use inside the loop; one :class:`AsyncClient` serves any number of tasks of that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonkit.client.spec import (
+    ModelInfo,
+    ModelMetadata,
+    ModelStatistics,
+    config_from_json,
+    statistics_from_proto,
+)
+from tritonkit.client.transport import grpc_headers
+
+__all__ = ["AsyncGrpcTransport", "AsyncHttpTransport"]
+
+
+class AsyncHttpTransport:
+    """KServe v2 over HTTP with aiohttp; per-call timeouts via ``asyncio.timeout``."""
+
+    protocol = "http"
+    InferInput = httpclient.InferInput
+
+    def __init__(
+        self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
+    ):
+        self.url = url
+        self._headers = dict(headers) if headers else None
+        self._network_timeout = network_timeout or 60.0
+        self._client_obj: httpaio.InferenceServerClient | None = None
+
+    def _client(self) -> httpaio.InferenceServerClient:
+        if self._client_obj is None:
+            self._client_obj = httpaio.InferenceServerClient(self.url, conn_timeout=self._network_timeout)
+        return self._client_obj
+
+    def _h(self) -> dict[str, str] | None:
+        return dict(self._headers) if self._headers else None
+
+    async def is_live(self, timeout: float | None = None) -> bool:
+        async with asyncio.timeout(timeout):
+            return bool(await self._client().is_server_live(headers=self._h()))
+
+    async def is_ready(self, timeout: float | None = None) -> bool:
+        async with asyncio.timeout(timeout):
+            return bool(await self._client().is_server_ready(headers=self._h()))
+
+    async def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
+        async with asyncio.timeout(timeout):
+            return bool(await self._client().is_model_ready(model, version, headers=self._h()))
+
+    async def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
+        async with asyncio.timeout(timeout):
+            data = await self._client().get_model_metadata(model, version, headers=self._h())
+        return ModelMetadata.from_json(data)
+
+    async def config(
+        self, model: str, version: str, timeout: float | None = None
+    ) -> model_config_pb2.ModelConfig:
+        async with asyncio.timeout(timeout):
+            data = await self._client().get_model_config(model, version, headers=self._h())
+        return config_from_json(data)
+
+    async def index(self, timeout: float | None = None) -> list[ModelInfo]:
+        async with asyncio.timeout(timeout):
+            rows = await self._client().get_model_repository_index(headers=self._h())
+        return [
+            ModelInfo(
+                str(r.get("name", "")),
+                str(r.get("version", "")),
+                str(r.get("state", "")),
+                str(r.get("reason", "")),
+            )
+            for r in rows
+        ]
+
+    async def statistics(
+        self, model: str, version: str, timeout: float | None = None
+    ) -> list[ModelStatistics]:
+        async with asyncio.timeout(timeout):
+            data = await self._client().get_inference_statistics(model, version, headers=self._h())
+        pb = grpcclient.service_pb2.ModelStatisticsResponse()
+        json_format.ParseDict(data, pb, ignore_unknown_fields=True)
+        return statistics_from_proto(pb)
+
+    def make_output(self, name: str) -> httpclient.InferRequestedOutput:
+        return httpclient.InferRequestedOutput(name, binary_data=True)
+
+    async def infer(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[httpclient.InferInput],
+        outputs: Sequence[httpclient.InferRequestedOutput] | None,
+        timeout: float | None,
+    ) -> Any:
+        client = self._client()
+        if timeout is None:
+            return await client.infer(model, inputs, version, outputs, headers=self._h())
+        async with asyncio.timeout(timeout):
+            return await client.infer(model, inputs, version, outputs, headers=self._h())
+
+    async def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        await self._client().register_system_shared_memory(name, key, byte_size, headers=self._h())
+
+    async def unregister_system_shm(self, name: str) -> None:
+        await self._client().unregister_system_shared_memory(name, headers=self._h())
+
+    async def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        await self._client().register_cuda_shared_memory(
+            name, raw_handle, device_id, byte_size, headers=self._h()
+        )
+
+    async def unregister_cuda_shm(self, name: str) -> None:
+        await self._client().unregister_cuda_shared_memory(name, headers=self._h())
+
+    async def close(self) -> None:
+        if self._client_obj is not None:
+            client, self._client_obj = self._client_obj, None
+            await client.close()
+
+
+class AsyncGrpcTransport:
+    """KServe v2 over gRPC with ``grpc.aio``; per-call deadlines are gRPC deadlines."""
+
+    protocol = "grpc"
+    InferInput = grpcclient.InferInput
+
+    def __init__(
+        self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
+    ):
+        self.url = url
+        self._headers = grpc_headers(headers)
+        self._client_obj: grpcaio.InferenceServerClient | None = None
+
+    def _client(self) -> grpcaio.InferenceServerClient:
+        if self._client_obj is None:
+            self._client_obj = grpcaio.InferenceServerClient(self.url)
+        return self._client_obj
+
+    async def is_live(self, timeout: float | None = None) -> bool:
+        return bool(await self._client().is_server_live(headers=self._headers, client_timeout=timeout))
+
+    async def is_ready(self, timeout: float | None = None) -> bool:
+        return bool(await self._client().is_server_ready(headers=self._headers, client_timeout=timeout))
+
+    async def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
+        c = self._client()
+        return bool(await c.is_model_ready(model, version, headers=self._headers, client_timeout=timeout))
+
+    async def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
+        c = self._client()
+        pb = await c.get_model_metadata(model, version, headers=self._headers, client_timeout=timeout)
+        return ModelMetadata.from_json(json_format.MessageToDict(pb, preserving_proto_field_name=True))
+
+    async def config(
+        self, model: str, version: str, timeout: float | None = None
+    ) -> model_config_pb2.ModelConfig:
+        c = self._client()
+        pb = await c.get_model_config(model, version, headers=self._headers, client_timeout=timeout)
+        return pb.config
+
+    async def index(self, timeout: float | None = None) -> list[ModelInfo]:
+        pb = await self._client().get_model_repository_index(headers=self._headers, client_timeout=timeout)
+        return [ModelInfo(m.name, m.version, m.state, m.reason) for m in pb.models]
+
+    async def statistics(
+        self, model: str, version: str, timeout: float | None = None
+    ) -> list[ModelStatistics]:
+        c = self._client()
+        pb = await c.get_inference_statistics(model, version, headers=self._headers, client_timeout=timeout)
+        return statistics_from_proto(pb)
+
+    def make_output(self, name: str) -> grpcclient.InferRequestedOutput:
+        return grpcclient.InferRequestedOutput(name)
+
+    async def infer(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[grpcclient.InferInput],
+        outputs: Sequence[grpcclient.InferRequestedOutput] | None,
+        timeout: float | None,
+    ) -> Any:
+        return await self._client().infer(
+            model, inputs, version, outputs, headers=self._headers, client_timeout=timeout
+        )
+
+    async def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        await self._client().register_system_shared_memory(name, key, byte_size, headers=self._headers)
+
+    async def unregister_system_shm(self, name: str) -> None:
+        await self._client().unregister_system_shared_memory(name, headers=self._headers)
+
+    async def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        await self._client().register_cuda_shared_memory(
+            name, raw_handle, device_id, byte_size, headers=self._headers
+        )
+
+    async def unregister_cuda_shm(self, name: str) -> None:
+        await self._client().unregister_cuda_shared_memory(name, headers=self._headers)
+
+    async def close(self) -> None:
+        if self._client_obj is not None:
+            client, self._client_obj = self._client_obj, None
+            await client.close()

@@ -1,0 +1,279 @@
+"""Blocking protocol adapters: the only code of the sync client that touches ``tritonclient``.
+
+:class:`HttpTransport` and :class:`GrpcTransport` have the same methods and return the same
+protocol-neutral types (:mod:`tritonkit.client.spec`); errors pass through unmapped (the client
+maps them, once, in its retry loop).
+
+Thread safety, verified in tritonclient's code: ``tritonclient.http.InferenceServerClient`` is "not
+thread safe" (its docstring) and its geventhttpclient sockets belong to the gevent hub of the
+thread that created them, so :class:`HttpTransport` keeps **one tritonclient client per thread**
+(``threading.local``); each keeps its keep-alive connection, so a thread reuses its connection
+across calls. The gRPC client is documented thread-safe (except streaming) and a gRPC channel
+multiplexes calls over one HTTP/2 connection, so :class:`GrpcTransport` shares one client.
+
+Per-call timeouts: gRPC takes ``client_timeout`` natively. The HTTP client only has a
+per-connection ``network_timeout``, so a call runs under ``gevent.Timeout``; a timed-out call
+leaves its connection mid-response, so that thread's client is thrown away and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gevent
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonkit.client.spec import (
+    ModelInfo,
+    ModelMetadata,
+    ModelStatistics,
+    config_from_json,
+    statistics_from_proto,
+)
+
+__all__ = ["GRPC_RESTRICTED_PREFIX", "GrpcTransport", "HttpTransport", "grpc_headers"]
+
+#: Triton reads a restricted gRPC protocol's key header with this prefix (server: grpc_server.cc).
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
+_NETWORK_TIMEOUT_S = 60.0
+
+
+def grpc_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """gRPC metadata for ``headers``: lower-case keys, plus the prefixed twin restricted APIs look for.
+
+    Lets ``Client(headers=server.admin_headers)`` unlock restricted APIs on both protocols alike.
+    """
+    if not headers:
+        return None
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        k = key.lower()
+        out[k] = value
+        if not k.startswith(GRPC_RESTRICTED_PREFIX):
+            out[GRPC_RESTRICTED_PREFIX + k] = value
+    return out
+
+
+class HttpTransport:
+    """KServe v2 over HTTP/1.1 (``tritonclient.http``): one tritonclient client per thread."""
+
+    protocol = "http"
+    InferInput = httpclient.InferInput
+
+    def __init__(
+        self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
+    ):
+        self.url = url
+        self._headers = dict(headers) if headers else None
+        self._network_timeout = network_timeout or _NETWORK_TIMEOUT_S
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._clients: list[httpclient.InferenceServerClient] = []
+        self._closed = False
+
+    # -- per-thread clients -----------------------------------------------------------------
+    def _client(self) -> httpclient.InferenceServerClient:
+        client: httpclient.InferenceServerClient | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpclient.InferenceServerClient(
+                self.url,
+                concurrency=1,
+                connection_timeout=self._network_timeout,
+                network_timeout=self._network_timeout,
+            )
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def _discard(self) -> None:
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            self._local.client = None
+            with self._lock:
+                if client in self._clients:
+                    self._clients.remove(client)
+            client.close()
+
+    def _h(self) -> dict[str, str] | None:
+        # tritonclient adds keys to the dict it is given: hand it a fresh one every call.
+        return dict(self._headers) if self._headers else None
+
+    def _run(self, timeout: float | None, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if timeout is None:
+            return fn(*args, **kwargs)
+        timer = gevent.Timeout(max(timeout, 0.001))
+        timer.start()
+        try:
+            return fn(*args, **kwargs)
+        except gevent.Timeout as fired:
+            if fired is not timer:
+                raise
+            # gevent.Timeout is a BaseException: turn it into the TimeoutError the client maps.
+            self._discard()
+            raise TimeoutError(f"no answer within {timeout:.3g} s") from None
+        finally:
+            timer.cancel()
+
+    # -- API ------------------------------------------------------------------------------------
+    def is_live(self, timeout: float | None = None) -> bool:
+        return bool(self._run(timeout, self._client().is_server_live, headers=self._h()))
+
+    def is_ready(self, timeout: float | None = None) -> bool:
+        return bool(self._run(timeout, self._client().is_server_ready, headers=self._h()))
+
+    def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
+        c = self._client()
+        return bool(self._run(timeout, c.is_model_ready, model, version, headers=self._h()))
+
+    def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
+        c = self._client()
+        return ModelMetadata.from_json(
+            self._run(timeout, c.get_model_metadata, model, version, headers=self._h())
+        )
+
+    def config(self, model: str, version: str, timeout: float | None = None) -> model_config_pb2.ModelConfig:
+        c = self._client()
+        return config_from_json(self._run(timeout, c.get_model_config, model, version, headers=self._h()))
+
+    def index(self, timeout: float | None = None) -> list[ModelInfo]:
+        rows = self._run(timeout, self._client().get_model_repository_index, headers=self._h())
+        return [_info(r) for r in rows]
+
+    def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
+        c = self._client()
+        data = self._run(timeout, c.get_inference_statistics, model, version, headers=self._h())
+        pb = grpcclient.service_pb2.ModelStatisticsResponse()
+        json_format.ParseDict(data, pb, ignore_unknown_fields=True)
+        return statistics_from_proto(pb)
+
+    def make_output(self, name: str) -> httpclient.InferRequestedOutput:
+        return httpclient.InferRequestedOutput(name, binary_data=True)
+
+    def infer(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[httpclient.InferInput],
+        outputs: Sequence[httpclient.InferRequestedOutput] | None,
+        timeout: float | None,
+    ) -> httpclient.InferResult:
+        c = getattr(self._local, "client", None) or self._client()
+        headers = dict(self._headers) if self._headers else None
+        if timeout is None:
+            return c.infer(model, inputs, version, outputs, headers=headers)
+        return self._run(timeout, c.infer, model, inputs, version, outputs, headers=headers)
+
+    # -- shared memory ----------------------------------------------------------------------
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        self._client().register_system_shared_memory(name, key, byte_size, headers=self._h())
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._client().unregister_system_shared_memory(name, headers=self._h())
+
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self._client().register_cuda_shared_memory(name, raw_handle, device_id, byte_size, headers=self._h())
+
+    def unregister_cuda_shm(self, name: str) -> None:
+        self._client().unregister_cuda_shared_memory(name, headers=self._h())
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+            self._closed = True
+        for client in clients:
+            # Clients made by other threads hold sockets of those threads' hubs: closing them
+            # from here only closes file descriptors, which is all that is left to do.
+            with contextlib.suppress(Exception):
+                client.close()
+        self._local = threading.local()
+
+
+class GrpcTransport:
+    """KServe v2 over gRPC (``tritonclient.grpc``): one thread-safe client and channel."""
+
+    protocol = "grpc"
+    InferInput = grpcclient.InferInput
+
+    def __init__(
+        self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
+    ):
+        self.url = url
+        self._headers = grpc_headers(headers)
+        self._client = grpcclient.InferenceServerClient(url)
+
+    def is_live(self, timeout: float | None = None) -> bool:
+        return bool(self._client.is_server_live(headers=self._headers, client_timeout=timeout))
+
+    def is_ready(self, timeout: float | None = None) -> bool:
+        return bool(self._client.is_server_ready(headers=self._headers, client_timeout=timeout))
+
+    def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
+        return bool(
+            self._client.is_model_ready(model, version, headers=self._headers, client_timeout=timeout)
+        )
+
+    def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
+        pb = self._client.get_model_metadata(model, version, headers=self._headers, client_timeout=timeout)
+        return ModelMetadata.from_json(json_format.MessageToDict(pb, preserving_proto_field_name=True))
+
+    def config(self, model: str, version: str, timeout: float | None = None) -> model_config_pb2.ModelConfig:
+        pb = self._client.get_model_config(model, version, headers=self._headers, client_timeout=timeout)
+        return pb.config
+
+    def index(self, timeout: float | None = None) -> list[ModelInfo]:
+        pb = self._client.get_model_repository_index(headers=self._headers, client_timeout=timeout)
+        return [ModelInfo(m.name, m.version, m.state, m.reason) for m in pb.models]
+
+    def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
+        pb = self._client.get_inference_statistics(
+            model, version, headers=self._headers, client_timeout=timeout
+        )
+        return statistics_from_proto(pb)
+
+    def make_output(self, name: str) -> grpcclient.InferRequestedOutput:
+        return grpcclient.InferRequestedOutput(name)
+
+    def infer(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[grpcclient.InferInput],
+        outputs: Sequence[grpcclient.InferRequestedOutput] | None,
+        timeout: float | None,
+    ) -> grpcclient.InferResult:
+        return self._client.infer(
+            model, inputs, version, outputs, headers=self._headers, client_timeout=timeout
+        )
+
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        self._client.register_system_shared_memory(name, key, byte_size, headers=self._headers)
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._client.unregister_system_shared_memory(name, headers=self._headers)
+
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self._client.register_cuda_shared_memory(
+            name, raw_handle, device_id, byte_size, headers=self._headers
+        )
+
+    def unregister_cuda_shm(self, name: str) -> None:
+        self._client.unregister_cuda_shared_memory(name, headers=self._headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _info(row: Mapping[str, Any]) -> ModelInfo:
+    return ModelInfo(
+        name=str(row.get("name", "")),
+        version=str(row.get("version", "")),
+        state=str(row.get("state", "")),
+        reason=str(row.get("reason", "")),
+    )

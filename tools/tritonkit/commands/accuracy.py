@@ -1,0 +1,54 @@
+"""``tritonkit accuracy``: print the accuracy table of a repository's converted versions and,
+with ``--report``, write it as Markdown (``make accuracy`` writes ``docs/accuracy.md``).
+``--build`` first builds the flagship models (MiniLM, synthetic ResNet-50) into the repository."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import RepositoryError
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument(
+        "--repo", default="model_repository", help="model repository (default: model_repository)"
+    )
+    parser.add_argument(
+        "--report", type=Path, metavar="FILE", help="also write the table as Markdown to FILE"
+    )
+    parser.add_argument(
+        "--all-versions", action="store_true", help="every version, not only each model's latest"
+    )
+    parser.add_argument(
+        "--build", action="store_true", help="build the flagship models (full size) into --repo first"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tritonkit.convert import report
+
+    if args.build:
+        from tritonkit.convert.flagship import build_all
+
+        build_all(args.repo)
+    rows = report.collect(args.repo, all_versions=args.all_versions)
+    if not rows:
+        raise RepositoryError(
+            f"no converted (fp16/int8) versions with accuracy results in {args.repo!r}; "
+            "build some first: `tritonkit accuracy --build` or `tritonkit build model_repository/minilm.yaml`"
+        )
+    print(report.text_table(rows))
+    if args.report is not None:
+        text = report.markdown(rows, repo=args.repo)
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.report.with_name(args.report.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(args.report)
+        print(f"wrote {args.report}")
+    return 0 if all(r.passed for r in rows) else 1
