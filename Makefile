@@ -27,7 +27,7 @@ tools:
 	  (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq wrk >/dev/null 2>&1))) || true
 
 demo: venv tools
-	$(BIN)/python -m tritonkit.demo
+	$(BIN)/python -m tritonkit.demo $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check tools tests loadtests
