@@ -1,0 +1,61 @@
+"""Fixtures for the load-test tests: one real embedded Triton serving three tiny probe models.
+
+``probe_add`` answers right, ``probe_nan`` answers NaNs (a wrong answer), ``probe_error``
+answers Triton errors, ``probe_wide`` takes 200 kB rows (see
+:mod:`tritonkit.loadtest.probe_model`). Locust always runs in child
+processes (it monkey-patches whatever process imports it), never inside pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tritonkit.loadtest.metrics import scrape
+from tritonkit.loadtest.probe_model import write_probe_model
+from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
+from tritonkit.loadtest.slo import SLO
+from tritonkit.server import EmbeddedServer
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    repo = tmp_path_factory.mktemp("loadtest-repo")
+    for mode in ("add", "nan", "error"):
+        write_probe_model(repo, f"probe_{mode}", mode=mode)
+    # 50,000 floats a row: request bodies larger than HTTP/2's initial flow-control window
+    write_probe_model(repo, "probe_wide", dims=50_000, max_batch_size=2)
+    with EmbeddedServer(repo) as started:
+        yield started
+
+
+def triton_requests(server: EmbeddedServer) -> int:
+    """Requests Triton counted so far (success + failure, all models)."""
+    return int(sum(c.get("success", 0) + c.get("failure", 0) for c in scrape(server.metrics_url).values()))
+
+
+@pytest.fixture
+def loadtest(server: EmbeddedServer, tmp_path: Path) -> Callable[..., Any]:
+    """Run a short load test against the session server; keyword arguments override options."""
+
+    def _run(models: tuple[str, ...] = ("probe_add",), protocol: str = "http", **overrides: Any) -> Any:
+        options = LoadTestOptions(
+            models=[parse_model(m) for m in models],
+            report_dir=overrides.pop("report_dir", tmp_path / "report"),
+            url=server.grpc_url if protocol == "grpc" else server.http_url,
+            http_url=server.http_url,
+            metrics_url=server.metrics_url,
+            protocol=protocol,
+            users=overrides.pop("users", 4),
+            duration=overrides.pop("duration", "2s"),
+            slo=overrides.pop("slo", SLO()),
+            progress=False,
+            plots=overrides.pop("plots", False),
+            **overrides,
+        )
+        return run(options)
+
+    return _run

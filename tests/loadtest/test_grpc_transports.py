@@ -1,0 +1,89 @@
+"""The two gRPC transports at the wire level, against the real server: large bodies that need
+HTTP/2 flow control, answers checked value by value, Triton's error text on failures.
+
+The ``wire`` and ``h2`` connections run on gevent's hub without monkey-patching, so they are
+tested in-process;
+the ``engine`` transport's greenlet side needs Locust's patched process and is covered through
+Locust runs in ``test_users.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tritonkit.loadtest.grpc_h2 import H2GrpcConnection, H2GrpcError, parse_answer
+from tritonkit.loadtest.grpc_wire import WireGrpcConnection, WireGrpcError
+from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
+from tritonkit.loadtest.validation import check_outputs
+from tritonkit.server import EmbeddedServer
+
+CONNECTIONS = [
+    pytest.param(WireGrpcConnection, WireGrpcError, id="wire"),
+    pytest.param(H2GrpcConnection, H2GrpcError, id="h2"),
+]
+
+
+@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
+def test_large_bodies_right_answers_and_errors(
+    server: EmbeddedServer, connection_class: type[Any], error_class: type[Exception]
+) -> None:
+    spec = fetch_model_spec(server.grpc_url, "probe_wide", protocol="grpc")
+    payload = make_payloads(spec, {2: 1.0}, per_batch=1, seed=3).payloads[0]
+    body = request_body(spec.name, spec.version, payload.inputs, [c.name for c in payload.checks])
+    assert len(body) > 65_535  # larger than the initial stream window: flow control must kick in
+    connection = connection_class(server.grpc_url)
+    try:
+        for _ in range(3):  # several streams on one connection
+            seconds, message, error = connection.infer(body, timeout=60)
+            assert error is None and message is not None and seconds > 0
+            response = parse_answer(message)
+            got = {
+                o.name: (o.datatype, tuple(o.shape), response.raw_output_contents[i])
+                for i, o in enumerate(response.outputs)
+            }
+            assert check_outputs(payload.checks, got) is None
+            values = np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(2, 50_000)
+            np.testing.assert_allclose(values, payload.inputs["INPUT0"] + 1, rtol=1e-6)
+        unknown = request_body("nosuch", "", payload.inputs)
+        _, message, error = connection.infer(unknown, timeout=60)
+        assert message is None and error is not None and "Request for unknown model: 'nosuch'" in error
+    finally:
+        connection.close()
+    with pytest.raises(error_class, match="closed"):
+        connection.infer(body)
+
+
+@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
+def test_unreachable_endpoint_is_one_line(connection_class: type[Any], error_class: type[Exception]) -> None:
+    from tritonkit.server import free_port
+
+    with pytest.raises(error_class, match=r"cannot connect to Triton's gRPC endpoint 127\.0\.0\.1:\d+"):
+        connection_class(f"127.0.0.1:{free_port()}")
+
+
+def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
+    """Many requests in flight on one connection, answers matched to their own stream."""
+    import gevent
+
+    spec = fetch_model_spec(server.grpc_url, "probe_add", protocol="grpc")
+    payloads = make_payloads(spec, {1: 1.0, 8: 1.0}, per_batch=8, seed=5).payloads
+    bodies = [request_body(spec.name, spec.version, p.inputs, ["OUTPUT0"]) for p in payloads]
+    connection = WireGrpcConnection(server.grpc_url)
+
+    def one(index: int) -> None:
+        for _ in range(20):
+            _, message, error = connection.infer(bodies[index], timeout=60)
+            assert error is None and message is not None
+            out = parse_answer(message)
+            values = np.frombuffer(out.raw_output_contents[0], dtype=np.float32)
+            np.testing.assert_allclose(values, payloads[index].inputs["INPUT0"].reshape(-1) + 1, rtol=1e-6)
+
+    try:
+        greenlets = [gevent.spawn(one, i) for i in range(len(payloads))]
+        gevent.joinall(greenlets, raise_error=True, timeout=120)
+        assert all(g.successful() for g in greenlets)
+    finally:
+        connection.close()

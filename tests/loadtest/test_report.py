@@ -1,0 +1,81 @@
+"""Report files of a real run: Locust CSV/HTML, summary.json keys, the summary.md table, valid PNGs;
+the ramp's steps; Locust's distributed mode (--workers 2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tritonkit.loadtest.slo import SLO
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+KEYS = {"requests", "failures", "rps", "p50_ms", "p95_ms", "p99_ms", "slo_passed"}
+
+
+def _valid_png(path: Path) -> bool:
+    data = path.read_bytes()
+    return data.startswith(PNG_MAGIC) and b"IEND" in data[-16:] and len(data) > 2000
+
+
+def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
+    report = tmp_path / "steady"
+    loadtest(("probe_add",), report_dir=report, plots=True, slo=SLO(p99_ms=10_000))
+    for name in ("locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv", "locust.html"):
+        assert (report / name).stat().st_size > 0, name
+    data = json.loads((report / "summary.json").read_text())
+    assert set(data) >= KEYS
+    assert set(data["models"]["probe_add:1"]) >= KEYS
+    assert data["slo_passed"] is True
+    server = data["models"]["probe_add:1"]["server"]
+    assert server["queue_us_per_request"] is not None and server["compute_us_per_request"] > 0
+    assert server["avg_batch"] >= 1 and server["batch_sizes_formed"]
+    md = (report / "summary.md").read_text()
+    assert "| model | precision | batch | p50 ms | p95 ms | p99 ms | throughput (req/s) |" in md
+    assert "| probe_add:1 |" in md and "Accounting:" in md and ": match." in md and "PASSED" in md
+    assert set(data["plots"]) == {"latency_over_time.png", "server_queue_compute.png"}
+    for name in data["plots"]:
+        assert _valid_png(report / name), name
+        assert f"]({name})" in md
+
+
+def test_ramp_records_steps_and_plots_the_knee(loadtest: Callable[..., Any], tmp_path: Path) -> None:
+    report = tmp_path / "ramp"
+    summary = loadtest(
+        ("probe_add",), report_dir=report, scenario="ramp", users=4, ramp_steps=2, duration="4s", plots=True
+    )
+    steps = summary["ramp_steps"]
+    assert [s["users"] for s in steps] == [2, 4]
+    assert all(s["requests"] > 0 and s["rps"] > 0 and s["p99_ms"] is not None for s in steps)
+    # no SLO gate: the knee is where throughput stopped growing, if it did within two steps
+    assert summary["knee_rule"] in ("saturation", "not reached")
+    assert summary["knee"] is None or summary["knee"]["users"] in (2, 4)
+    assert _valid_png(report / "ramp_throughput_p99.png")
+    assert "Ramp steps:" in (report / "summary.md").read_text()
+
+
+def test_workers_mode_smoke(loadtest: Callable[..., Any], tmp_path: Path) -> None:
+    summary = loadtest(("probe_add",), report_dir=tmp_path / "workers", workers=2, users=4, duration="3s")
+    assert summary["workers"] == 2
+    assert summary["requests"] > 0 and summary["failures"] == 0
+    # Both workers wrote their histograms; together they account for every request Triton saw.
+    assert len(list((tmp_path / "workers" / ".latency").glob("*.json"))) == 2
+    assert summary["accounting"]["matched"] is True
+
+
+def _step(users: int, rps: float, breaches: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"users": users, "rps": rps, "breaches": list(breaches)}
+
+
+def test_knee_rules() -> None:
+    from tritonkit.loadtest.report import _knee
+
+    rising = [_step(2, 100), _step(4, 190), _step(6, 260)]
+    assert _knee(rising) == (None, "not reached")
+    flat = [_step(2, 100), _step(4, 190), _step(6, 195), _step(8, 198)]
+    assert _knee(flat) == (flat[1], "saturation")
+    broke = [_step(2, 100), _step(4, 190), _step(6, 260, ("p95 ..."))]
+    assert _knee(broke) == (broke[1], "slo")
+    assert _knee([_step(2, 100, ("p95 ...",))]) == (None, "slo")
+    assert _knee([]) == (None, None)

@@ -1,0 +1,77 @@
+"""SLO gates and the latency histogram they read (pure)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.report import Summary
+from tritonkit.loadtest.slo import SLO, Histogram, Totals, check_slo
+
+
+def test_histogram_percentiles_within_one_percent() -> None:
+    rng = random.Random(1)
+    values = sorted(rng.uniform(0.2, 40.0) for _ in range(5000))
+    hist = Histogram()
+    for v in values:
+        hist.add(v)
+    for q in (0.5, 0.95, 0.99):
+        exact = values[int(q * len(values)) - 1]
+        got = hist.percentile(q)
+        assert got is not None and abs(got - exact) / exact < 0.015
+
+
+def test_histograms_merge_by_adding() -> None:
+    a, b, both = Histogram(), Histogram(), Histogram()
+    for v in (1.0, 2.0, 3.0):
+        a.add(v)
+        both.add(v)
+    for v in (10.0, 20.0):
+        b.add(v)
+        both.add(v)
+    a.merge(b)
+    assert a.counts == both.counts and a.total == 5
+    assert Histogram().percentile(0.5) is None
+
+
+def _totals(p95: float = 5.0, p99: float = 8.0, requests: int = 1000, failures: int = 0) -> Totals:
+    return Totals(requests=requests, failures=failures, seconds=10.0, p50_ms=2.0, p95_ms=p95, p99_ms=p99)
+
+
+def test_gates_pass_within_budget() -> None:
+    assert check_slo(SLO(p95_ms=10, p99_ms=20, max_failure_ratio=0.01, min_rps=50), _totals()) == []
+
+
+@pytest.mark.parametrize(
+    ("slo", "totals", "gate"),
+    [
+        (SLO(p95_ms=4), _totals(p95=5), "p95_ms"),
+        (SLO(p99_ms=7), _totals(p99=8), "p99_ms"),
+        (SLO(max_failure_ratio=0.01), _totals(failures=20), "failure_ratio"),
+        (SLO(min_rps=200), _totals(requests=1000), "min_rps"),
+    ],
+)
+def test_each_gate_breaks_alone(slo: SLO, totals: Totals, gate: str) -> None:
+    breaches = check_slo(slo, totals, scope="m:1")
+    assert [b.gate for b in breaches] == [gate]
+    assert str(breaches[0]).startswith("m:1: ")
+
+
+def test_ramp_steps_skip_the_throughput_gate() -> None:
+    assert check_slo(SLO(min_rps=1e9), _totals(), throughput=False) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"p95_ms": 0}, {"p99_ms": -1}, {"min_rps": float("nan")}, {"max_failure_ratio": 1.5}]
+)
+def test_bad_slo_values_are_one_line_errors(kwargs: dict[str, float]) -> None:
+    with pytest.raises(LoadTestError, match="expected"):
+        SLO(**kwargs)
+
+
+def test_summary_exit_code_follows_breaches() -> None:
+    assert Summary({}, []).exit_code == 0
+    breach = check_slo(SLO(p95_ms=1), _totals())
+    assert Summary({}, breach).exit_code != 0

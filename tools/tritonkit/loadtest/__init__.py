@@ -1,0 +1,47 @@
+"""Load testing Triton with Locust: users, payloads, scenarios, SLO gates, reports.
+
+Entry point for Python callers (``tritonkit loadtest``, ``make demo``)::
+
+    from tritonkit.loadtest import SLO, LoadTestOptions, parse_model, run
+    summary = run(LoadTestOptions(models=[parse_model("minilm_int8", source="text")],
+                                  report_dir="reports/loadtest", scenario="ramp", users=16,
+                                  duration="30s", slo=SLO(p95_ms=250)))
+
+Modules: ``payloads`` (model metadata → seeded requests), ``validation`` (answer checks),
+``users`` (Locust users), ``grpc_wire`` / ``grpc_h2`` / ``grpc_engine`` + ``engine_client`` + ``engine_protocol`` (the gRPC
+transports),
+``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms), ``metrics`` (Triton's
+``/metrics``), ``report`` / ``plots`` (summary files), ``wrk`` (C cross-check), ``run``
+(orchestration), ``bench`` (benchmark section), ``locustfile`` (what ``tritonkit loadtest`` runs).
+Nothing here imports Locust or gevent at import time (Locust monkey-patches the process that
+imports it); the names below load lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tritonkit.loadtest.report import Summary
+    from tritonkit.loadtest.run import LoadTestOptions, ModelTarget, parse_model, run
+    from tritonkit.loadtest.slo import SLO
+
+__all__ = ["SLO", "LoadTestOptions", "ModelTarget", "Summary", "parse_model", "run"]
+
+_LAZY = {
+    "LoadTestOptions": "tritonkit.loadtest.run",
+    "ModelTarget": "tritonkit.loadtest.run",
+    "parse_model": "tritonkit.loadtest.run",
+    "run": "tritonkit.loadtest.run",
+    "SLO": "tritonkit.loadtest.slo",
+    "Summary": "tritonkit.loadtest.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tritonkit.loadtest' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

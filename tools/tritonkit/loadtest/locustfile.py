@@ -1,0 +1,142 @@
+"""The locustfile ``tritonkit loadtest`` runs: users and shape built from a run's options.
+
+The orchestration (:mod:`.run`) writes the options as JSON and points ``TRITONKIT_LOADTEST_CONFIG``
+at them; every Locust process (standalone, master, workers) reads the same file. Besides the users
+and the shape, each process keeps a fine latency histogram per request name (Locust rounds its own
+percentiles to whole milliseconds) with exact request and failure counts, and writes them to ``<report>/.latency/<pid>.json`` when it
+quits; the process that runs the shape writes the ramp's steps to ``<report>/ramp_steps.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import locust.stats
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from tritonkit.loadtest.engine_client import GrpcEngineClient
+from tritonkit.loadtest.scenarios import make_plan
+from tritonkit.loadtest.shapes import RampShape, shape_for
+from tritonkit.loadtest.slo import SLO, Histogram
+from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
+
+CONFIG_ENV = "TRITONKIT_LOADTEST_CONFIG"
+
+
+def _load() -> dict[str, Any] | None:
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        config: dict[str, Any] = json.load(handle)
+    return config
+
+
+def build_users(config: dict[str, Any]) -> dict[str, type]:
+    """One concrete user class per model, weighted as asked."""
+    base = TritonGrpcUser if config["protocol"] == "grpc" else TritonHttpUser
+    classes: dict[str, type] = {}
+    for index, model in enumerate(config["models"]):
+        name = f"{config['protocol'].title()}User_{index}_{model['name']}"
+        classes[name] = type(
+            name,
+            (base,),
+            {
+                "abstract": False,
+                "http_url": config["http_url"],
+                "grpc_url": config["grpc_url"],
+                "model": model["name"],
+                "model_version": model.get("version", ""),
+                "model_spec": model.get("spec"),
+                "weight": int(model.get("weight", 1)),
+                "batch_mix": {int(k): float(v) for k, v in model.get("batch_mix", {"1": 1.0}).items()},
+                "payload_source": model.get("source", "auto"),
+                "seed": int(config.get("seed", 0)) + index,
+                "request_timeout": float(config.get("request_timeout", 60.0)),
+                "grpc_transport": config.get("grpc_transport", "wire"),
+                "http_transport": config.get("http_transport", "lean"),
+                "__module__": __name__,
+            },
+        )
+    return classes
+
+
+# The progress line reads the history CSV; Locust flushes it every 5 s by default.
+locust.stats.CSV_STATS_FLUSH_INTERVAL_SEC = 1
+
+_CONFIG = _load()
+_HISTOGRAMS: dict[str, Histogram] = {}
+#: name → [requests, failures, first event time, last event time]; every event, even those fired
+#: after Locust wrote its final CSV (its counts can miss the last few in-flight answers)
+_COUNTS: dict[str, list[Any]] = {}
+#: this process's CPU time when the test started (imports and set-up are not load-generation cost)
+_CPU: list[float] = []
+
+if _CONFIG is not None:
+    globals().update(build_users(_CONFIG))
+    _slo = SLO(**_CONFIG.get("slo", {}))
+    _plan = make_plan(
+        _CONFIG["scenario"],
+        int(_CONFIG["users"]),
+        float(_CONFIG["duration"]),
+        ramp_steps=int(_CONFIG.get("ramp_steps", 5)),
+    )
+    TritonShape = shape_for(_plan, _slo)
+
+    @events.request.add_listener  # type: ignore[untyped-decorator]
+    def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
+        entry = _COUNTS.get(name)
+        if entry is None:
+            entry = _COUNTS[name] = [0, 0, time.time(), 0.0]
+            _HISTOGRAMS[name] = Histogram()
+        entry[0] += 1
+        if exception is not None:
+            entry[1] += 1
+        entry[3] = time.time()
+        _HISTOGRAMS[name].add(response_time)
+
+    @events.init.add_listener  # type: ignore[untyped-decorator]
+    def _start_engines(environment: Any, **_: Any) -> None:
+        # The engine process takes a second or two to import gRPC: start it with Locust, not with
+        # the first user, so that the run's first seconds are not spent waiting for it.
+        assert _CONFIG is not None
+        engine = _CONFIG["protocol"] == "grpc" and _CONFIG.get("grpc_transport") == "engine"
+        if engine and not isinstance(environment.runner, MasterRunner):
+            GrpcEngineClient.shared(_CONFIG["grpc_url"])
+
+    @events.test_start.add_listener  # type: ignore[untyped-decorator]
+    def _cpu_start(**_: Any) -> None:
+        _CPU.append(time.process_time())
+
+    @events.quitting.add_listener  # type: ignore[untyped-decorator]
+    def _write(environment: Any, **_: Any) -> None:
+        cpu = time.process_time() - _CPU[0] if _CPU else None
+        engines_cpu = GrpcEngineClient.close_all()
+        if cpu is not None and engines_cpu is not None:
+            cpu += engines_cpu
+        assert _CONFIG is not None
+        report = Path(_CONFIG["report_dir"])
+        if _HISTOGRAMS:
+            latency = report / ".latency"
+            latency.mkdir(parents=True, exist_ok=True)
+            data: dict[str, Any] = {
+                name: {
+                    "requests": _COUNTS[name][0],
+                    "failures": _COUNTS[name][1],
+                    "first": _COUNTS[name][2],
+                    "last": _COUNTS[name][3],
+                    "histogram": {str(k): v for k, v in h.counts.items()},
+                }
+                for name, h in _HISTOGRAMS.items()
+            }
+            data["_cpu_s"] = cpu
+            (latency / f"{os.getpid()}.json").write_text(json.dumps(data))
+        shape = environment.shape_class
+        if isinstance(shape, RampShape) and not isinstance(environment.runner, WorkerRunner):
+            shape.finish_step(shape.get_run_time())  # type: ignore[no-untyped-call]
+            (report / "ramp_steps.json").write_text(json.dumps(type(shape).steps, indent=1))

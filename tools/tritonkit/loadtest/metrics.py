@@ -1,0 +1,186 @@
+"""The server-side view: Triton's Prometheus ``/metrics`` scraped during a run.
+
+Per model version it keeps Triton's own counters (successes, failures, inferences, executions)
+and cumulative durations (queue, compute input/infer/output). Differences between two scrapes
+give what the report puts beside the client view: requests Triton counted (the accounting check),
+queue vs compute time per request, and the average batch the dynamic batcher formed
+(inferences / executions; Triton 2.51 exports no batch-size histogram, so the report shows that
+average per scrape interval and over the run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tritonkit.errors import LoadTestError
+
+__all__ = ["COUNTERS", "MetricsScraper", "ServerDelta", "parse_metrics", "scrape"]
+
+#: Triton metric → short key (all cumulative per model version)
+COUNTERS: dict[str, str] = {
+    "nv_inference_request_success": "success",
+    "nv_inference_request_failure": "failure",
+    "nv_inference_count": "inferences",
+    "nv_inference_exec_count": "executions",
+    "nv_inference_request_duration_us": "request_us",
+    "nv_inference_queue_duration_us": "queue_us",
+    "nv_inference_compute_input_duration_us": "compute_input_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_us",
+    "nv_inference_compute_output_duration_us": "compute_output_us",
+}
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+#: "model:version" → counter key → value
+Counters = dict[str, dict[str, float]]
+
+
+def parse_metrics(text: str) -> Counters:
+    """Sum Triton's per-model counters (all ``reason`` labels of failures together)."""
+    result: Counters = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if not match or match["name"] not in COUNTERS:
+            continue
+        labels = dict(_LABEL.findall(match["labels"] or ""))
+        if "model" not in labels:
+            continue
+        key = f"{labels['model']}:{labels.get('version', '')}"
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        counters = result.setdefault(key, {})
+        short = COUNTERS[match["name"]]
+        counters[short] = counters.get(short, 0.0) + value
+    return result
+
+
+def scrape(url: str, timeout: float = 5.0) -> Counters:
+    """One scrape of ``url`` (``http://host:port/metrics``)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return parse_metrics(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise LoadTestError(f"cannot scrape Triton metrics at {url}: {reason}") from None
+
+
+@dataclasses.dataclass
+class ServerDelta:
+    """Counters of one model version between two scrapes."""
+
+    model: str
+    seconds: float
+    counters: dict[str, float]
+
+    def get(self, key: str) -> float:
+        return self.counters.get(key, 0.0)
+
+    @property
+    def requests(self) -> int:
+        return int(self.get("success") + self.get("failure"))
+
+    def per_request_us(self, *keys: str) -> float | None:
+        done = self.get("success")
+        return sum(self.get(k) for k in keys) / done if done else None
+
+    @property
+    def avg_batch(self) -> float | None:
+        executions = self.get("executions")
+        return self.get("inferences") / executions if executions else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "success": int(self.get("success")),
+            "failure": int(self.get("failure")),
+            "inferences": int(self.get("inferences")),
+            "executions": int(self.get("executions")),
+            "queue_us_per_request": self.per_request_us("queue_us"),
+            "compute_us_per_request": self.per_request_us(
+                "compute_input_us", "compute_infer_us", "compute_output_us"
+            ),
+            "request_us_per_request": self.per_request_us("request_us"),
+            "avg_batch": self.avg_batch,
+        }
+
+
+def delta(before: Counters, after: Counters, seconds: float) -> dict[str, ServerDelta]:
+    out = {}
+    for key, counters in after.items():
+        base = before.get(key, {})
+        out[key] = ServerDelta(key, seconds, {k: v - base.get(k, 0.0) for k, v in counters.items()})
+    return out
+
+
+class MetricsScraper:
+    """Scrapes ``url`` every ``interval`` seconds on a thread while a run is on."""
+
+    def __init__(self, url: str, interval: float = 1.0) -> None:
+        self.url = url
+        self.interval = interval
+        self.samples: list[tuple[float, Counters]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> MetricsScraper:
+        self.samples.append((time.time(), scrape(self.url)))  # fails fast when metrics are off
+        self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.samples.append((time.time(), scrape(self.url)))
+            except LoadTestError as exc:
+                self.errors.append(str(exc))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with contextlib.suppress(LoadTestError):
+            self.samples.append((time.time(), scrape(self.url)))
+
+    def total(self) -> dict[str, ServerDelta]:
+        """Per model version, from the first scrape to the last."""
+        if len(self.samples) < 2:
+            return {}
+        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
+        return delta(first, last, t1 - t0)
+
+    def series(self, keys: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per model version, one record per scrape interval (for plots and the batch table)."""
+        wanted = set(keys) if keys is not None else None
+        out: dict[str, list[dict[str, Any]]] = {}
+        t_start = self.samples[0][0] if self.samples else 0.0
+        for (ta, a), (tb, b) in zip(self.samples, self.samples[1:], strict=False):
+            for key, d in delta(a, b, tb - ta).items():
+                if wanted is not None and key not in wanted:
+                    continue
+                record = {"t": round(tb - t_start, 3), **d.to_json()}
+                out.setdefault(key, []).append(record)
+        return out
+
+
+def batch_histogram(series: Mapping[str, list[dict[str, Any]]], key: str) -> dict[str, int]:
+    """Executions per average batch size (rounded) over the run's scrape intervals."""
+    hist: dict[str, int] = {}
+    for record in series.get(key, []):
+        if record["executions"] and record["avg_batch"]:
+            label = str(round(record["avg_batch"]))
+            hist[label] = hist.get(label, 0) + int(record["executions"])
+    return dict(sorted(hist.items(), key=lambda kv: int(kv[0])))

@@ -1,0 +1,62 @@
+"""A tiny python-backend model for benchmarking load generators and testing the users.
+
+``OUTPUT0 = INPUT0 + 1`` (FP32, ``[-1, dims]``, dynamic batching): cheap on the server, so a
+benchmark on it measures the load generators, not the model. ``mode="nan"`` answers NaNs (a wrong
+answer the users must count as a failure) and ``mode="error"`` answers Triton errors whose text
+the failures must carry. The config goes through :mod:`tritonkit.config` (protobuf schema).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+
+__all__ = ["ERROR_TEXT", "write_probe_model"]
+
+ERROR_TEXT = "probe model refuses this request on purpose"
+
+_MODEL_PY = """\
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"]).get("parameters", {})
+        self.mode = params.get("mode", {}).get("string_value", "add")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if self.mode == "error":
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("%s")))
+                continue
+            y = x + np.float32(1) if self.mode == "add" else np.full_like(x, np.nan)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+"""
+
+
+def write_probe_model(
+    repo: Path | str, name: str = "probe", *, mode: str = "add", dims: int = 16, max_batch_size: int = 8
+) -> Path:
+    """Write ``<repo>/<name>/config.pbtxt`` and version 1's ``model.py``; returns the model folder."""
+    folder = Path(repo) / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    config = ModelConfig(
+        name=name,
+        backend="python",
+        max_batch_size=max_batch_size,
+        inputs=[TensorConfig("INPUT0", "FP32", [dims])],
+        outputs=[TensorConfig("OUTPUT0", "FP32", [dims])],
+        dynamic_batching=DynamicBatching(),
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+        parameters={"mode": mode},
+    )
+    config.save(folder / "config.pbtxt")
+    (folder / "1" / "model.py").write_text(_MODEL_PY % ERROR_TEXT)
+    return folder

@@ -1,0 +1,155 @@
+"""SLO gates: latency percentiles, failure ratio and minimum throughput, checked after a run.
+
+A breach makes ``tritonkit loadtest`` exit non-zero and is named in the report. The same gate
+checks one ramp step (so the ramp can stop at the knee) and a whole run. Pure: numbers in,
+breaches out. Also owns the latency histogram the gates read (1 % wide log buckets, mergeable
+across Locust processes), because Locust's own percentiles are rounded to whole milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+
+from tritonkit.errors import LoadTestError
+
+__all__ = ["SLO", "Breach", "Histogram", "Totals", "check_slo"]
+
+_STEP = math.log(1.01)
+EXIT_SLO_BREACH = 3
+
+
+class Histogram:
+    """Latencies (ms) in buckets 1 % wide: percentiles good to 1 %, merge by adding counts."""
+
+    def __init__(self, counts: Mapping[int, int] | None = None) -> None:
+        self.counts: dict[int, int] = dict(counts or {})
+
+    @staticmethod
+    def bucket(ms: float) -> int:
+        return math.floor(math.log(max(ms, 1e-3)) / _STEP)
+
+    def add(self, ms: float, count: int = 1) -> None:
+        key = self.bucket(ms)
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def merge(self, other: Histogram | Mapping[int, int]) -> None:
+        counts = other.counts if isinstance(other, Histogram) else other
+        for key, count in counts.items():
+            self.counts[int(key)] = self.counts.get(int(key), 0) + int(count)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def percentile(self, q: float) -> float | None:
+        """The ``q`` quantile (0..1) in ms, at its bucket's geometric middle; ``None`` when empty."""
+        total = self.total
+        if total == 0:
+            return None
+        rank = max(1, math.ceil(q * total))
+        seen = 0
+        for key in sorted(self.counts):
+            seen += self.counts[key]
+            if seen >= rank:
+                return math.exp((key + 0.5) * _STEP)
+        return math.exp((max(self.counts) + 0.5) * _STEP)
+
+
+@dataclasses.dataclass(frozen=True)
+class Totals:
+    """What the gates look at for one scope (a model, a ramp step, the whole run)."""
+
+    requests: int
+    failures: int
+    seconds: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def failure_ratio(self) -> float:
+        return self.failures / self.requests if self.requests else 0.0
+
+    @classmethod
+    def from_histogram(
+        cls, hist: Histogram, failures: int, seconds: float, requests: int | None = None
+    ) -> Totals:
+        return cls(
+            requests=hist.total if requests is None else requests,
+            failures=failures,
+            seconds=seconds,
+            p50_ms=hist.percentile(0.50),
+            p95_ms=hist.percentile(0.95),
+            p99_ms=hist.percentile(0.99),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Breach:
+    """One broken gate: ``gate`` is ``p95_ms``, ``p99_ms``, ``failure_ratio`` or ``min_rps``."""
+
+    gate: str
+    limit: float
+    measured: float
+    scope: str = "overall"
+
+    def __str__(self) -> str:
+        if self.gate == "min_rps":
+            return (
+                f"{self.scope}: throughput {self.measured:,.1f} req/s is below the minimum {self.limit:,.1f}"
+            )
+        if self.gate == "failure_ratio":
+            return f"{self.scope}: failure ratio {self.measured:.4f} exceeds {self.limit:.4f}"
+        return f"{self.scope}: {self.gate[:3]} latency {self.measured:.2f} ms exceeds {self.limit:.2f} ms"
+
+
+@dataclasses.dataclass(frozen=True)
+class SLO:
+    """Latency budget and health limits; ``None`` disables a gate."""
+
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_failure_ratio: float | None = 0.0
+    min_rps: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("p95_ms", "p99_ms", "min_rps"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise LoadTestError(f"SLO `{name}` {value}: expected a positive number")
+        ratio = self.max_failure_ratio
+        if ratio is not None and not 0.0 <= ratio <= 1.0:
+            raise LoadTestError(f"SLO `max_failure_ratio` {ratio}: expected a ratio between 0 and 1")
+
+    @property
+    def latency_gated(self) -> bool:
+        return self.p95_ms is not None or self.p99_ms is not None
+
+    def to_json(self) -> dict[str, float | None]:
+        return dataclasses.asdict(self)
+
+
+def check_slo(slo: SLO, totals: Totals, scope: str = "overall", *, throughput: bool = True) -> list[Breach]:
+    """Every gate ``totals`` breaks (``throughput=False`` skips ``min_rps``, e.g. for ramp steps)."""
+    breaches: list[Breach] = []
+    for gate, limit, measured in (
+        ("p95_ms", slo.p95_ms, totals.p95_ms),
+        ("p99_ms", slo.p99_ms, totals.p99_ms),
+    ):
+        if limit is not None and measured is not None and measured > limit:
+            breaches.append(Breach(gate, limit, measured, scope))
+    if slo.max_failure_ratio is not None and totals.failure_ratio > slo.max_failure_ratio:
+        breaches.append(Breach("failure_ratio", slo.max_failure_ratio, totals.failure_ratio, scope))
+    if throughput and slo.min_rps is not None and totals.rps < slo.min_rps:
+        breaches.append(Breach("min_rps", slo.min_rps, totals.rps, scope))
+    return breaches
+
+
+def describe(breaches: Iterable[Breach]) -> str:
+    return "; ".join(str(b) for b in breaches)

@@ -1,0 +1,106 @@
+"""Response validation shared by every load-test user: output names, dtypes, shapes, finite values.
+
+A load test that counts wrong answers as successes measures nothing, so each response is checked
+against what the model's metadata promises before it is reported. The checks work on raw output
+bytes plus the metadata Triton sends with them, so the HTTP user (``tritonclient`` results) and the
+gRPC engine (raw protobuf) share one implementation. Pure NumPy, no gevent, no gRPC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["OutputCheck", "check_outputs", "dtype_of"]
+
+_NUMPY_DTYPES: dict[str, str] = {
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
+
+
+def dtype_of(triton_dtype: str) -> np.dtype[np.generic] | None:
+    """NumPy dtype of a Triton data type (``None`` for BYTES, whose elements are length-prefixed)."""
+    name = _NUMPY_DTYPES.get(triton_dtype)
+    return np.dtype(name) if name is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """What one output must look like: ``-1`` in ``shape`` accepts any size on that axis."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def to_json(self) -> list[object]:
+        return [self.name, self.datatype, list(self.shape)]
+
+    @classmethod
+    def from_json(cls, item: Sequence[object]) -> OutputCheck:
+        name, datatype, shape = item
+        assert isinstance(shape, list)
+        return cls(str(name), str(datatype), tuple(int(d) for d in shape))
+
+
+def _shape_ok(expected: Sequence[int], got: Sequence[int]) -> bool:
+    return len(expected) == len(got) and all(e in (-1, g) for e, g in zip(expected, got, strict=True))
+
+
+def check_outputs(
+    expected: Sequence[OutputCheck],
+    got: Mapping[str, tuple[str, Sequence[int], bytes | NDArray[Any]]],
+) -> str | None:
+    """``None`` when ``got`` (name → (datatype, shape, raw bytes or array)) is a right answer, else why not.
+
+    The reason reads "expected ..., got ..." so it can be the text of a Locust failure.
+    """
+    if len(got) != len(expected) or any(check.name not in got for check in expected):
+        return f"wrong outputs: expected {sorted(c.name for c in expected)}, got {sorted(got)}"
+    for check in expected:
+        datatype, shape, data = got[check.name]
+        if datatype != check.datatype:
+            return f"output `{check.name}` has datatype {datatype}, expected {check.datatype}"
+        if not _shape_ok(check.shape, shape):
+            return f"output `{check.name}` has shape {list(shape)}, expected {list(check.shape)}"
+        dtype = dtype_of(datatype)
+        if dtype is None:  # BYTES: the length prefixes are Triton's business, only presence matters
+            continue
+        if isinstance(data, np.ndarray):
+            array = data
+        else:
+            count = math.prod(shape)
+            if len(data) != count * dtype.itemsize:
+                return (
+                    f"output `{check.name}` carries {len(data)} bytes, "
+                    f"expected {count * dtype.itemsize} for shape {list(shape)} {datatype}"
+                )
+            array = np.frombuffer(data, dtype=dtype)
+        if array.dtype.kind != "f":
+            continue
+        if array.size <= 4096:  # small answers: the exact test is cheapest
+            finite = bool(np.isfinite(array).all())
+        else:
+            # One reduction answers "all finite?" for almost every large answer; the exact (costlier)
+            # test runs only when the sum is not finite, which may also be an overflow of finite values.
+            with np.errstate(all="ignore"):
+                finite = math.isfinite(float(array.sum(dtype=np.float64))) or bool(np.isfinite(array).all())
+        if not finite:
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            return f"output `{check.name}` has {bad} non-finite values, expected all finite"
+    return None
