@@ -16,8 +16,8 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q -e '.[all]'
+	$(BIN)/pip install -qq --upgrade pip setuptools wheel
+	$(BIN)/pip install -qq -e '.[all]'
 	touch $@
 
 # wrk is the C reference load generator (Debian package); best effort: tests that need it skip

@@ -10,7 +10,7 @@ checkov: $(CHECKOV_VENV)/.installed
 
 $(CHECKOV_VENV)/.installed: mk/k8s.mk
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install -q '$(CHECKOV_SPEC)'
+	$(CHECKOV_VENV)/bin/pip install -qq '$(CHECKOV_SPEC)'
 	touch $@
 
 # Rendered manifests for review: build/k8s/<overlay>.yaml
