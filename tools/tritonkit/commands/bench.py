@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         f"Machine: {machine_description()}.",
         "Server and load generator share this machine, so read absolute figures as this machine's and compare the",
-        "ratios, which each section measures in one run against the same server.",
+        "ratios, which each section measures in one run against the same server. The same sections run on a",
+        "16-core host: [benchmarks-gpu-host.md](benchmarks-gpu-host.md).",
         "",
     ]
     wanted = set(args.only or [s for s, _ in SECTIONS])

@@ -23,20 +23,35 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+# NumPy 2 breaks this stub's NumPy tensor path (shared/docs/ENVIRONMENT.md): move tensors by DLPack
+# through torch there, as the portable runner does.
+USE_DLPACK = int(np.__version__.split(".")[0]) >= 2
+
+
 class TritonPythonModel:
     def initialize(self, args):
         params = json.loads(args["model_config"]).get("parameters", {})
         self.mode = params.get("mode", {}).get("string_value", "add")
 
+    def _answer(self, tensor):
+        if USE_DLPACK:
+            from torch.utils.dlpack import from_dlpack, to_dlpack
+
+            x = from_dlpack(tensor.to_dlpack())
+            y = x + 1 if self.mode == "add" else x * float("nan")
+            return pb_utils.Tensor.from_dlpack("OUTPUT0", to_dlpack(y.contiguous()))
+        x = tensor.as_numpy()
+        y = x + np.float32(1) if self.mode == "add" else np.full_like(x, np.nan)
+        return pb_utils.Tensor("OUTPUT0", y)
+
     def execute(self, requests):
         responses = []
         for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             if self.mode == "error":
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("%s")))
                 continue
-            y = x + np.float32(1) if self.mode == "add" else np.full_like(x, np.nan)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            responses.append(pb_utils.InferenceResponse([self._answer(tensor)]))
         return responses
 """
 
