@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError
 
-from tritonkit.config.dtypes import onnx_to_triton
+from tritonkit.config.dtypes import TRITON_DTYPES, onnx_to_triton
 from tritonkit.errors import ConfigError, ModelImportError
 
 __all__ = [
@@ -31,21 +31,7 @@ __all__ = [
 
 #: Data types the portable runner (ONNX Runtime + NumPy inside the python backend) can carry.
 #: BF16 is left out on purpose: NumPy has no native bfloat16, so the python backend cannot hand it over.
-SUPPORTED_DTYPES: tuple[str, ...] = (
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-)
+SUPPORTED_DTYPES: tuple[str, ...] = tuple(d for d in TRITON_DTYPES if d != "BF16")
 
 
 @dataclass(frozen=True)
