@@ -2,7 +2,7 @@
 
 The body is exactly what the HTTP user sends for the model's first payload (KServe v2 JSON header
 plus binary tensors, made by ``tritonclient.http``), so the two throughputs compare the load
-generators, not the encodings. The Lua script (``loadtests/post.lua``, embedded here as
+generators, not the encodings. The Lua script (``tritonkit/loadtest/post.lua``, loaded here as
 :data:`LUA_SCRIPT`) reads the body file and its JSON-header length from the environment.
 """
 
@@ -14,6 +14,7 @@ import resource
 import shutil
 import subprocess
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +23,8 @@ from tritonkit.loadtest.payloads import ModelSpec, make_payloads, triton_dtype
 
 __all__ = ["LUA_SCRIPT", "cross_check", "parse_wrk_output", "request_body", "wrk_available"]
 
-LUA_SCRIPT = """\
--- wrk script: POST one Triton inference request (body read from a file), as the HTTP user sends it.
--- TRITONKIT_WRK_BODY: file with the request body; TRITONKIT_WRK_HEADER_LENGTH: its JSON header size
--- (binary tensor extension; empty for a pure-JSON body).
-local path = assert(os.getenv("TRITONKIT_WRK_BODY"), "TRITONKIT_WRK_BODY is not set")
-local file = assert(io.open(path, "rb"))
-local body = file:read("*a")
-file:close()
-wrk.method = "POST"
-wrk.body = body
-local header_length = os.getenv("TRITONKIT_WRK_HEADER_LENGTH")
-if header_length and header_length ~= "" then
-  wrk.headers["Content-Type"] = "application/octet-stream"
-  wrk.headers["Inference-Header-Content-Length"] = header_length
-else
-  wrk.headers["Content-Type"] = "application/json"
-end
-
-local failures = 0
-response = function(status, headers, body)
-  if status ~= 200 then failures = failures + 1 end
-end
-"""
+#: The wrk Lua script, shipped as package data next to this module (``post.lua``).
+LUA_SCRIPT = resources.files(__package__ or "tritonkit.loadtest").joinpath("post.lua").read_text()
 
 
 def _children_cpu() -> float:
