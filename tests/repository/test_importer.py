@@ -302,18 +302,3 @@ def test_cli_rejects_an_unknown_instance_kind(tmp_path: Path, capsys: pytest.Cap
     assert exc.value.code == 2
     assert "invalid choice: 'KIND_TPU'" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
-
-
-def test_cli_spec_without_the_conversion_package_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    try:
-        import tritonkit.convert.cli  # noqa: F401
-    except ModuleNotFoundError:
-        pass
-    else:
-        pytest.skip("tritonkit.convert.cli exists here: build specs are handled by the conversion tests")
-    code, _, err = run_cli(capsys, "build", "spec.yaml", "--repo", str(tmp_path / "r"))
-    assert code == 2
-    assert_one_line_error(err, "build specs and non-portable targets need `tritonkit.convert`")
-    assert not (tmp_path / "r").exists()
