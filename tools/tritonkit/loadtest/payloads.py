@@ -372,3 +372,20 @@ def request_body(model: str, version: str, inputs: dict[str, Any], outputs: Sequ
     for name in outputs:
         request.outputs.add().name = name
     return bytes(request.SerializeToString())
+
+
+def http_request(payload: Payload) -> tuple[list[Any], list[Any], bytes, int | None]:
+    """``tritonclient.http`` inputs, requested outputs, body and JSON-header length of one payload.
+
+    Binary tensors, as the HTTP user sends them; the length is None for a pure-JSON body.
+    """
+    import tritonclient.http as httpclient
+
+    inputs = []
+    for name, array in payload.inputs.items():
+        infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))
+        infer_input.set_data_from_numpy(array, binary_data=True)
+        inputs.append(infer_input)
+    outputs = [httpclient.InferRequestedOutput(c.name, binary_data=True) for c in payload.checks]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
+    return inputs, outputs, bytes(body), json_size

@@ -143,7 +143,7 @@ class TritonHttpUser(TritonUser):
     def on_start(self) -> None:
         import tritonclient.http as httpclient
 
-        from tritonkit.loadtest.payloads import triton_dtype
+        from tritonkit.loadtest.payloads import http_request
 
         if self.http_transport not in ("lean", "tritonclient"):
             raise LoadTestError(f"HTTP transport {self.http_transport!r}: expected lean or tritonclient")
@@ -154,17 +154,11 @@ class TritonHttpUser(TritonUser):
         # Inputs are encoded once per payload: the hot path only sends bytes and reads answers.
         self._requests = []
         for payload in self.payload_set.payloads:
-            inputs = []
-            for name, array in payload.inputs.items():
-                infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))
-                infer_input.set_data_from_numpy(array, binary_data=True)
-                inputs.append(infer_input)
-            outputs = [httpclient.InferRequestedOutput(c.name, binary_data=True) for c in payload.checks]
-            body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
+            inputs, outputs, body, json_size = http_request(payload)
             headers = {"Content-Type": "application/octet-stream"}
             if json_size is not None:
                 headers["Inference-Header-Content-Length"] = str(json_size)
-            self._requests.append((inputs, outputs, payload, bytes(body), headers))
+            self._requests.append((inputs, outputs, payload, body, headers))
         if self.http_transport == "lean":
             from geventhttpclient import HTTPClient
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import ModelSpec, make_payloads, triton_dtype
+from tritonkit.loadtest.payloads import ModelSpec, http_request, make_payloads
 
 __all__ = ["LUA_SCRIPT", "cross_check", "parse_wrk_output", "request_body", "wrk_available"]
 
@@ -41,17 +41,9 @@ def request_body(
     spec: ModelSpec, batch_mix: Mapping[int, float] | None = None, seed: int = 0
 ) -> tuple[bytes, int]:
     """(body, JSON header length) of the first payload, as ``tritonclient.http`` would send it."""
-    import tritonclient.http as httpclient
-
     payload = make_payloads(spec, batch_mix, per_batch=1, seed=seed).payloads[0]
-    inputs = []
-    for name, array in payload.inputs.items():
-        infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))
-        infer_input.set_data_from_numpy(array, binary_data=True)
-        inputs.append(infer_input)
-    outputs = [httpclient.InferRequestedOutput(c.name, binary_data=True) for c in payload.checks]
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
-    return bytes(body), int(json_size) if json_size is not None else len(body)
+    _, _, body, json_size = http_request(payload)
+    return body, int(json_size) if json_size is not None else len(body)
 
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
