@@ -35,6 +35,7 @@ import tritonclient.http.aio as httpaio
 
 from tritonkit.client.aio import AsyncClient
 from tritonkit.client.sync import Client
+from tritonkit.machine import cpu_model
 
 __all__ = ["run"]
 
@@ -66,14 +67,7 @@ def _model_repo(root: Path) -> Path:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or "unknown CPU"
     return f"{cpu}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 

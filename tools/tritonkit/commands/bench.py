@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.machine import cpu_model
 
 #: (title, module exposing ``run(quick: bool) -> str``)
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -41,14 +42,7 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 def machine_description() -> str:
     """CPU model, core count, memory and OS of this machine, for the benchmark page."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     memory = ""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tritonkit.machine import cpu_model
 from tritonkit.repository import ModelRepository
 
 __all__ = ["AccuracyRow", "collect", "machine", "markdown", "text_table"]
@@ -74,14 +75,7 @@ def collect(repo: str | Path, *, all_versions: bool = False) -> list[AccuracyRow
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     import onnxruntime
 
     return (

@@ -30,6 +30,7 @@ from tritonkit.loadtest.metrics import MetricsScraper
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads, parse_batch_mix
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
+from tritonkit.machine import cpu_model
 
 __all__ = ["LoadTestOptions", "ModelTarget", "parse_model", "run"]
 
@@ -456,12 +457,7 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Any], None] | None = No
 
 def machine_description() -> str:
     """ "x86_64, 2 cores, Linux 6.1, Python 3.11.7" (the benchmark tables name the machine)."""
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model() or ""
     return (
         f"{platform.machine()}, {os.cpu_count()} cores{' (' + cpu + ')' if cpu else ''}, "
         f"{platform.system()} {platform.release().split('-')[0]}, Python {platform.python_version()}"
