@@ -22,6 +22,7 @@ from tritonkit.client import (
     RestrictedApiError,
     ServerUnavailableError,
 )
+from tritonkit.client.codec import MissingOutputError
 from tritonkit.client.errors import map_error
 from tritonkit.server import EmbeddedServer, free_port
 
@@ -142,3 +143,9 @@ def test_socket_failures() -> None:
     dns = map_error(socket.gaierror(-2, "Name or service not known"), "w")
     assert isinstance(dns, ServerUnavailableError) and not dns.retryable
     assert map_error(KeyError("x"), "w") is None
+
+
+def test_an_answer_without_an_expected_output_is_a_server_error() -> None:
+    err = map_error(MissingOutputError("B", ("A", "B")), "infer `m`")
+    assert type(err) is InternalServerError and not err.retryable
+    assert str(err) == "infer `m`: the answer lacks output `B`; expected `A`, `B`"

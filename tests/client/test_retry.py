@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import threading
@@ -11,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonkit.client import Client, ClientError, InvalidInputError, RetryPolicy, ServerUnavailableError
+from tritonkit.client import (
+    AsyncClient,
+    Client,
+    ClientError,
+    InvalidInputError,
+    RetryPolicy,
+    ServerUnavailableError,
+)
 from tritonkit.client.errors import InvalidArgumentError, QueueFullError
 from tritonkit.server import EmbeddedServer, free_port
 
@@ -97,8 +105,10 @@ def test_server_started_late(small_repo: Path, protocol: str) -> None:
             s.stop()
 
 
+@pytest.mark.parametrize("timeout", [20.0, None], ids=["deadline", "no-deadline"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
+def test_server_restarted_mid_run(small_repo: Path, protocol: str, timeout: float | None) -> None:
+    """Without a deadline, infer makes the first attempt inline and _call goes on from its failure."""
     ports = _ports()
     server = EmbeddedServer(small_repo, exit_timeout=1, **ports).start()
     outcomes: list[str] = []
@@ -113,7 +123,7 @@ def test_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
             calls += 1
             x = np.full((1, 4), i, np.float32)
             try:
-                y = c.infer("add", {"X": x}, timeout=20)["Y"]
+                y = c.infer("add", {"X": x}, timeout=timeout)["Y"]
                 outcomes.append("ok" if y[0, 0] == i + 1 else "wrong")
             except ClientError as exc:
                 outcomes.append(f"raised {type(exc).__name__}: {exc}")
@@ -140,6 +150,52 @@ def test_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
     assert retries >= 1
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_async_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
+    """AsyncClient tasks ride out a restart: every call returns or raises, and calls after it succeed."""
+    ports = _ports()
+    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+    outcomes: list[str] = []
+
+    async def main() -> int:
+        async with AsyncClient(_url(ports, protocol), protocol, retries=PATIENT) as c:
+            stop = asyncio.Event()
+
+            async def caller(task: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    x = np.full((1, 4), i * 10 + task, np.float32)
+                    try:
+                        y = (await c.infer("add", {"X": x}))["Y"]  # no deadline: the inline first attempt
+                        outcomes.append("ok" if y[0, 0] == x[0, 0] + 1 else "wrong")
+                    except ClientError as exc:
+                        outcomes.append(f"raised {type(exc).__name__}: {exc}")
+                    await asyncio.sleep(0.01)
+
+            tasks = [asyncio.create_task(caller(t)) for t in range(4)]
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(servers[0].stop)
+            await asyncio.sleep(0.5)
+            servers.append(
+                await asyncio.to_thread(lambda: EmbeddedServer(small_repo, exit_timeout=1, **ports).start())
+            )
+            await asyncio.sleep(0.5)
+            stop.set()
+            await asyncio.gather(*tasks)
+            return c.stats.retries
+
+    try:
+        retries = asyncio.run(main())
+    finally:
+        for s in servers:
+            s.stop()
+    assert "wrong" not in outcomes
+    assert outcomes[-4:] == ["ok"] * 4
+    assert outcomes.count("ok") >= len(outcomes) - 4, sorted(set(outcomes))
+    assert retries >= 1
+
+
 def test_retries_stop_at_the_deadline() -> None:
     port = free_port()
     policy = RetryPolicy(max_attempts=10_000, initial_backoff=0.01, max_backoff=0.05, deadline=None)
@@ -152,13 +208,13 @@ def test_retries_stop_at_the_deadline() -> None:
     assert c.stats.attempts > 2
 
 
-def _flood(c: Client, n: int, seconds: float) -> list[str]:
+def _flood(c: Client, n: int, seconds: float, timeout: float | None = 30) -> list[str]:
     """``n`` concurrent requests to `queued` (one executing, one queued, the rest over the limit)."""
     outcomes: list[str] = []
 
     def one() -> None:
         try:
-            c.infer("queued", {"SECONDS": np.array([[seconds]], np.float32)}, timeout=30)
+            c.infer("queued", {"SECONDS": np.array([[seconds]], np.float32)}, timeout=timeout)
             outcomes.append("ok")
         except ClientError as exc:
             outcomes.append(f"{type(exc).__name__}: {exc}")
@@ -185,6 +241,6 @@ def test_queue_full_is_not_retried_by_default(server: EmbeddedServer) -> None:
 def test_queue_full_retried_when_asked(server: EmbeddedServer) -> None:
     policy = RetryPolicy(max_attempts=100, initial_backoff=0.05, max_backoff=0.2, retry_queue_full=True)
     with Client(server.http_url, "http", retries=policy) as c:
-        outcomes = _flood(c, 4, 0.2)
+        outcomes = _flood(c, 4, 0.2, timeout=None)  # no deadline: retried from the inline first attempt
         assert outcomes == ["ok"] * 4
         assert c.stats.retries >= 1

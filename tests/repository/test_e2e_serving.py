@@ -6,6 +6,7 @@ One server serves the whole zoo (its start-up dominates the cost)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tritonkit.check import check_repository
-from tritonkit.client import Client
+from tritonkit.client import AsyncClient, Client
 from tritonkit.errors import ModelLoadError, ServerError
 from tritonkit.importer import import_onnx
 from tritonkit.repository import STAGING_PREFIX, ModelRepository
@@ -160,6 +161,27 @@ def test_served_outputs_equal_onnxruntime(served: Served, protocol: str, model: 
     feeds = feeds_for(model, batch=3, rng=rng)
     got = infer(served, protocol, model, feeds)
     assert_same(got, served.reference(model, to_ort(feeds)))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "model", [pytest.param(m, marks=BYTES_ON_NUMPY2) if m == "strings" else m for m in ZOO]
+)
+def test_tritonkit_clients_equal_onnxruntime(served: Served, protocol: str, model: str) -> None:
+    """The client library's own request encoding and answer decoding (client.codec), every dtype of
+    the zoo, blocking and asyncio, against ONNX Runtime."""
+    rng = np.random.default_rng(abs(hash((model, protocol, "tritonkit"))) % 2**32)
+    feeds = feeds_for(model, batch=2, rng=rng)
+    want = served.reference(model, to_ort(feeds))
+    url = served.server.http_url if protocol == "http" else served.server.grpc_url
+    with Client(url, protocol) as client:
+        assert_same(client.infer(model, feeds), want)
+
+    async def main() -> dict[str, np.ndarray]:
+        async with AsyncClient(url, protocol) as aclient:
+            return await aclient.infer(model, feeds)
+
+    assert_same(asyncio.run(main()), want)
 
 
 def test_models_metadata_match_graph(served: Served) -> None:

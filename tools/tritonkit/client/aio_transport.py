@@ -5,6 +5,9 @@ Twins of :mod:`tritonkit.client.transport` with ``async`` methods, over ``triton
 ``tritonclient.grpc.aio`` (one ``grpc.aio`` channel, calls multiplexed over HTTP/2). Both
 underlying clients belong to the event loop they were created in, so they are created lazily on
 first use inside the loop; one :class:`AsyncClient` serves any number of tasks of that loop.
+
+``infer`` sends requests :mod:`tritonkit.client.codec` encoded on those clients' own connection
+objects (the aiohttp session and the gRPC stub), as :mod:`tritonkit.client.transport` does.
 """
 
 from __future__ import annotations
@@ -13,13 +16,25 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import grpc
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 
+from tritonkit.client.codec import (
+    HEADER_LENGTH,
+    HTTP_HEADERS,
+    HttpRequest,
+    grpc_error,
+    grpc_request,
+    grpc_result,
+    http_error,
+    http_request,
+    http_result,
+)
 from tritonkit.client.spec import (
     ModelInfo,
     ModelMetadata,
@@ -103,7 +118,35 @@ class AsyncHttpTransport:
     def make_output(self, name: str) -> httpclient.InferRequestedOutput:
         return httpclient.InferRequestedOutput(name, binary_data=True)
 
+    #: The request of one infer call, built once and sent as is by every attempt.
+    encode = staticmethod(http_request)
+
     async def infer(
+        self, request: HttpRequest, names: tuple[str, ...], timeout: float | None
+    ) -> dict[str, Any]:
+        """Send an encoded request on the client's connection pool; ``{name: array}`` of the answer."""
+        client = self._client()
+        if timeout is None:
+            return await self._post(client, request, names)
+        async with asyncio.timeout(timeout):
+            return await self._post(client, request, names)
+
+    async def _post(
+        self, client: httpaio.InferenceServerClient, request: HttpRequest, names: tuple[str, ...]
+    ) -> dict[str, Any]:
+        path, body, header_length = request
+        headers = {HEADER_LENGTH: str(header_length), **HTTP_HEADERS}
+        if self._headers:
+            headers.update(self._headers)
+        async with client._stub.post(client._url + path, data=body, headers=headers) as response:
+            data = await response.read()
+            if response.status != 200:
+                raise http_error(response.status, data)
+            length = response.headers.get(HEADER_LENGTH)
+            encoding = response.headers.get("Content-Encoding")
+        return http_result(data, None if length is None else int(length), names, encoding)
+
+    async def infer_objects(
         self,
         model: str,
         version: str,
@@ -111,11 +154,9 @@ class AsyncHttpTransport:
         outputs: Sequence[httpclient.InferRequestedOutput] | None,
         timeout: float | None,
     ) -> Any:
-        client = self._client()
-        if timeout is None:
-            return await client.infer(model, inputs, version, outputs, headers=self._h())
+        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
         async with asyncio.timeout(timeout):
-            return await client.infer(model, inputs, version, outputs, headers=self._h())
+            return await self._client().infer(model, inputs, version, outputs, headers=self._h())
 
     async def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
         await self._client().register_system_shared_memory(name, key, byte_size, headers=self._h())
@@ -133,7 +174,7 @@ class AsyncHttpTransport:
 
     async def close(self) -> None:
         if self._client_obj is not None:
-            client, self._client_obj = self._client_obj, None
+            client, self._client_obj, self._stub = self._client_obj, None, None
             await client.close()
 
 
@@ -148,11 +189,14 @@ class AsyncGrpcTransport:
     ):
         self.url = url
         self._headers = grpc_headers(headers)
+        self._metadata = tuple(self._headers.items()) if self._headers else None
         self._client_obj: grpcaio.InferenceServerClient | None = None
+        self._stub: Any = None
 
     def _client(self) -> grpcaio.InferenceServerClient:
         if self._client_obj is None:
             self._client_obj = grpcaio.InferenceServerClient(self.url)
+            self._stub = self._client_obj._client_stub
         return self._client_obj
 
     async def is_live(self, timeout: float | None = None) -> bool:
@@ -191,7 +235,21 @@ class AsyncGrpcTransport:
     def make_output(self, name: str) -> grpcclient.InferRequestedOutput:
         return grpcclient.InferRequestedOutput(name)
 
+    #: The request of one infer call, built once and sent as is by every attempt.
+    encode = staticmethod(grpc_request)
+
     async def infer(
+        self, request: service_pb2.ModelInferRequest, names: tuple[str, ...], timeout: float | None
+    ) -> dict[str, Any]:
+        """Send an encoded request on the client's channel; ``{name: array}`` of the answer."""
+        stub = self._stub or self._client()._client_stub
+        try:
+            response = await stub.ModelInfer(request=request, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise grpc_error(exc) from None
+        return grpc_result(response, names)
+
+    async def infer_objects(
         self,
         model: str,
         version: str,
@@ -199,6 +257,7 @@ class AsyncGrpcTransport:
         outputs: Sequence[grpcclient.InferRequestedOutput] | None,
         timeout: float | None,
     ) -> Any:
+        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
         return await self._client().infer(
             model, inputs, version, outputs, headers=self._headers, client_timeout=timeout
         )
@@ -219,5 +278,5 @@ class AsyncGrpcTransport:
 
     async def close(self) -> None:
         if self._client_obj is not None:
-            client, self._client_obj = self._client_obj, None
+            client, self._client_obj, self._stub = self._client_obj, None, None
             await client.close()

@@ -1,8 +1,7 @@
 """The protocol- and sync/async-neutral core shared by :class:`Client` and :class:`AsyncClient`.
 
 Owns: argument normalisation (url, protocol, version), the per-(model, version) :class:`ModelSpec`
-cache and requested-output cache, building ``InferInput`` objects from validated arrays, turning
-results into ``{name: ndarray}``, deadlines, the retry bookkeeping (:class:`ClientStats`), the
+cache and requested-output cache, deadlines, the retry bookkeeping (:class:`ClientStats`), the
 final error message of a call that gave up, and splitting/joining batches for ``infer_batch``.
 """
 
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tritonkit.client.errors import InferenceTimeoutError, InternalServerError, InvalidInputError, _CallError
+from tritonkit.client.errors import InferenceTimeoutError, InvalidInputError, _CallError
 from tritonkit.client.retry import RetryPolicy, as_policy
 from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import ClientError
@@ -67,7 +66,7 @@ class ClientCore:
         self.safe_cast = safe_cast
         self.stats = ClientStats()
         self.specs: dict[tuple[str, str], ModelSpec] = {}
-        self._outputs: dict[tuple[str, str, tuple[str, ...] | None], tuple[Any, tuple[str, ...]]] = {}
+        self._outputs: dict[tuple[str, str, tuple[str, ...]], tuple[str, ...]] = {}
         self.stats_lock = threading.Lock()
 
     # -- retries ---------------------------------------------------------------------
@@ -115,35 +114,22 @@ class ClientCore:
             raise ClientError(f"`version` must be a positive integer, given {version!r}")
         return text
 
-    def outputs(
-        self, spec: ModelSpec, version: str, outputs: Sequence[str] | None, make_output: Any
-    ) -> tuple[Any, tuple[str, ...]]:
-        """(requested-output objects or None, output names), cached so calls reuse the objects."""
-        key = (spec.name, version, None if outputs is None else tuple(outputs))
+    def outputs(self, spec: ModelSpec, version: str, outputs: Sequence[str]) -> tuple[str, ...]:
+        """The requested output names, checked against the model once and then cached."""
+        key = (spec.name, version, tuple(outputs))
         hit = self._outputs.get(key)
         if hit is not None:
             return hit
-        if outputs is None:
-            value: tuple[Any, tuple[str, ...]] = (None, spec.output_names)
-        else:
-            if isinstance(outputs, str):
-                raise InvalidInputError(f"`outputs` must be a list of names, given the string {outputs!r}")
-            names = spec.check_outputs(list(outputs))
-            value = ([make_output(n) for n in names], names)
-        self._outputs[key] = value
-        return value
+        if isinstance(outputs, str):
+            raise InvalidInputError(f"`outputs` must be a list of names, given the string {outputs!r}")
+        names = self._outputs[key] = spec.check_outputs(list(outputs))
+        return names
 
     def forget(self, model: str, version: str) -> None:
         """Drop cached knowledge of a model after the server disagreed with it (reloaded, removed)."""
         self.specs.pop((model, version), None)
         for key in [k for k in self._outputs if k[0] == model and k[1] == version]:
             self._outputs.pop(key, None)
-
-    @staticmethod
-    def missing_output(model: str, name: str, names: Sequence[str]) -> InternalServerError:
-        return InternalServerError(
-            f"the response of model `{model}` lacks output `{name}`; expected {', '.join(f'`{n}`' for n in names)}"
-        )
 
 
 def batch_length(spec: ModelSpec, inputs: Mapping[str, Any]) -> int:

@@ -14,6 +14,7 @@ import socket
 
 from tritonclient.utils import InferenceServerException
 
+from tritonkit.client.codec import MissingOutputError
 from tritonkit.errors import ClientError
 
 __all__ = [
@@ -186,6 +187,8 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         return exc
     if isinstance(exc, InferenceServerException):
         return _from_server(exc, what)
+    if isinstance(exc, MissingOutputError):
+        return InternalServerError(f"{what}: {exc}")
     if isinstance(exc, _GARBAGE):
         err0: _CallError = ServerUnavailableError(
             f"{what}: the answer is not HTTP ({type(exc).__name__}); expected Triton's HTTP port "

@@ -237,7 +237,7 @@ class ShmPool:
                 region.registered = True
             result = call(
                 ("infer", model, version),
-                lambda r: t.infer(model, version, req.inputs, req.outputs, r),
+                lambda r: t.infer_objects(model, version, req.inputs, req.outputs, r),
                 timeout,
             )
             values = self._results(req, result, names)
@@ -298,7 +298,7 @@ class ShmPool:
                 region.registered = True
             result = await call(
                 ("infer", model, version),
-                lambda r: t.infer(model, version, req.inputs, req.outputs, r),
+                lambda r: t.infer_objects(model, version, req.inputs, req.outputs, r),
                 timeout,
             )
             values = self._results(req, result, names)

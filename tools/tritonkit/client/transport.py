@@ -11,6 +11,13 @@ thread that created them, so :class:`HttpTransport` keeps **one tritonclient cli
 across calls. The gRPC client is documented thread-safe (except streaming) and a gRPC channel
 multiplexes calls over one HTTP/2 connection, so :class:`GrpcTransport` shares one client.
 
+``infer`` sends a request :mod:`tritonkit.client.codec` encoded, on the connection objects of
+tritonclient's own clients (``_client_stub``: geventhttpclient's ``HTTPClient`` for HTTP, the gRPC
+service stub on the client's channel). It is the one place that reaches past tritonclient's public
+API, to skip the per-call ``InferInput``/``InferResult`` objects; the supported tritonclient range
+is pinned in ``pyproject.toml`` and every infer test exercises it. The shared-memory path keeps
+tritonclient's ``infer`` (``infer_objects``).
+
 Per-call timeouts: gRPC takes ``client_timeout`` natively. The HTTP client only has a
 per-connection ``network_timeout``, so a call runs under ``gevent.Timeout``; a timed-out call
 leaves its connection mid-response, so that thread's client is thrown away and rebuilt.
@@ -24,11 +31,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gevent
+import grpc
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 
+from tritonkit.client.codec import (
+    HEADER_LENGTH,
+    HTTP_HEADERS,
+    HttpRequest,
+    grpc_error,
+    grpc_request,
+    grpc_result,
+    http_error,
+    http_request,
+    http_result,
+)
 from tritonkit.client.spec import (
     ModelInfo,
     ModelMetadata,
@@ -156,7 +175,32 @@ class HttpTransport:
     def make_output(self, name: str) -> httpclient.InferRequestedOutput:
         return httpclient.InferRequestedOutput(name, binary_data=True)
 
-    def infer(
+    #: The request of one infer call, built once and sent as is by every attempt.
+    encode = staticmethod(http_request)
+
+    def infer(self, request: HttpRequest, names: tuple[str, ...], timeout: float | None) -> dict[str, Any]:
+        """Send an encoded request on this thread's connection; ``{name: array}`` of the answer."""
+        c = getattr(self._local, "client", None) or self._client()
+        if timeout is None:
+            return self._post(c._client_stub, request, names)
+        result: dict[str, Any] = self._run(timeout, self._post, c._client_stub, request, names)
+        return result
+
+    def _post(self, stub: Any, request: HttpRequest, names: tuple[str, ...]) -> dict[str, Any]:
+        path, body, header_length = request
+        headers = {HEADER_LENGTH: str(header_length), **HTTP_HEADERS}
+        if self._headers:
+            headers.update(self._headers)
+        response = stub.post(path, body=body, headers=headers)
+        data = response.read()
+        if response.status_code != 200:
+            raise http_error(response.status_code, data)
+        length = response.get(HEADER_LENGTH)
+        return http_result(
+            data, None if length is None else int(length), names, response.get("Content-Encoding")
+        )
+
+    def infer_objects(
         self,
         model: str,
         version: str,
@@ -164,11 +208,9 @@ class HttpTransport:
         outputs: Sequence[httpclient.InferRequestedOutput] | None,
         timeout: float | None,
     ) -> httpclient.InferResult:
+        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
         c = getattr(self._local, "client", None) or self._client()
-        headers = dict(self._headers) if self._headers else None
-        if timeout is None:
-            return c.infer(model, inputs, version, outputs, headers=headers)
-        return self._run(timeout, c.infer, model, inputs, version, outputs, headers=headers)
+        return self._run(timeout, c.infer, model, inputs, version, outputs, headers=self._h())
 
     # -- shared memory ----------------------------------------------------------------------
     def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
@@ -206,7 +248,10 @@ class GrpcTransport:
     ):
         self.url = url
         self._headers = grpc_headers(headers)
+        self._metadata = tuple(self._headers.items()) if self._headers else None
         self._client = grpcclient.InferenceServerClient(url)
+        # tritonclient's stub of the channel: infer sends encoded requests on it (see codec).
+        self._stub = self._client._client_stub
 
     def is_live(self, timeout: float | None = None) -> bool:
         return bool(self._client.is_server_live(headers=self._headers, client_timeout=timeout))
@@ -240,7 +285,20 @@ class GrpcTransport:
     def make_output(self, name: str) -> grpcclient.InferRequestedOutput:
         return grpcclient.InferRequestedOutput(name)
 
+    #: The request of one infer call, built once and sent as is by every attempt.
+    encode = staticmethod(grpc_request)
+
     def infer(
+        self, request: service_pb2.ModelInferRequest, names: tuple[str, ...], timeout: float | None
+    ) -> dict[str, Any]:
+        """Send an encoded request on the shared channel; ``{name: array}`` of the answer."""
+        try:
+            response = self._stub.ModelInfer(request=request, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise grpc_error(exc) from None
+        return grpc_result(response, names)
+
+    def infer_objects(
         self,
         model: str,
         version: str,
@@ -248,6 +306,7 @@ class GrpcTransport:
         outputs: Sequence[grpcclient.InferRequestedOutput] | None,
         timeout: float | None,
     ) -> grpcclient.InferResult:
+        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
         return self._client.infer(
             model, inputs, version, outputs, headers=self._headers, client_timeout=timeout
         )

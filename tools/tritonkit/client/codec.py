@@ -1,0 +1,265 @@
+"""KServe v2 inference requests and answers, encoded and decoded for the client's hot path.
+
+Owns the bytes of one ``infer`` call on both protocols: the HTTP body (JSON header followed by the
+binary tensors, the layout ``tritonclient.http.InferenceServerClient.generate_request_body``
+produces) and the gRPC ``ModelInferRequest`` (``tritonclient.grpc.service_pb2``, tensors in
+``raw_input_contents``), and the ``{output name: ndarray}`` of their answers.
+
+Why not ``InferInput``/``InferResult``: built per call, those objects are most of what
+``tritonclient`` spends on a small request in Python. ``tritonclient.http.InferResult`` defines a
+class on every answer (about 10 µs), and the gRPC ``InferInput`` builds a protobuf message that is
+then copied into the request. The client validates every request against the model before it
+gets here (:meth:`tritonkit.client.spec.ModelSpec.prepare`), so this module only lays out bytes.
+The wire itself (connections, HTTP/1.1, HTTP/2, gRPC) stays with ``tritonclient``'s connection
+objects; the byte conversions of BYTES tensors are ``tritonclient.utils``'.
+
+Arrays decoded from an answer are read-only views of the answer's bytes, as ``tritonclient``
+returns them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+import numpy as np
+import rapidjson
+from numpy.typing import NDArray
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import (
+    InferenceServerException,
+    deserialize_bytes_tensor,
+    serialize_byte_tensor,
+    triton_to_np_dtype,
+)
+
+from tritonkit.config.dtypes import TRITON_DTYPES
+
+__all__ = [
+    "HEADER_LENGTH",
+    "HTTP_HEADERS",
+    "HttpRequest",
+    "MissingOutputError",
+    "grpc_error",
+    "grpc_request",
+    "grpc_result",
+    "http_error",
+    "http_request",
+    "http_result",
+    "tensor_bytes",
+]
+
+#: The HTTP header that carries the JSON part's length of a binary-tensor body (both directions).
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+#: Headers of every infer call: Triton compresses answers for clients that accept it (aiohttp does).
+HTTP_HEADERS = {"Accept-Encoding": "identity"}
+
+#: An encoded HTTP infer call: (path, body, length of the body's JSON header).
+HttpRequest = tuple[str, bytes, int]
+
+#: Triton datatype -> NumPy dtype of every fixed-size type (``triton_to_np_dtype`` is a chain of ifs).
+_DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(triton_to_np_dtype(name)) for name in TRITON_DTYPES if name != "BYTES"
+}
+
+
+#: The ``InferTensorContents`` field of each datatype that has one (grpc_service.proto).
+_CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+class MissingOutputError(LookupError):
+    """An answer lacks an output the call expects (the client maps it to ``InternalServerError``)."""
+
+    def __init__(self, name: str, names: tuple[str, ...]) -> None:
+        super().__init__(f"the answer lacks output `{name}`; expected {', '.join(f'`{n}`' for n in names)}")
+        self.name = name
+
+
+def _dtype(datatype: str) -> np.dtype[Any]:
+    dtype = _DTYPES.get(datatype)
+    if dtype is None:
+        raise InferenceServerException(msg=f"unknown datatype {datatype!r} in the server's answer")
+    return dtype
+
+
+def tensor_bytes(datatype: str, array: NDArray[Any]) -> bytes:
+    """The raw bytes of a validated tensor: row-major elements, or length-prefixed items for BYTES."""
+    if datatype == "BYTES":
+        serialized = serialize_byte_tensor(array)
+        return bytes(serialized.item()) if serialized.size > 0 else b""
+    return array.tobytes()
+
+
+def _from_bytes(datatype: str, data: Any, offset: int, size: int, shape: Sequence[int]) -> NDArray[Any]:
+    if datatype == "BYTES":
+        items: NDArray[Any] = deserialize_bytes_tensor(bytes(data[offset : offset + size]))
+        return items.reshape(shape)
+    dtype = _dtype(datatype)
+    if size == 0:
+        return np.empty(shape, dtype)
+    return np.frombuffer(data, dtype, size // dtype.itemsize, offset).reshape(shape)
+
+
+def _pick(found: dict[str, NDArray[Any]], names: tuple[str, ...]) -> dict[str, NDArray[Any]]:
+    """``found`` (in the answer's order) as ``{name: array}`` in the order of ``names``."""
+    if tuple(found) == names:  # the usual case: the server answers in the order asked
+        return found
+    out = {}
+    for name in names:
+        value = found.get(name)
+        if value is None:
+            raise MissingOutputError(name, names)
+        out[name] = value
+    return out
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+def http_request(
+    model: str,
+    version: str,
+    inputs: Sequence[tuple[str, str, NDArray[Any]]],
+    outputs: Sequence[str] | None,
+) -> HttpRequest:
+    """(path, body, length of the body's JSON header) of an infer call, every tensor sent as binary.
+
+    ``outputs`` None asks for every output (``binary_data_output``); otherwise just those, binary.
+    """
+    described = []
+    chunks: list[bytes] = [b""]
+    for name, datatype, array in inputs:
+        data = tensor_bytes(datatype, array)
+        described.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": datatype,
+                "parameters": {"binary_data_size": len(data)},
+            }
+        )
+        chunks.append(data)
+    request: dict[str, Any] = {"inputs": described}
+    if outputs is None:
+        request["parameters"] = {"binary_data_output": True}
+    else:
+        request["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+    header = rapidjson.dumps(request).encode()
+    chunks[0] = header
+    path = f"/v2/models/{quote(model)}" + (f"/versions/{version}/infer" if version else "/infer")
+    return path, b"".join(chunks), len(header)
+
+
+def http_result(
+    body: bytes, header_length: int | None, names: tuple[str, ...], encoding: str | None = None
+) -> dict[str, NDArray[Any]]:
+    """``{name: array}`` for ``names`` from an infer answer's body (binary or JSON tensor data).
+
+    ``encoding`` is the answer's ``Content-Encoding`` (the transports ask for ``identity``, but a
+    proxy may still compress). Raises :class:`MissingOutputError` when the answer lacks one of ``names``.
+    """
+    if encoding == "gzip":
+        body = gzip.decompress(body)
+    elif encoding == "deflate":
+        body = zlib.decompress(body)
+    header = rapidjson.loads(body if header_length is None else body[:header_length])
+    offset = header_length or 0
+    found: dict[str, NDArray[Any]] = {}
+    for output in header.get("outputs", ()):
+        datatype = output["datatype"]
+        params = output.get("parameters")
+        size = None if params is None else params.get("binary_data_size")
+        if size is None:
+            array = np.array(output["data"], dtype=_dtype(datatype) if datatype != "BYTES" else object)
+            array = array.reshape(output["shape"])
+        else:
+            array = _from_bytes(datatype, body, offset, size, output["shape"])
+            offset += size
+        found[output["name"]] = array
+    return _pick(found, names)
+
+
+def http_error(status: int, body: bytes) -> InferenceServerException:
+    """The exception ``tritonclient`` raises for a non-200 answer: Triton's ``error`` text and the status."""
+    text = body.decode("utf-8", "replace")
+    try:
+        message = str(rapidjson.loads(text)["error"]) if text else "empty answer from the server"
+    except (ValueError, KeyError, TypeError):
+        message = text
+    return InferenceServerException(msg=message, status=str(status))
+
+
+# -- gRPC -------------------------------------------------------------------------------------------
+def grpc_request(
+    model: str,
+    version: str,
+    inputs: Sequence[tuple[str, str, NDArray[Any]]],
+    outputs: Sequence[str] | None,
+) -> service_pb2.ModelInferRequest:
+    """The ``ModelInferRequest`` of a call, every tensor in ``raw_input_contents``."""
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    add_input = request.inputs.add
+    raw = request.raw_input_contents
+    for name, datatype, array in inputs:
+        tensor = add_input()  # attribute stores: cheaper than keyword construction in upb
+        tensor.name = name
+        tensor.datatype = datatype
+        tensor.shape[:] = array.shape
+        raw.append(array.tobytes() if datatype != "BYTES" else tensor_bytes(datatype, array))
+    if outputs is not None:
+        for name in outputs:
+            request.outputs.add(name=name)
+    return request
+
+
+def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]) -> dict[str, NDArray[Any]]:
+    """``{name: array}`` for ``names`` from a ``ModelInferResponse``.
+
+    Raises :class:`MissingOutputError` when the answer lacks one of ``names``.
+    """
+    raw = response.raw_output_contents
+    found: dict[str, NDArray[Any]] = {}
+    if len(raw) == len(response.outputs):
+        dtypes = _DTYPES
+        for output, data in zip(response.outputs, raw, strict=True):
+            dtype = dtypes.get(output.datatype)
+            if dtype is not None and data:  # the usual case, inline: it runs for every output
+                found[output.name] = np.frombuffer(data, dtype).reshape(tuple(output.shape))
+            else:
+                found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape)
+    else:  # typed ``contents`` instead of raw bytes: legal KServe v2, though Triton sends raw
+        for output in response.outputs:
+            field = _CONTENTS.get(output.datatype)
+            if field is None:
+                raise InferenceServerException(
+                    msg=f"output `{output.name}` ({output.datatype}) came without raw bytes, "
+                    "which that datatype needs"
+                )
+            values = list(getattr(output.contents, field))
+            kind = np.dtype(object) if output.datatype == "BYTES" else _DTYPES[output.datatype]
+            found[output.name] = np.array(values, dtype=kind).reshape(tuple(output.shape))
+    return _pick(found, names)
+
+
+def grpc_error(exc: grpc.RpcError) -> InferenceServerException:
+    """The exception ``tritonclient.grpc`` raises for a failed call: gRPC's details and status code."""
+    call: Any = exc  # a failed unary call's error is also its grpc.Call, with code() and details()
+    return InferenceServerException(
+        msg=call.details(), status=str(call.code()), debug_details=call.debug_error_string()
+    )
