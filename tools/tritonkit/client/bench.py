@@ -10,8 +10,11 @@ portable runner, no queue delay), in one run:
    :class:`~tritonkit.client.AsyncClient`, alternating timed rounds, requests per second
    (target: AsyncClient >= raw).
 
-Both sides do the same work per call: build the inputs from a NumPy array, send, and turn the
-answer into NumPy; the client adds validation, error mapping and retry bookkeeping.
+Both sides do the same work per call: build the request from a NumPy array, send it, and turn the
+answer into NumPy. Raw tritonclient does it the documented way (``InferInput``, ``infer``,
+``as_numpy``); the client validates the request against the model, encodes it with
+:mod:`tritonkit.client.codec`, sends it on tritonclient's connection, and adds error mapping and retry
+bookkeeping.
 """
 
 from __future__ import annotations
