@@ -218,6 +218,10 @@ def run(quick: bool = False) -> str:
             f"tritonserver 2.51 share the cores). Model: `{MODEL}` (ONNX `Y = X + 1`, [1, 4] FP32, portable "
             "python-backend runner, no queue delay). Figures are from this one run; read the ratios.",
             "",
+            "Sides: raw tritonclient the documented way (`InferInput`, `infer`, `as_numpy`) against "
+            "`Client`/`AsyncClient`, which validate each request against the model, encode it themselves "
+            "(`tritonkit.client.codec`) and send it on tritonclient's own connection.",
+            "",
             f"Latency: {total} calls per side in alternating blocks of {block} (ABBA), after a warm-up. "
             "Target: overhead of the median <= 2 %. CPU columns: the client process's CPU time per call "
             "(the client layer's own cost shows there, less disturbed by other load than wall time).",
