@@ -3,7 +3,10 @@ keeping Triton's own text, on both protocols."""
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.client import (
+    AsyncClient,
     Client,
     ClientError,
     InferenceTimeoutError,
@@ -24,7 +28,7 @@ from tritonkit.client import (
 )
 from tritonkit.client.codec import MissingOutputError
 from tritonkit.client.errors import map_error
-from tritonkit.server import EmbeddedServer, free_port
+from tritonkit.server import DEFAULT_RESTRICTED_APIS, EmbeddedServer, free_port
 
 X = {"X": np.ones((1, 4), np.float32)}
 
@@ -149,3 +153,25 @@ def test_an_answer_without_an_expected_output_is_a_server_error() -> None:
     err = map_error(MissingOutputError("B", ("A", "B")), "infer `m`")
     assert type(err) is InternalServerError and not err.retryable
     assert str(err) == "infer `m`: the answer lacks output `B`; expected `A`, `B`"
+
+
+def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:
+    """With inference restricted, infer needs the key: the codec path sends the caller's headers."""
+    shutil.copytree(repo / "add", tmp_path / "repo" / "add")
+    x = {"X": np.ones((1, 4), np.float32)}
+    with EmbeddedServer(tmp_path / "repo", restricted_apis=(*DEFAULT_RESTRICTED_APIS, "inference")) as server:
+        for protocol in ("http", "grpc"):
+            url = server.http_url if protocol == "http" else server.grpc_url
+            with Client(url, protocol) as c, pytest.raises(RestrictedApiError, match="restricted"):
+                c.infer("add", x)
+            with Client(url, protocol, headers=server.admin_headers) as c:
+                np.testing.assert_array_equal(c.infer("add", x)["Y"], x["X"] + 1)
+
+            async def both(url: str = url, protocol: str = protocol) -> None:
+                async with AsyncClient(url, protocol) as c:
+                    with pytest.raises(RestrictedApiError, match="restricted"):
+                        await c.infer("add", x)
+                async with AsyncClient(url, protocol, headers=server.admin_headers) as c:
+                    np.testing.assert_array_equal((await c.infer("add", x))["Y"], x["X"] + 1)
+
+            asyncio.run(both())

@@ -58,6 +58,8 @@ class AsyncHttpTransport:
     ):
         self.url = url
         self._headers = dict(headers) if headers else None
+        # infer's headers: the caller's, then the codec's (which must win), then the length per call
+        self._infer_headers = {**(self._headers or {}), **HTTP_HEADERS}
         self._network_timeout = network_timeout or 60.0
         self._client_obj: httpaio.InferenceServerClient | None = None
 
@@ -135,9 +137,7 @@ class AsyncHttpTransport:
         self, client: httpaio.InferenceServerClient, request: HttpRequest, names: tuple[str, ...]
     ) -> dict[str, Any]:
         path, body, header_length = request
-        headers = {HEADER_LENGTH: str(header_length), **HTTP_HEADERS}
-        if self._headers:
-            headers.update(self._headers)
+        headers = {**self._infer_headers, HEADER_LENGTH: str(header_length)}
         async with client._stub.post(client._url + path, data=body, headers=headers) as response:
             data = await response.read()
             if response.status != 200:

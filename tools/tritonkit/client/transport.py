@@ -90,6 +90,8 @@ class HttpTransport:
     ):
         self.url = url
         self._headers = dict(headers) if headers else None
+        # infer's headers: the caller's, then the codec's (which must win), then the length per call
+        self._infer_headers = {**(self._headers or {}), **HTTP_HEADERS}
         self._network_timeout = network_timeout or _NETWORK_TIMEOUT_S
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -188,9 +190,7 @@ class HttpTransport:
 
     def _post(self, stub: Any, request: HttpRequest, names: tuple[str, ...]) -> dict[str, Any]:
         path, body, header_length = request
-        headers = {HEADER_LENGTH: str(header_length), **HTTP_HEADERS}
-        if self._headers:
-            headers.update(self._headers)
+        headers = {**self._infer_headers, HEADER_LENGTH: str(header_length)}
         response = stub.post(path, body=body, headers=headers)
         data = response.read()
         if response.status_code != 200:
