@@ -88,42 +88,17 @@ class AsyncClient:
             attempt = 0
         else:
             (error, started), attempt = failed, 1
-        # Inline rather than a helper: this runs on every request (see the benchmark).
-        budget = core.timeout if timeout is None else timeout
-        per_attempt = budget is not None
-        if budget is not None:
-            if budget <= 0:
-                raise ClientError(f"`timeout` must be > 0 seconds or None, given {budget}")
-            deadline: float | None = started + budget
-        else:
-            deadline = None if core.policy.deadline is None else started + core.policy.deadline
-        stats, lock = core.stats, core.stats_lock
+        deadline, per_attempt = core.deadline(timeout, started)
         while True:
             if error is None:
                 attempt += 1
-                remaining = (
-                    None if deadline is None else deadline - (started if attempt == 1 else time.monotonic())
-                )
-                if remaining is not None and remaining <= 0:
-                    raise core.expired(where, started) from None
-                with lock:
-                    stats.attempts += 1
-                    if attempt == 1:
-                        stats.calls += 1
+                remaining = core.attempt(where, attempt, started, deadline)
                 try:
                     return await fn(*args, remaining if per_attempt else None)
-                except Exception as exc:  # every failure is mapped below; unknown ones re-raised as-is
+                except Exception as exc:  # mapped (or re-raised as is) by after_failure
                     error = exc
-            err = map_error(error, core.describe(where))
-            if err is None:
-                raise error
+            pause = core.after_failure(error, where, attempt, started, deadline)
             error = None
-            if not core.policy.should_retry(err, attempt):
-                raise core.give_up(err, attempt, started) from None
-            pause = core.policy.backoff(attempt)
-            if deadline is not None and time.monotonic() + pause >= deadline:
-                raise core.give_up(err, attempt, started) from None
-            core.count(retries=1)
             await asyncio.sleep(pause)
 
     async def _spec(self, model: str, version: str, timeout: float | None) -> ModelSpec:

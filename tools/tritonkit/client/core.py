@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tritonkit.client.errors import InferenceTimeoutError, InvalidInputError, _CallError
+from tritonkit.client.errors import InferenceTimeoutError, InvalidInputError, _CallError, map_error
 from tritonkit.client.retry import RetryPolicy, as_policy
 from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import ClientError
@@ -86,6 +86,46 @@ class ClientCore:
         action, model, version = where
         target = (f" `{model}`" + (f" version {version}" if version else "")) if model else ""
         return f"{action}{target} at {self.protocol}://{self.url}"
+
+    def deadline(self, timeout: float | None, started: float) -> tuple[float | None, bool]:
+        """(the call's deadline or None, whether each attempt gets the time left as its own timeout).
+
+        ``timeout`` (else the client's) bounds the whole call, retries included; without one, only
+        the retry policy's deadline bounds the retries and an attempt waits as long as it takes.
+        """
+        budget = self.timeout if timeout is None else timeout
+        if budget is None:
+            return (None if self.policy.deadline is None else started + self.policy.deadline), False
+        if budget <= 0:
+            raise ClientError(f"`timeout` must be > 0 seconds or None, given {budget}")
+        return started + budget, True
+
+    def attempt(self, where: Where, attempt: int, started: float, deadline: float | None) -> float | None:
+        """Count attempt number ``attempt`` (1 is the call's first); the seconds left for it, if bounded."""
+        remaining = None if deadline is None else deadline - (started if attempt == 1 else time.monotonic())
+        if remaining is not None and remaining <= 0:
+            raise self.expired(where, started) from None
+        with self.stats_lock:
+            self.stats.attempts += 1
+            if attempt == 1:
+                self.stats.calls += 1
+        return remaining
+
+    def after_failure(
+        self, error: Exception, where: Where, attempt: int, started: float, deadline: float | None
+    ) -> float:
+        """The pause before retrying after ``error``; raises the mapped error when the call gives up,
+        and ``error`` itself when it is not a transport or server failure."""
+        err = map_error(error, self.describe(where))
+        if err is None:
+            raise error
+        if not self.policy.should_retry(err, attempt):
+            raise self.give_up(err, attempt, started) from None
+        pause = self.policy.backoff(attempt)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            raise self.give_up(err, attempt, started) from None
+        self.count(retries=1)
+        return pause
 
     def give_up(self, err: _CallError, attempts: int, started: float) -> _CallError:
         """The error a call raises in the end: retried calls say how often they tried."""
