@@ -87,3 +87,34 @@ def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
         assert all(g.successful() for g in greenlets)
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
+def test_shared_connection_timeouts_cancel_the_stream_only(
+    server: EmbeddedServer, connection_class: type[Any], error_class: type[Exception]
+) -> None:
+    """``shared`` keeps one connection per transport and URL; a request that times out is cancelled
+    (RST_STREAM) and the connection goes on serving; a closed connection is replaced."""
+    spec = fetch_model_spec(server.grpc_url, "probe_wide", protocol="grpc")
+    payload = make_payloads(spec, {2: 1.0}, per_batch=1, seed=9).payloads[0]
+    body = request_body(spec.name, spec.version, payload.inputs, ["OUTPUT0"])
+    connection = connection_class.shared(server.grpc_url)
+    try:
+        assert connection_class.shared(server.grpc_url) is connection
+        other = WireGrpcConnection if connection_class is H2GrpcConnection else H2GrpcConnection
+        sibling = other.shared(server.grpc_url)
+        sibling.close()  # an idle open connection would hold up the server's shutdown
+        assert sibling is not connection  # one per transport
+        with pytest.raises(error_class, match=r"no answer from Triton within 0.0001 s"):
+            connection.infer(body, timeout=1e-4)  # 400 kB each way: no answer can be that quick
+        assert connection._streams == {}
+        _, message, error = connection.infer(body, timeout=60)
+        assert error is None and message is not None
+    finally:
+        connection.close()
+    replacement = connection_class.shared(server.grpc_url)
+    try:
+        assert replacement is not connection and replacement.closed is None
+        assert replacement.infer(body, timeout=60)[2] is None
+    finally:
+        replacement.close()
