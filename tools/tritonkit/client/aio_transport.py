@@ -21,7 +21,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from tritonkit.client.codec import (
@@ -40,6 +39,10 @@ from tritonkit.client.spec import (
     ModelMetadata,
     ModelStatistics,
     config_from_json,
+    index_from_json,
+    index_from_proto,
+    metadata_from_proto,
+    statistics_from_json,
     statistics_from_proto,
 )
 from tritonkit.client.transport import grpc_headers
@@ -98,24 +101,14 @@ class AsyncHttpTransport:
     async def index(self, timeout: float | None = None) -> list[ModelInfo]:
         async with asyncio.timeout(timeout):
             rows = await self._client().get_model_repository_index(headers=self._h())
-        return [
-            ModelInfo(
-                str(r.get("name", "")),
-                str(r.get("version", "")),
-                str(r.get("state", "")),
-                str(r.get("reason", "")),
-            )
-            for r in rows
-        ]
+        return index_from_json(rows)
 
     async def statistics(
         self, model: str, version: str, timeout: float | None = None
     ) -> list[ModelStatistics]:
         async with asyncio.timeout(timeout):
             data = await self._client().get_inference_statistics(model, version, headers=self._h())
-        pb = grpcclient.service_pb2.ModelStatisticsResponse()
-        json_format.ParseDict(data, pb, ignore_unknown_fields=True)
-        return statistics_from_proto(pb)
+        return statistics_from_json(data)
 
     def make_output(self, name: str) -> httpclient.InferRequestedOutput:
         return httpclient.InferRequestedOutput(name, binary_data=True)
@@ -212,7 +205,7 @@ class AsyncGrpcTransport:
     async def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
         c = self._client()
         pb = await c.get_model_metadata(model, version, headers=self._headers, client_timeout=timeout)
-        return ModelMetadata.from_json(json_format.MessageToDict(pb, preserving_proto_field_name=True))
+        return metadata_from_proto(pb)
 
     async def config(
         self, model: str, version: str, timeout: float | None = None
@@ -223,7 +216,7 @@ class AsyncGrpcTransport:
 
     async def index(self, timeout: float | None = None) -> list[ModelInfo]:
         pb = await self._client().get_model_repository_index(headers=self._headers, client_timeout=timeout)
-        return [ModelInfo(m.name, m.version, m.state, m.reason) for m in pb.models]
+        return index_from_proto(pb)
 
     async def statistics(
         self, model: str, version: str, timeout: float | None = None

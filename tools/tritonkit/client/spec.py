@@ -34,6 +34,10 @@ __all__ = [
     "PreparedInput",
     "TensorSpec",
     "config_from_json",
+    "index_from_json",
+    "index_from_proto",
+    "metadata_from_proto",
+    "statistics_from_json",
     "statistics_from_proto",
 ]
 
@@ -134,6 +138,35 @@ def statistics_from_proto(pb: service_pb2.ModelStatisticsResponse) -> list[Model
             )
         )
     return out
+
+
+def statistics_from_json(data: Mapping[str, Any]) -> list[ModelStatistics]:
+    """The HTTP statistics answer (the gRPC message's JSON form) as :class:`ModelStatistics`."""
+    pb = service_pb2.ModelStatisticsResponse()
+    json_format.ParseDict(dict(data), pb, ignore_unknown_fields=True)
+    return statistics_from_proto(pb)
+
+
+def metadata_from_proto(pb: service_pb2.ModelMetadataResponse) -> ModelMetadata:
+    return ModelMetadata.from_json(json_format.MessageToDict(pb, preserving_proto_field_name=True))
+
+
+def index_from_json(rows: Sequence[Mapping[str, Any]]) -> list[ModelInfo]:
+    """The HTTP repository index as :class:`ModelInfo` rows."""
+    return [
+        ModelInfo(
+            str(r.get("name", "")),
+            str(r.get("version", "")),
+            str(r.get("state", "")),
+            str(r.get("reason", "")),
+        )
+        for r in rows
+    ]
+
+
+def index_from_proto(pb: service_pb2.RepositoryIndexResponse) -> list[ModelInfo]:
+    """The gRPC repository index as :class:`ModelInfo` rows."""
+    return [ModelInfo(m.name, m.version, m.state, m.reason) for m in pb.models]
 
 
 def config_from_json(data: Mapping[str, Any]) -> model_config_pb2.ModelConfig:

@@ -34,7 +34,6 @@ import gevent
 import grpc
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from tritonkit.client.codec import (
@@ -53,6 +52,10 @@ from tritonkit.client.spec import (
     ModelMetadata,
     ModelStatistics,
     config_from_json,
+    index_from_json,
+    index_from_proto,
+    metadata_from_proto,
+    statistics_from_json,
     statistics_from_proto,
 )
 
@@ -164,15 +167,15 @@ class HttpTransport:
         return config_from_json(self._run(timeout, c.get_model_config, model, version, headers=self._h()))
 
     def index(self, timeout: float | None = None) -> list[ModelInfo]:
-        rows = self._run(timeout, self._client().get_model_repository_index, headers=self._h())
-        return [_info(r) for r in rows]
+        return index_from_json(
+            self._run(timeout, self._client().get_model_repository_index, headers=self._h())
+        )
 
     def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
         c = self._client()
-        data = self._run(timeout, c.get_inference_statistics, model, version, headers=self._h())
-        pb = grpcclient.service_pb2.ModelStatisticsResponse()
-        json_format.ParseDict(data, pb, ignore_unknown_fields=True)
-        return statistics_from_proto(pb)
+        return statistics_from_json(
+            self._run(timeout, c.get_inference_statistics, model, version, headers=self._h())
+        )
 
     def make_output(self, name: str) -> httpclient.InferRequestedOutput:
         return httpclient.InferRequestedOutput(name, binary_data=True)
@@ -266,7 +269,7 @@ class GrpcTransport:
 
     def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
         pb = self._client.get_model_metadata(model, version, headers=self._headers, client_timeout=timeout)
-        return ModelMetadata.from_json(json_format.MessageToDict(pb, preserving_proto_field_name=True))
+        return metadata_from_proto(pb)
 
     def config(self, model: str, version: str, timeout: float | None = None) -> model_config_pb2.ModelConfig:
         pb = self._client.get_model_config(model, version, headers=self._headers, client_timeout=timeout)
@@ -274,7 +277,7 @@ class GrpcTransport:
 
     def index(self, timeout: float | None = None) -> list[ModelInfo]:
         pb = self._client.get_model_repository_index(headers=self._headers, client_timeout=timeout)
-        return [ModelInfo(m.name, m.version, m.state, m.reason) for m in pb.models]
+        return index_from_proto(pb)
 
     def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
         pb = self._client.get_inference_statistics(
@@ -327,12 +330,3 @@ class GrpcTransport:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _info(row: Mapping[str, Any]) -> ModelInfo:
-    return ModelInfo(
-        name=str(row.get("name", "")),
-        version=str(row.get("version", "")),
-        state=str(row.get("state", "")),
-        reason=str(row.get("reason", "")),
-    )
