@@ -237,12 +237,13 @@ def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]
     found: dict[str, NDArray[Any]] = {}
     if len(raw) == len(response.outputs):
         dtypes = _DTYPES
-        for output, data in zip(response.outputs, raw, strict=True):
+        for output, data in zip(response.outputs, raw):  # noqa: B905 - lengths compared above
             dtype = dtypes.get(output.datatype)
+            # shape[:] copies the repeated field to a list in C: a third of what tuple(shape) costs
             if dtype is not None and data:  # the usual case, inline: it runs for every output
-                found[output.name] = np.frombuffer(data, dtype).reshape(tuple(output.shape))
+                found[output.name] = np.frombuffer(data, dtype).reshape(output.shape[:])
             else:
-                found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape)
+                found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape[:])
     else:  # typed ``contents`` instead of raw bytes: legal KServe v2, though Triton sends raw
         for output in response.outputs:
             field = _CONTENTS.get(output.datatype)
@@ -253,7 +254,7 @@ def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]
                 )
             values = list(getattr(output.contents, field))
             kind = np.dtype(object) if output.datatype == "BYTES" else _DTYPES[output.datatype]
-            found[output.name] = np.array(values, dtype=kind).reshape(tuple(output.shape))
+            found[output.name] = np.array(values, dtype=kind).reshape(output.shape[:])
     return _pick(found, names)
 
 
