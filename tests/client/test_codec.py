@@ -22,6 +22,7 @@ from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.client.codec import (
+    AnswerError,
     MissingOutputError,
     grpc_request,
     grpc_result,
@@ -155,8 +156,12 @@ def test_http_error_keeps_tritons_text_and_status() -> None:
     err = http_error(400, b'{"error":"unexpected shape for input \'X\'"}')
     assert isinstance(err, InferenceServerException)
     assert err.status() == "400" and err.message() == "unexpected shape for input 'X'"
-    assert http_error(502, b"<html>bad gateway</html>").message() == "<html>bad gateway</html>"
-    assert http_error(503, b"").message() == "empty answer from the server"
+    page = b"<html>\n<title>502 Bad Gateway</title>\n" + b"x" * 500 + b"\n</html>"
+    proxy = http_error(502, page)
+    assert proxy.status() == "502" and proxy.message() == "<html>"
+    assert proxy.debug_details() == page.decode()
+    assert http_error(502, b"y" * 300).message() == "y" * 200
+    assert http_error(503, b"").message() == "client received an empty response from the server."
 
 
 @pytest.mark.parametrize(("datatype", "array"), TENSORS, ids=IDS)
@@ -214,5 +219,25 @@ def test_grpc_result_reads_typed_contents() -> None:
     _same(got["Y"], np.array([4, -5], np.int32))
     _same(got["S"], np.array([[b"a", b"bc"]], object))
     response.outputs.add(name="H", datatype="FP16", shape=[1])
-    with pytest.raises(InferenceServerException, match=r"output `H` \(FP16\) came without raw bytes"):
+    with pytest.raises(AnswerError, match=r"output `H` \(FP16\) came without raw bytes"):
         grpc_result(response, ("H",))
+
+
+def test_grpc_result_reads_raw_and_typed_outputs_by_index() -> None:
+    """Output i is raw_output_contents[i] when there is one; outputs past the end carry contents."""
+    response = service_pb2.ModelInferResponse(model_name="m")
+    response.outputs.add(name="R", datatype="FP16", shape=[2])
+    response.raw_output_contents.append(np.array([1.5, -2], np.float16).tobytes())
+    typed = response.outputs.add(name="T", datatype="INT64", shape=[1, 1])
+    typed.contents.int64_contents.append(7)
+    got = grpc_result(response, ("R", "T"))
+    _same(got["R"], np.array([1.5, -2], np.float16))
+    _same(got["T"], np.array([[7]], np.int64))
+
+
+def test_unknown_datatype_in_an_answer_is_an_answer_error() -> None:
+    response = service_pb2.ModelInferResponse(model_name="m")
+    response.outputs.add(name="Q", datatype="FP8", shape=[1])
+    response.raw_output_contents.append(b"\x01")
+    with pytest.raises(AnswerError, match="unknown datatype 'FP8'"):
+        grpc_result(response, ("Q",))

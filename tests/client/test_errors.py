@@ -26,7 +26,7 @@ from tritonkit.client import (
     RestrictedApiError,
     ServerUnavailableError,
 )
-from tritonkit.client.codec import MissingOutputError
+from tritonkit.client.codec import AnswerError, MissingOutputError
 from tritonkit.client.errors import map_error
 from tritonkit.server import DEFAULT_RESTRICTED_APIS, EmbeddedServer, free_port
 
@@ -149,10 +149,13 @@ def test_socket_failures() -> None:
     assert map_error(KeyError("x"), "w") is None
 
 
-def test_an_answer_without_an_expected_output_is_a_server_error() -> None:
+def test_an_unreadable_answer_is_a_server_error() -> None:
+    """Never the caller's fault (InvalidArgumentError would also drop the cached model spec)."""
     err = map_error(MissingOutputError("B", ("A", "B")), "infer `m`")
     assert type(err) is InternalServerError and not err.retryable
     assert str(err) == "infer `m`: the answer lacks output `B`; expected `A`, `B`"
+    err = map_error(AnswerError("unknown datatype 'FP8' in the server's answer"), "infer `m`")
+    assert type(err) is InternalServerError and not err.retryable
 
 
 def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:

@@ -67,6 +67,8 @@ def test_policy_decides_what_is_retried() -> None:
     assert RetryPolicy(retry_queue_full=True).should_retry(full, 1)
     with pytest.raises(ClientError, match="`max_attempts` must be >= 1, given 0"):
         RetryPolicy(max_attempts=0)
+    with pytest.raises(ClientError, match=r"`deadline` must be > 0 seconds or None, given 0"):
+        RetryPolicy(deadline=0)
 
 
 def test_no_retry_on_bad_request(client: Client) -> None:

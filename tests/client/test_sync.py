@@ -29,6 +29,11 @@ def test_infer_selected_outputs_only(client: Client) -> None:
     only = client.infer("pair", {"A": a, "B": b}, outputs=["DIFF"])
     assert list(only) == ["DIFF"]
     np.testing.assert_array_equal(only["DIFF"], a - b)
+    reordered = client.infer("pair", {"A": a, "B": b}, outputs=("DIFF", "SUM"))
+    assert list(reordered) == ["DIFF", "SUM"]
+    none_named = client.infer("pair", {"A": a, "B": b}, outputs=[])  # as in tritonclient: every output
+    assert list(none_named) == ["SUM", "DIFF"]
+    np.testing.assert_array_equal(none_named["SUM"], a + b)
 
 
 def test_infer_explicit_version_and_unbatched_model(client: Client) -> None:

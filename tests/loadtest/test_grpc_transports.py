@@ -118,3 +118,23 @@ def test_shared_connection_timeouts_cancel_the_stream_only(
         assert replacement.infer(body, timeout=60)[2] is None
     finally:
         replacement.close()
+
+
+def test_a_worn_wire_connection_is_replaced_and_closed(server: EmbeddedServer) -> None:
+    """A connection out of stream ids is not usable: ``shared`` opens a new one and retires the old."""
+    from tritonkit.loadtest import grpc_wire
+
+    spec = fetch_model_spec(server.grpc_url, "probe_add", protocol="grpc")
+    payload = make_payloads(spec, {1: 1.0}, per_batch=1, seed=11).payloads[0]
+    body = request_body(spec.name, spec.version, payload.inputs, ["OUTPUT0"])
+    old = WireGrpcConnection.shared(server.grpc_url)
+    try:
+        assert old.infer(body, timeout=60)[2] is None
+        old._next_id = grpc_wire._MAX_STREAM_ID  # as after about a billion requests
+        assert not old.usable()
+        new = WireGrpcConnection.shared(server.grpc_url)
+        assert new is not old and old.closed is not None  # nothing in flight: closed at once
+        assert new.infer(body, timeout=60)[2] is None
+    finally:
+        for connection in (old, WireGrpcConnection.shared(server.grpc_url)):
+            connection.close()

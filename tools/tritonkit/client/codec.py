@@ -13,8 +13,10 @@ gets here (:meth:`tritonkit.client.spec.ModelSpec.prepare`), so this module only
 The wire itself (connections, HTTP/1.1, HTTP/2, gRPC) stays with ``tritonclient``'s connection
 objects; the byte conversions of BYTES tensors are ``tritonclient.utils``'.
 
-Arrays decoded from an answer are read-only views of the answer's bytes, as ``tritonclient``
-returns them.
+Fixed-size tensors that arrive as binary data are decoded into read-only views of the answer's
+bytes, as ``tritonclient`` returns them (BYTES tensors, JSON data and empty tensors are new arrays).
+An answer the codec cannot read raises :class:`AnswerError`, which the client reports as the
+server's fault (``InternalServerError``), never as a bad request.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tritonkit.config.dtypes import TRITON_DTYPES
 __all__ = [
     "HEADER_LENGTH",
     "HTTP_HEADERS",
+    "AnswerError",
     "HttpRequest",
     "MissingOutputError",
     "grpc_error",
@@ -85,8 +88,12 @@ _CONTENTS = {
 }
 
 
-class MissingOutputError(LookupError):
-    """An answer lacks an output the call expects (the client maps it to ``InternalServerError``)."""
+class AnswerError(Exception):
+    """The server's answer cannot be read as the call expects (the client maps it to ``InternalServerError``)."""
+
+
+class MissingOutputError(AnswerError):
+    """An answer lacks an output the call expects."""
 
     def __init__(self, name: str, names: tuple[str, ...]) -> None:
         super().__init__(f"the answer lacks output `{name}`; expected {', '.join(f'`{n}`' for n in names)}")
@@ -96,7 +103,7 @@ class MissingOutputError(LookupError):
 def _dtype(datatype: str) -> np.dtype[Any]:
     dtype = _DTYPES.get(datatype)
     if dtype is None:
-        raise InferenceServerException(msg=f"unknown datatype {datatype!r} in the server's answer")
+        raise AnswerError(f"unknown datatype {datatype!r} in the server's answer")
     return dtype
 
 
@@ -196,13 +203,21 @@ def http_result(
 
 
 def http_error(status: int, body: bytes) -> InferenceServerException:
-    """The exception ``tritonclient`` raises for a non-200 answer: Triton's ``error`` text and the status."""
+    """The exception ``tritonclient`` raises for a non-200 answer: Triton's ``error`` text and the status.
+
+    A body that is not Triton's JSON (a proxy's error page) is cut to its first line, at most 200
+    characters, with the whole of it in ``debug_details``.
+    """
     text = body.decode("utf-8", "replace")
+    if not text:
+        return InferenceServerException(
+            msg="client received an empty response from the server.", status=str(status)
+        )
     try:
-        message = str(rapidjson.loads(text)["error"]) if text else "empty answer from the server"
+        return InferenceServerException(msg=str(rapidjson.loads(text)["error"]), status=str(status))
     except (ValueError, KeyError, TypeError):
-        message = text
-    return InferenceServerException(msg=message, status=str(status))
+        first = text.strip().splitlines()[0] if text.strip() else text
+        return InferenceServerException(msg=first[:200], status=str(status), debug_details=text)
 
 
 # -- gRPC -------------------------------------------------------------------------------------------
@@ -235,26 +250,25 @@ def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]
     """
     raw = response.raw_output_contents
     found: dict[str, NDArray[Any]] = {}
-    if len(raw) == len(response.outputs):
-        dtypes = _DTYPES
-        for output, data in zip(response.outputs, raw):  # noqa: B905 - lengths compared above
-            dtype = dtypes.get(output.datatype)
-            # shape[:] copies the repeated field to a list in C: a third of what tuple(shape) costs
-            if dtype is not None and data:  # the usual case, inline: it runs for every output
-                found[output.name] = np.frombuffer(data, dtype).reshape(output.shape[:])
-            else:
-                found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape[:])
-    else:  # typed ``contents`` instead of raw bytes: legal KServe v2, though Triton sends raw
-        for output in response.outputs:
-            field = _CONTENTS.get(output.datatype)
-            if field is None:
-                raise InferenceServerException(
-                    msg=f"output `{output.name}` ({output.datatype}) came without raw bytes, "
-                    "which that datatype needs"
-                )
-            values = list(getattr(output.contents, field))
-            kind = np.dtype(object) if output.datatype == "BYTES" else _DTYPES[output.datatype]
-            found[output.name] = np.array(values, dtype=kind).reshape(output.shape[:])
+    dtypes = _DTYPES
+    # Output i's bytes are raw_output_contents[i] when there are that many (always, from Triton);
+    # outputs past the end carry typed ``contents``, as tritonclient reads them.
+    for output, data in zip(response.outputs, raw):  # noqa: B905 - the rest are read below
+        dtype = dtypes.get(output.datatype)
+        # shape[:] copies the repeated field to a list in C: a third of what tuple(shape) costs
+        if dtype is not None and data:  # the usual case, inline: it runs for every output
+            found[output.name] = np.frombuffer(data, dtype).reshape(output.shape[:])
+        else:
+            found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape[:])
+    for output in response.outputs[len(raw) :]:
+        field = _CONTENTS.get(output.datatype)
+        if field is None:
+            raise AnswerError(
+                f"output `{output.name}` ({output.datatype}) came without raw bytes, which that datatype needs"
+            )
+        values = list(getattr(output.contents, field))
+        kind = np.dtype(object) if output.datatype == "BYTES" else _DTYPES[output.datatype]
+        found[output.name] = np.array(values, dtype=kind).reshape(output.shape[:])
     return _pick(found, names)
 
 

@@ -14,7 +14,7 @@ import socket
 
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.client.codec import MissingOutputError
+from tritonkit.client.codec import AnswerError
 from tritonkit.errors import ClientError
 
 __all__ = [
@@ -187,7 +187,7 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         return exc
     if isinstance(exc, InferenceServerException):
         return _from_server(exc, what)
-    if isinstance(exc, MissingOutputError):
+    if isinstance(exc, AnswerError):  # the server's answer cannot be read: its fault, not the caller's
         return InternalServerError(f"{what}: {exc}")
     if isinstance(exc, _GARBAGE):
         err0: _CallError = ServerUnavailableError(

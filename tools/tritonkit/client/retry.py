@@ -39,6 +39,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ClientError(f"`max_attempts` must be >= 1, given {self.max_attempts}")
+        if self.deadline is not None and not self.deadline > 0:
+            raise ClientError(f"`deadline` must be > 0 seconds or None, given {self.deadline}")
         if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff or self.multiplier < 1:
             raise ClientError(
                 "expected 0 <= `initial_backoff` <= `max_backoff` and `multiplier` >= 1, given "

@@ -211,14 +211,16 @@ class Client:
         v = "" if version is None else core.version(version)
         spec = core.specs.get((model, v)) or self._spec(model, v, timeout)
         prepared, _ = spec.prepare(inputs, core.safe_cast)
-        names = spec.output_names if outputs is None else core.outputs(spec, v, outputs)
+        # No names (None or empty, as in tritonclient) asks for every output.
+        requested = None if outputs is None or len(outputs) == 0 else core.outputs(spec, v, outputs)
+        names = spec.output_names if requested is None else requested
         if self._shm is not None:
             out: dict[str, NDArray[Any]] = self._shm.infer(
                 self._call, core, model, v, spec, prepared, names, timeout
             )
             return out
         t = self._transport
-        request = t.encode(model, v, prepared, None if outputs is None else names)
+        request = t.encode(model, v, prepared, requested)
         try:
             if timeout is not None or core.timeout is not None or self._closed:
                 return self._call(("infer", model, v), t.infer, timeout, request, names)

@@ -76,6 +76,8 @@ class HubConnection:
         """The process's connection to ``url``, opened again once it died or wore out."""
         connection = HubConnection._shared.get((cls, url))
         if not isinstance(connection, cls) or not connection.usable():
+            if isinstance(connection, cls):
+                connection.retire()
             connection = cls(url)
             HubConnection._shared[(cls, url)] = connection
         return connection
@@ -92,6 +94,7 @@ class HubConnection:
         self._streams: dict[int, Stream] = {}
         self._outgoing = bytearray()
         self._flush_scheduled = False
+        self._retiring = False
         self._hub = get_hub()
         self._reader = self._hub.loop.io(self._sock.fileno(), 1)
         self._writer = self._hub.loop.io(self._sock.fileno(), 2)
@@ -102,7 +105,17 @@ class HubConnection:
         self._schedule_flush()
 
     def usable(self) -> bool:
+        """Whether new requests may use this connection (subclasses add their limits)."""
         return self.closed is None
+
+    def retire(self) -> None:
+        """Close once the streams in flight have finished (a worn connection being replaced)."""
+        self._retiring = True
+        if not self._streams:
+            self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     # --- user side ---------------------------------------------------------------------------
     def _wait(self, stream_id: int, waiter: Waiter[GrpcResult], timeout: float | None) -> GrpcResult:
@@ -115,7 +128,7 @@ class HubConnection:
                 result: GrpcResult = waiter.get()
                 return result
         finally:
-            if self._streams.pop(stream_id, None) is not None and self.closed is None:
+            if self._forget(stream_id) is not None and self.closed is None:
                 with contextlib.suppress(Exception):  # given up (timeout, user stopped)
                     self._cancel(stream_id)
                     self._schedule_flush()
@@ -166,9 +179,16 @@ class HubConnection:
         raise NotImplementedError
 
     # --- hub side: answers -------------------------------------------------------------------
+    def _forget(self, stream_id: int) -> Stream | None:
+        """Drop a stream; a retiring connection closes after its last one (once the hub gets to it)."""
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None and self._retiring and not self._streams:
+            self._hub.loop.run_callback(self.close)
+        return stream
+
     def _finish(self, stream_id: int) -> None:
         """The stream ended: wake its user with the answer or Triton's error."""
-        stream = self._streams.pop(stream_id, None)
+        stream = self._forget(stream_id)
         if stream is None:
             return
         seconds = time.perf_counter() - stream.start
@@ -184,7 +204,7 @@ class HubConnection:
                 stream.waiter.switch((seconds, bytes(data[5:]), None))
             return
         message = urllib.parse.unquote(headers.get(b"grpc-message", b"").decode(errors="replace"))
-        if status is None:
+        if not status:
             http_status = headers.get(b":status", b"?").decode()
             message = message or f"no grpc-status in Triton's answer (HTTP status {http_status})"
         else:
@@ -193,7 +213,7 @@ class HubConnection:
         stream.waiter.switch((seconds, None, message))
 
     def _fail(self, stream_id: int, reason: str) -> None:
-        stream = self._streams.pop(stream_id, None)
+        stream = self._forget(stream_id)
         if stream is not None:
             stream.waiter.switch((time.perf_counter() - stream.start, None, reason))
 

@@ -314,7 +314,7 @@ class TritonGrpcUser(TritonUser):
             return
         start = time.perf_counter()
         try:
-            if self.connection.closed is not None:  # the server went away: try a fresh connection
+            if not self.connection.usable():  # closed (the server went away) or worn: a fresh one
                 self.connection = type(self.connection).shared(self.grpc_url)
             seconds, message, error = self.connection.infer(self.bodies[index], self.request_timeout)
         except LoadTestError as exc:
