@@ -25,6 +25,7 @@ from tritonkit.client import (
     QueueFullError,
     RestrictedApiError,
     ServerUnavailableError,
+    UnexpectedAnswerError,
 )
 from tritonkit.client.codec import AnswerError, MissingOutputError
 from tritonkit.client.errors import map_error
@@ -152,10 +153,10 @@ def test_socket_failures() -> None:
 def test_an_unreadable_answer_is_a_server_error() -> None:
     """Never the caller's fault (InvalidArgumentError would also drop the cached model spec)."""
     err = map_error(MissingOutputError("B", ("A", "B")), "infer `m`")
-    assert type(err) is InternalServerError and not err.retryable
+    assert type(err) is UnexpectedAnswerError and isinstance(err, InternalServerError) and not err.retryable
     assert str(err) == "infer `m`: the answer lacks output `B`; expected `A`, `B`"
     err = map_error(AnswerError("unknown datatype 'FP8' in the server's answer"), "infer `m`")
-    assert type(err) is InternalServerError and not err.retryable
+    assert type(err) is UnexpectedAnswerError and not err.retryable
 
 
 def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:
@@ -178,3 +179,17 @@ def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:
                     np.testing.assert_array_equal((await c.infer("add", x))["Y"], x["X"] + 1)
 
             asyncio.run(both())
+
+
+def test_an_answer_that_disagrees_with_the_cache_drops_it(client: Client) -> None:
+    """As if `add` had been reloaded without an output the client cached: the call fails as the
+    server's (UnexpectedAnswerError), the cached spec is dropped, and the next call re-reads it."""
+    x = {"X": np.ones((1, 4), np.float32)}
+    client.infer("add", x)
+    stale = client._core.specs[("add", "")]
+    stale.output_names = ("Y", "GONE")
+    with pytest.raises(UnexpectedAnswerError, match="the answer lacks output `GONE`; expected `Y`, `GONE`"):
+        client.infer("add", x)
+    assert ("add", "") not in client._core.specs
+    np.testing.assert_array_equal(client.infer("add", x)["Y"], x["X"] + 1)
+    assert client._core.specs[("add", "")].output_names == ("Y",)

@@ -24,6 +24,7 @@ from tritonkit.client.errors import (
     QueueFullError,
     RestrictedApiError,
     ServerUnavailableError,
+    UnexpectedAnswerError,
 )
 from tritonkit.client.retry import RetryPolicy
 from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelStatistics, TensorSpec
@@ -50,6 +51,7 @@ __all__ = [
     "RetryPolicy",
     "ServerUnavailableError",
     "TensorSpec",
+    "UnexpectedAnswerError",
 ]
 
 

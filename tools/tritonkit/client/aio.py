@@ -25,6 +25,7 @@ from tritonkit.client.errors import (
     InvalidArgumentError,
     ModelNotFoundError,
     ServerUnavailableError,
+    UnexpectedAnswerError,
     map_error,
 )
 from tritonkit.client.retry import RetryPolicy
@@ -217,7 +218,7 @@ class AsyncClient:
             except Exception as exc:  # mapped and maybe retried by _call
                 failed = (exc, started)
             return await self._call(("infer", model, v), t.infer, None, request, names, failed=failed)
-        except (ModelNotFoundError, InvalidArgumentError):
+        except (ModelNotFoundError, InvalidArgumentError, UnexpectedAnswerError):
             core.forget(model, v)  # the server disagrees with what we cached: re-read next time
             raise
 

@@ -27,6 +27,7 @@ __all__ = [
     "QueueFullError",
     "RestrictedApiError",
     "ServerUnavailableError",
+    "UnexpectedAnswerError",
     "map_error",
 ]
 
@@ -70,6 +71,11 @@ class InferenceTimeoutError(_CallError):
 
 class InternalServerError(_CallError):
     """The server failed while handling the request (gRPC INTERNAL/UNKNOWN, HTTP 5xx)."""
+
+
+class UnexpectedAnswerError(InternalServerError):
+    """The server answered, but not as the model's cached metadata says it would (an output missing,
+    a datatype the client cannot read): the model may have been reloaded, so the cache is dropped."""
 
 
 class RestrictedApiError(_CallError):
@@ -188,7 +194,7 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
     if isinstance(exc, InferenceServerException):
         return _from_server(exc, what)
     if isinstance(exc, AnswerError):  # the server's answer cannot be read: its fault, not the caller's
-        return InternalServerError(f"{what}: {exc}")
+        return UnexpectedAnswerError(f"{what}: {exc}")
     if isinstance(exc, _GARBAGE):
         err0: _CallError = ServerUnavailableError(
             f"{what}: the answer is not HTTP ({type(exc).__name__}); expected Triton's HTTP port "
