@@ -30,9 +30,8 @@ from tritonkit.client.codec import (
     grpc_error,
     grpc_request,
     grpc_result,
-    http_error,
+    http_answer,
     http_request,
-    http_result,
 )
 from tritonkit.client.spec import (
     ModelInfo,
@@ -133,11 +132,7 @@ class AsyncHttpTransport:
         headers = {**self._infer_headers, HEADER_LENGTH: str(header_length)}
         async with client._stub.post(client._url + path, data=body, headers=headers) as response:
             data = await response.read()
-            if response.status != 200:
-                raise http_error(response.status, data)
-            length = response.headers.get(HEADER_LENGTH)
-            encoding = response.headers.get("Content-Encoding")
-        return http_result(data, None if length is None else int(length), names, encoding)
+            return http_answer(response.status, data, response.headers.get, names)
 
     async def infer_objects(
         self,
@@ -167,7 +162,7 @@ class AsyncHttpTransport:
 
     async def close(self) -> None:
         if self._client_obj is not None:
-            client, self._client_obj, self._stub = self._client_obj, None, None
+            client, self._client_obj = self._client_obj, None
             await client.close()
 
 

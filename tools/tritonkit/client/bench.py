@@ -131,8 +131,9 @@ async def _throughput(make_call: Callable[[], Awaitable[Any]], seconds: float) -
 
 async def _async_rounds(
     protocol: str, url: str, rounds: int, seconds: float
-) -> dict[str, tuple[float, float]]:
-    """Per side: (requests per second, client-process CPU microseconds per request)."""
+) -> tuple[dict[str, tuple[float, float]], float]:
+    """Per side: (requests per second, client-process CPU microseconds per request); and the
+    median of the per-round-pair ratios AsyncClient / raw."""
     x = np.ones((1, 4), np.float32)
     raw: Any = (
         httpaio.InferenceServerClient(url) if protocol == "http" else grpcaio.InferenceServerClient(url)
@@ -165,14 +166,10 @@ async def _async_rounds(
     finally:
         await ours.close()
         await raw.close()
-    out = {name: (n / wall, cpu / n * 1e6) for name, (n, wall, cpu) in totals.items()}
     # The ratio of each round pair (adjacent in time), then their median: a burst of load from
     # elsewhere on the machine spoils one pair, not the figure.
-    out["ratio"] = (
-        statistics.median(c / r for c, r in zip(per_round["client"], per_round["raw"], strict=True)),
-        0.0,
-    )
-    return out
+    ratio = statistics.median(c / r for c, r in zip(per_round["client"], per_round["raw"], strict=True))
+    return {name: (n / wall, cpu / n * 1e6) for name, (n, wall, cpu) in totals.items()}, ratio
 
 
 def run(quick: bool = False) -> str:
@@ -213,10 +210,10 @@ def run(quick: bool = False) -> str:
                     f"| {med_ours * 1e6:,.0f} | {_pct(lat['client'], 0.99) * 1e6:,.0f} "
                     f"| {(med_ours / med_raw - 1) * 100:+.1f} % | {cpu['raw'] * 1e6:,.0f} | {cpu['client'] * 1e6:,.0f} |"
                 )
-                rates = asyncio.run(_async_rounds(protocol, url, rounds, seconds))
+                rates, ratio = asyncio.run(_async_rounds(protocol, url, rounds, seconds))
                 (raw_rate, raw_cpu), (our_rate, our_cpu) = rates["raw"], rates["client"]
                 throughput_rows.append(
-                    f"| {protocol} | {CONCURRENCY} | {raw_rate:,.0f} | {our_rate:,.0f} | {rates['ratio'][0]:.2f} "
+                    f"| {protocol} | {CONCURRENCY} | {raw_rate:,.0f} | {our_rate:,.0f} | {ratio:.2f} "
                     f"| {our_rate / raw_rate:.2f} | {raw_cpu:,.0f} | {our_cpu:,.0f} |"
                 )
     mode = "quick" if quick else "full"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -50,6 +50,8 @@ __all__ = [
     "grpc_error",
     "grpc_request",
     "grpc_result",
+    "http_answer",
+    "http_body",
     "http_error",
     "http_request",
     "http_result",
@@ -139,13 +141,10 @@ def _pick(found: dict[str, NDArray[Any]], names: tuple[str, ...]) -> dict[str, N
 
 
 # -- HTTP -------------------------------------------------------------------------------------------
-def http_request(
-    model: str,
-    version: str,
-    inputs: Sequence[tuple[str, str, NDArray[Any]]],
-    outputs: Sequence[str] | None,
-) -> HttpRequest:
-    """(path, body, length of the body's JSON header) of an infer call, every tensor sent as binary.
+def http_body(
+    inputs: Sequence[tuple[str, str, NDArray[Any]]], outputs: Sequence[str] | None
+) -> tuple[bytes, int]:
+    """(body, length of its JSON header) of an infer request, every tensor sent as binary.
 
     ``outputs`` None asks for every output (``binary_data_output``); otherwise just those, binary.
     """
@@ -169,8 +168,18 @@ def http_request(
         request["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
     header = rapidjson.dumps(request).encode()
     chunks[0] = header
+    return b"".join(chunks), len(header)
+
+
+def http_request(
+    model: str,
+    version: str,
+    inputs: Sequence[tuple[str, str, NDArray[Any]]],
+    outputs: Sequence[str] | None,
+) -> HttpRequest:
+    """(path, body, length of the body's JSON header) of an infer call (see :func:`http_body`)."""
     path = f"/v2/models/{quote(model)}" + (f"/versions/{version}/infer" if version else "/infer")
-    return path, b"".join(chunks), len(header)
+    return (path, *http_body(inputs, outputs))
 
 
 def http_result(
@@ -200,6 +209,17 @@ def http_result(
             offset += size
         found[output["name"]] = array
     return _pick(found, names)
+
+
+def http_answer(
+    status: int, body: bytes, header: Callable[[str], str | None], names: tuple[str, ...]
+) -> dict[str, NDArray[Any]]:
+    """``{name: array}`` of an infer answer, given its status, body and header lookup; raises
+    :func:`http_error`'s exception for a non-200 status."""
+    if status != 200:
+        raise http_error(status, body)
+    length = header(HEADER_LENGTH)
+    return http_result(body, None if length is None else int(length), names, header("Content-Encoding"))
 
 
 def http_error(status: int, body: bytes) -> InferenceServerException:
@@ -236,7 +256,7 @@ def grpc_request(
         tensor.name = name
         tensor.datatype = datatype
         tensor.shape[:] = array.shape
-        raw.append(array.tobytes() if datatype != "BYTES" else tensor_bytes(datatype, array))
+        raw.append(tensor_bytes(datatype, array))
     if outputs is not None:
         for name in outputs:
             request.outputs.add(name=name)

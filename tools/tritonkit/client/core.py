@@ -154,14 +154,17 @@ class ClientCore:
             raise ClientError(f"`version` must be a positive integer, given {version!r}")
         return text
 
-    def outputs(self, spec: ModelSpec, version: str, outputs: Sequence[str]) -> tuple[str, ...]:
-        """The requested output names, checked against the model once and then cached."""
+    def outputs(self, spec: ModelSpec, version: str, outputs: Sequence[str]) -> tuple[str, ...] | None:
+        """The requested output names, checked against the model once and then cached; None
+        (every output) when none are named, as in tritonclient."""
+        if isinstance(outputs, str):
+            raise InvalidInputError(f"`outputs` must be a list of names, given the string {outputs!r}")
+        if len(outputs) == 0:
+            return None
         key = (spec.name, version, tuple(outputs))
         hit = self._outputs.get(key)
         if hit is not None:
             return hit
-        if isinstance(outputs, str):
-            raise InvalidInputError(f"`outputs` must be a list of names, given the string {outputs!r}")
         names = self._outputs[key] = spec.check_outputs(list(outputs))
         return names
 

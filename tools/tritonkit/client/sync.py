@@ -212,8 +212,7 @@ class Client:
         v = "" if version is None else core.version(version)
         spec = core.specs.get((model, v)) or self._spec(model, v, timeout)
         prepared, _ = spec.prepare(inputs, core.safe_cast)
-        # No names (None or empty, as in tritonclient) asks for every output.
-        requested = None if outputs is None or len(outputs) == 0 else core.outputs(spec, v, outputs)
+        requested = None if outputs is None else core.outputs(spec, v, outputs)  # None: every output
         names = spec.output_names if requested is None else requested
         if self._shm is not None:
             out: dict[str, NDArray[Any]] = self._shm.infer(
@@ -222,20 +221,19 @@ class Client:
             return out
         t = self._transport
         request = t.encode(model, v, prepared, requested)
+        where = ("infer", model, v)
         try:
             if timeout is not None or core.timeout is not None or self._closed:
-                return self._call(("infer", model, v), t.infer, timeout, request, names)
+                return self._call(where, t.infer, timeout, request, names)
             # No deadline: the first attempt runs here, one call level shallower (the usual case,
             # and the benchmark's); a failure continues in _call's retry loop.
             started = time.monotonic()
-            with core.stats_lock:
-                core.stats.calls += 1
-                core.stats.attempts += 1
+            core.attempt(where, 1, started, None)
             try:
                 return t.infer(request, names, None)
             except Exception as exc:  # mapped and maybe retried by _call
                 failed = (exc, started)
-            return self._call(("infer", model, v), t.infer, None, request, names, failed=failed)
+            return self._call(where, t.infer, None, request, names, failed=failed)
         except (ModelNotFoundError, InvalidArgumentError, UnexpectedAnswerError):
             core.forget(model, v)  # the server disagrees with what we cached: re-read next time
             raise

@@ -43,9 +43,8 @@ from tritonkit.client.codec import (
     grpc_error,
     grpc_request,
     grpc_result,
-    http_error,
+    http_answer,
     http_request,
-    http_result,
 )
 from tritonkit.client.spec import (
     ModelInfo,
@@ -195,13 +194,7 @@ class HttpTransport:
         path, body, header_length = request
         headers = {**self._infer_headers, HEADER_LENGTH: str(header_length)}
         response = stub.post(path, body=body, headers=headers)
-        data = response.read()
-        if response.status_code != 200:
-            raise http_error(response.status_code, data)
-        length = response.get(HEADER_LENGTH)
-        return http_result(
-            data, None if length is None else int(length), names, response.get("Content-Encoding")
-        )
+        return http_answer(response.status_code, response.read(), response.get, names)
 
     def infer_objects(
         self,

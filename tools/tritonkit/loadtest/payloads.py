@@ -69,13 +69,9 @@ def triton_dtype(array: NDArray[Any]) -> str:
 
 def raw_bytes(array: NDArray[Any]) -> bytes:
     """Triton's binary wire form: little-endian C order, ``BYTES`` elements with a u32 length prefix."""
-    if triton_dtype(array) != "BYTES":
-        return np.ascontiguousarray(array).tobytes()
-    parts = []
-    for item in array.reshape(-1):
-        data = item if isinstance(item, bytes) else str(item).encode()
-        parts.append(len(data).to_bytes(4, "little") + data)
-    return b"".join(parts)
+    from tritonkit.client.codec import tensor_bytes
+
+    return tensor_bytes(triton_dtype(array), array)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,32 +356,28 @@ def make_payloads(
 
 def request_body(model: str, version: str, inputs: dict[str, Any], outputs: Sequence[str] = ()) -> bytes:
     """A serialized ``ModelInferRequest`` with raw (binary) input contents, built once per payload."""
-    from tritonclient.grpc import service_pb2
+    from tritonkit.client.codec import grpc_request
 
-    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
-    for name, array in inputs.items():
-        tensor = request.inputs.add()
-        tensor.name = name
-        tensor.datatype = triton_dtype(array)
-        tensor.shape.extend(array.shape)
-        request.raw_input_contents.append(raw_bytes(array))
-    for name in outputs:
-        request.outputs.add().name = name
-    return bytes(request.SerializeToString())
+    return bytes(grpc_request(model, version, _typed(inputs), list(outputs) or None).SerializeToString())
 
 
-def http_request(payload: Payload) -> tuple[list[Any], list[Any], bytes, int | None]:
-    """``tritonclient.http`` inputs, requested outputs, body and JSON-header length of one payload.
-
-    Binary tensors, as the HTTP user sends them; the length is None for a pure-JSON body.
-    """
+def http_request(payload: Payload) -> tuple[list[Any], list[Any], bytes, int]:
+    """``tritonclient.http`` inputs and requested outputs of one payload (for the ``tritonclient``
+    transport), and the body and JSON-header length the client library sends for it (binary tensors)."""
     import tritonclient.http as httpclient
+
+    from tritonkit.client.codec import http_body
 
     inputs = []
     for name, array in payload.inputs.items():
         infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))
         infer_input.set_data_from_numpy(array, binary_data=True)
         inputs.append(infer_input)
-    outputs = [httpclient.InferRequestedOutput(c.name, binary_data=True) for c in payload.checks]
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
-    return inputs, outputs, bytes(body), json_size
+    names = [c.name for c in payload.checks]
+    outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in names]
+    body, json_size = http_body(_typed(payload.inputs), names or None)
+    return inputs, outputs, body, json_size
+
+
+def _typed(inputs: dict[str, Any]) -> list[tuple[str, str, NDArray[Any]]]:
+    return [(name, triton_dtype(array), array) for name, array in inputs.items()]

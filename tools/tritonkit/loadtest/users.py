@@ -155,9 +155,10 @@ class TritonHttpUser(TritonUser):
         self._requests = []
         for payload in self.payload_set.payloads:
             inputs, outputs, body, json_size = http_request(payload)
-            headers = {"Content-Type": "application/octet-stream"}
-            if json_size is not None:
-                headers["Inference-Header-Content-Length"] = str(json_size)
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(json_size),
+            }
             self._requests.append((inputs, outputs, payload, body, headers))
         if self.http_transport == "lean":
             from geventhttpclient import HTTPClient

@@ -40,10 +40,10 @@ def wrk_available() -> str | None:
 def request_body(
     spec: ModelSpec, batch_mix: Mapping[int, float] | None = None, seed: int = 0
 ) -> tuple[bytes, int]:
-    """(body, JSON header length) of the first payload, as ``tritonclient.http`` would send it."""
+    """(body, JSON header length) of the first payload, as the HTTP user sends it."""
     payload = make_payloads(spec, batch_mix, per_batch=1, seed=seed).payloads[0]
     _, _, body, json_size = http_request(payload)
-    return body, int(json_size) if json_size is not None else len(body)
+    return body, json_size
 
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
