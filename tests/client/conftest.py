@@ -18,10 +18,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tritonkit.build.portable import import_onnx
 from tritonkit.client import Client
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig
-from tritonkit.importer import import_onnx
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 PROTOCOLS = ("http", "grpc")
 

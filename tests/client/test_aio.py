@@ -18,7 +18,7 @@ from tritonkit.client import (
     ModelNotFoundError,
     ServerUnavailableError,
 )
-from tritonkit.server import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 PUBLIC = [
     "infer",

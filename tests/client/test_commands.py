@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritonkit.cli import main
-from tritonkit.server import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -29,7 +29,7 @@ from tritonkit.client import (
 )
 from tritonkit.client.codec import AnswerError, MissingOutputError
 from tritonkit.client.errors import map_error
-from tritonkit.server import DEFAULT_RESTRICTED_APIS, EmbeddedServer, free_port
+from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer, free_port
 
 X = {"X": np.ones((1, 4), np.float32)}
 

@@ -21,7 +21,7 @@ from tritonkit.client import (
     ServerUnavailableError,
 )
 from tritonkit.client.errors import InvalidArgumentError, QueueFullError
-from tritonkit.server import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 X = np.ones((1, 4), np.float32)
 PATIENT = RetryPolicy(max_attempts=1000, initial_backoff=0.05, max_backoff=0.3, deadline=60.0)

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tritonkit.client import AsyncClient, Client, ClientError, InferenceTimeoutError
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 
 def _server_regions(server: EmbeddedServer) -> set[str]:

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from tritonkit.client import Client, ClientError, ModelInfo, TensorSpec
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 
 def test_infer_returns_model_outputs(client: Client) -> None:

@@ -21,7 +21,7 @@ from tritonkit.config import (
     WarmupInput,
 )
 from tritonkit.errors import ModelLoadError
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 AddModel = Callable[[Path, ModelConfig], Path]
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonkit.loadtest.grpc_h2 import H2GrpcConnection, H2GrpcError, parse_answer
-from tritonkit.loadtest.grpc_wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
+from tritonkit.loadtest.transports.h2 import H2GrpcConnection, H2GrpcError, parse_answer
+from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 CONNECTIONS = [
     pytest.param(WireGrpcConnection, WireGrpcError, id="wire"),
@@ -58,7 +58,7 @@ def test_large_bodies_right_answers_and_errors(
 
 @pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
 def test_unreachable_endpoint_is_one_line(connection_class: type[Any], error_class: type[Exception]) -> None:
-    from tritonkit.server import free_port
+    from tritonkit.serve.embedded import free_port
 
     with pytest.raises(error_class, match=r"cannot connect to Triton's gRPC endpoint 127\.0\.0\.1:\d+"):
         connection_class(f"127.0.0.1:{free_port()}")
@@ -122,7 +122,7 @@ def test_shared_connection_timeouts_cancel_the_stream_only(
 
 def test_a_worn_wire_connection_is_replaced_and_closed(server: EmbeddedServer) -> None:
     """A connection out of stream ids is not usable: ``shared`` opens a new one and retires the old."""
-    from tritonkit.loadtest import grpc_wire
+    from tritonkit.loadtest.transports import wire as grpc_wire
 
     spec = fetch_model_spec(server.grpc_url, "probe_add", protocol="grpc")
     payload = make_payloads(spec, {1: 1.0}, per_batch=1, seed=11).payloads[0]

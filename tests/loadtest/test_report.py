@@ -69,7 +69,7 @@ def _step(users: int, rps: float, breaches: tuple[str, ...] = ()) -> dict[str, A
 
 
 def test_knee_rules() -> None:
-    from tritonkit.loadtest.report import _knee
+    from tritonkit.loadtest.report.summary import _knee
 
     rising = [_step(2, 100), _step(4, 190), _step(6, 260)]
     assert _knee(rising) == (None, "not reached")

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.report import Summary
+from tritonkit.loadtest.report.summary import Summary
 from tritonkit.loadtest.slo import SLO, Histogram, Totals, check_slo
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.loadtest.metrics import parse_metrics, scrape
 from tritonkit.loadtest.payloads import fetch_model_spec
+from tritonkit.loadtest.report.metrics import parse_metrics, scrape
 from tritonkit.loadtest.wrk import LUA_SCRIPT, cross_check, parse_wrk_output, wrk_available
-from tritonkit.server import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
 
 from .conftest import triton_requests
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.check import check_repository
+from tritonkit.build.portable import import_onnx
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
-from tritonkit.importer import import_onnx
-from tritonkit.repository import STAGING_PREFIX
+from tritonkit.repository.check import check_repository
+from tritonkit.repository.store import STAGING_PREFIX
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:

@@ -19,12 +19,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonkit.check import check_repository
+from tritonkit.build.portable import import_onnx
 from tritonkit.client import AsyncClient, Client
 from tritonkit.errors import ModelLoadError, ServerError
-from tritonkit.importer import import_onnx
-from tritonkit.repository import STAGING_PREFIX, ModelRepository
-from tritonkit.server import EmbeddedServer
+from tritonkit.repository.check import check_repository
+from tritonkit.repository.store import STAGING_PREFIX, ModelRepository
+from tritonkit.serve.embedded import EmbeddedServer
 
 #: Models built a second time with the DLPack tensor exchange forced (the path NumPy-2 hosts take).
 DLPACK_TWINS = ("two_in", "half_bool")

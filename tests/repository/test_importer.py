@@ -12,12 +12,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tritonkit.build.portable import DEFAULT_MAX_BATCH_SIZE, import_onnx
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-from tritonkit.importer import DEFAULT_MAX_BATCH_SIZE, import_onnx
-from tritonkit.repository import ModelRepository
-from tritonkit.runner import runner_path
+from tritonkit.repository.store import ModelRepository
+from tritonkit.serve.runners import runner_path
 
 Snap = Callable[[Path], dict[str, str]]
 Unwritable = Callable[[Path], contextlib.AbstractContextManager[None]]

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit.errors import ModelImportError
-from tritonkit.onnx_io import external_data_files, read_io
+from tritonkit.repository.onnx_io import external_data_files, read_io
 
 
 def test_zoo_interfaces(onnx_file: Callable[[str], Path]) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-from tritonkit.repository import (
+from tritonkit.repository.store import (
     MANIFEST_FILE,
     STAGING_PREFIX,
     Manifest,

@@ -1,8 +1,8 @@
 """tritonkit: Triton Inference Server model repository tooling for T4-first GPU fleets.
 
 Owns nothing itself; re-exports the exception root and the package version. Subpackages:
-``config`` (model configuration), ``repository`` (versioned layout), ``server`` (embedded Triton),
-``client`` (tritonclient twins), ``convert`` (ONNX/TensorRT builds), ``loadtest`` (Locust), ``k8s``.
+``config`` (model configuration), ``repository`` (versioned layout), ``serve`` (embedded Triton, runners),
+``client`` (tritonclient twins), ``build`` (ONNX/TensorRT builds), ``loadtest`` (Locust), ``deploy`` (Kubernetes), ``bench``.
 """
 
 from __future__ import annotations

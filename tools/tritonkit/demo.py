@@ -18,7 +18,7 @@ import numpy as np
 
 from tritonkit import cli
 from tritonkit.errors import TritonKitError
-from tritonkit.repository import ModelRepository
+from tritonkit.repository.store import ModelRepository
 
 #: spec file → the models it builds
 SPECS: dict[str, tuple[str, ...]] = {
@@ -53,7 +53,7 @@ def build(repo: Path, *, rebuild: bool) -> None:
 
 def call_models(repo: Path) -> None:
     from tritonkit.client import Client
-    from tritonkit.server import EmbeddedServer
+    from tritonkit.serve.embedded import EmbeddedServer
 
     sentences = ["A T4 serves sentence embeddings.", "Sentence embeddings are served by a T4 GPU."]
     with EmbeddedServer(repo) as server:

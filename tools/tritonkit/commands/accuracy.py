@@ -31,10 +31,10 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.convert import report
+    from tritonkit.build import report
 
     if args.build:
-        from tritonkit.convert.flagship import build_all
+        from tritonkit.build.flagship import build_all
 
         build_all(args.repo)
     rows = report.collect(args.repo, all_versions=args.all_versions)

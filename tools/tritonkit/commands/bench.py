@@ -20,8 +20,8 @@ from tritonkit.machine import cpu_model
 
 #: (title, module exposing ``run(quick: bool) -> str``)
 SECTIONS: tuple[tuple[str, str], ...] = (
-    ("client", "tritonkit.client.bench"),
-    ("loadtest", "tritonkit.loadtest.bench"),
+    ("client", "tritonkit.bench.client"),
+    ("loadtest", "tritonkit.bench.loadtest"),
 )
 
 

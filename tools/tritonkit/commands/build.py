@@ -2,10 +2,10 @@
 
 This module owns the shared parser: ``spec``, ``--onnx``, ``--name``, ``--repo``, ``--version``,
 ``--force``, ``--max-batch-size``, ``--instances``, ``--instance-kind``, ``--max-queue-delay-us``.
-When :mod:`tritonkit.convert.cli` is importable it adds its own flags (``--target``,
+When :mod:`tritonkit.build.cli_args` is importable it adds its own flags (``--target``,
 ``--precision``, ``--gpu``...) through ``add_arguments(parser)`` and handles build specs, and ONNX
 files asked for a target or precision other than the portable FP32 import, via ``run(args)``.
-A plain ``--onnx`` build goes to :func:`tritonkit.importer.import_onnx`.
+A plain ``--onnx`` build goes to :func:`tritonkit.build.portable.import_onnx`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tritonkit.build.portable import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS, import_onnx
 from tritonkit.errors import BuildError, RepositoryError
-from tritonkit.importer import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS, import_onnx
-from tritonkit.repository import ModelRepository, validate_model_name
+from tritonkit.repository.store import ModelRepository, validate_model_name
 
 __all__ = ["BuildUsageError", "register", "run"]
 
-_CONVERT_CLI = "tritonkit.convert.cli"
+_CONVERT_CLI = "tritonkit.build.cli_args"
 #: Values of the convert flags that mean "the portable FP32 import" (None: the flag is absent).
 _PORTABLE_TARGETS = (None, "portable")
 _PORTABLE_PRECISIONS = (None, "fp32")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         convert_cli = _convert_cli()
         if convert_cli is None:
             raise BuildUsageError(
-                "build specs and non-portable targets need `tritonkit.convert`, which is not installed here; "
+                "build specs and non-portable targets need `tritonkit.build`, which is not installed here; "
                 "use --onnx FILE for a portable FP32 import"
             )
         return int(convert_cli.run(args))

@@ -1,6 +1,6 @@
 """``tritonkit check --repo DIR``: print one line per repository problem; exit 1 if any.
 
-The rules live in :mod:`tritonkit.check`; this module only parses arguments and prints.
+The rules live in :mod:`tritonkit.repository.check`; this module only parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tritonkit.check import check_repository
-from tritonkit.repository import ModelRepository
+from tritonkit.repository.check import check_repository
+from tritonkit.repository.store import ModelRepository
 
 __all__ = ["register", "run"]
 

@@ -1,6 +1,6 @@
 """``tritonkit k8s render|check``: print an overlay's manifests, or validate every overlay.
 
-The rendering, schemas, checklist and checkov run live in :mod:`tritonkit.k8s`; this module parses
+The rendering, schemas, checklist and checkov run live in :mod:`tritonkit.deploy.k8s`; this module parses
 arguments, writes files atomically and prints.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tritonkit import k8s
+from tritonkit.deploy import k8s
 from tritonkit.errors import DeployError
 
 __all__ = ["register", "run_check", "run_render"]

@@ -9,7 +9,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from tritonkit.server import DEFAULT_RESTRICTED_APIS, EmbeddedServer
+from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:

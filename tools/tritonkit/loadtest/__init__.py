@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tritonkit.loadtest.report import Summary
+    from tritonkit.loadtest.report.summary import Summary
     from tritonkit.loadtest.run import LoadTestOptions, ModelTarget, parse_model, run
     from tritonkit.loadtest.slo import SLO
 
@@ -34,7 +34,7 @@ _LAZY = {
     "parse_model": "tritonkit.loadtest.run",
     "run": "tritonkit.loadtest.run",
     "SLO": "tritonkit.loadtest.slo",
-    "Summary": "tritonkit.loadtest.report",
+    "Summary": "tritonkit.loadtest.report.summary",
 }
 
 

@@ -19,10 +19,10 @@ import locust.stats
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from tritonkit.loadtest.engine_client import GrpcEngineClient
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.shapes import RampShape, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
+from tritonkit.loadtest.transports.engine_client import GrpcEngineClient
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
 
 CONFIG_ENV = "TRITONKIT_LOADTEST_CONFIG"

@@ -284,7 +284,7 @@ def _random_tensor(
     ):
         # An image classifier's input (N, C, H, W): the converter's seeded, image-like pictures
         # (smooth structure plus noise, ImageNet-normalised), not white noise.
-        from tritonkit.convert.data import synthetic_images
+        from tritonkit.build.data import synthetic_images
 
         seed = int(rng.integers(0, 2**31))
         return synthetic_images(shape[0], shape[1:], seed).astype(dtype_of(spec.datatype))  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ everything that can be wrong with the options, the server or the model is found 
 load is sent. Locust runs as child processes (one, or a master with ``workers`` workers, Locust's
 own distributed mode) on the locustfile :mod:`.locustfile`; meanwhile Triton's ``/metrics`` is
 scraped and a progress line printed. Afterwards the CSVs, latency histograms, ramp steps and
-scrapes become a :class:`~tritonkit.loadtest.report.Summary`, the SLO gates are checked, and the
+scrapes become a :class:`~tritonkit.loadtest.report.summary.Summary`, the SLO gates are checked, and the
 report files are written.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.metrics import MetricsScraper
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads, parse_batch_mix
+from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
 from tritonkit.machine import cpu_model
@@ -176,7 +176,7 @@ def _server(options: LoadTestOptions) -> Iterator[_Endpoints]:
         metrics = options.metrics_url or f"http://{_with_port(url, 8002)}/metrics"
         yield _Endpoints(http, grpc, metrics, options.metrics_url is not None)
         return
-    from tritonkit.server import EmbeddedServer
+    from tritonkit.serve.embedded import EmbeddedServer
 
     repo = Path(options.repo)
     if not repo.is_dir():
@@ -191,7 +191,7 @@ def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
     """From the version's build manifest when the repository is local; else the platform."""
     if options.url is None:
         with contextlib.suppress(Exception):
-            from tritonkit.repository import ModelRepository
+            from tritonkit.repository.store import ModelRepository
 
             manifest = ModelRepository(Path(options.repo)).read_manifest(spec.name, int(spec.version))
             return str(manifest.precision)
@@ -285,7 +285,7 @@ def _last_aggregated(path: Path) -> dict[str, str] | None:
 
 def _run_locust(options: LoadTestOptions, config_path: Path, report: Path, total: float) -> float:
     """Run Locust to completion; returns its wall time."""
-    from tritonkit.server import free_port
+    from tritonkit.serve.embedded import free_port
 
     env = dict(os.environ)
     env["TRITONKIT_LOADTEST_CONFIG"] = str(config_path)
@@ -357,13 +357,13 @@ def _last_error(log_path: Path) -> str:
 
 
 def run(options: LoadTestOptions, *, on_ready: Callable[[Any], None] | None = None) -> Any:
-    """Run one load test and write its report; returns the :class:`~tritonkit.loadtest.report.Summary`.
+    """Run one load test and write its report; returns the :class:`~tritonkit.loadtest.report.summary.Summary`.
 
     ``summary.exit_code`` is non-zero when an SLO gate broke. Raises :class:`LoadTestError` (or
     another :class:`~tritonkit.TritonKitError`) before any load is sent when an option, the
     server or a model is wrong.
     """
-    from tritonkit.loadtest import report as reporting
+    from tritonkit.loadtest.report import summary as reporting
 
     options.validate()
     report = Path(options.report_dir)

@@ -24,9 +24,6 @@ import gevent.lock
 from locust import User, constant, task
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.engine_client import GrpcEngineClient
-from tritonkit.loadtest.grpc_h2 import H2GrpcConnection, parse_answer
-from tritonkit.loadtest.grpc_wire import WireGrpcConnection
 from tritonkit.loadtest.payloads import (
     BatchMix,
     ModelSpec,
@@ -35,6 +32,9 @@ from tritonkit.loadtest.payloads import (
     make_payloads,
     request_body,
 )
+from tritonkit.loadtest.transports.engine_client import GrpcEngineClient
+from tritonkit.loadtest.transports.h2 import H2GrpcConnection, parse_answer
+from tritonkit.loadtest.transports.wire import WireGrpcConnection
 from tritonkit.loadtest.validation import check_outputs
 
 __all__ = ["TritonGrpcUser", "TritonHttpUser", "TritonInferenceError", "TritonUser", "WrongAnswerError"]

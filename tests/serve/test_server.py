@@ -1,0 +1,254 @@
+"""EmbeddedServer against the real tritonserver from the nvidia-pytriton wheel."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.errors import (
+    ModelLoadError,
+    PortInUseError,
+    ServerError,
+    ServerNotInstalledError,
+    ServerStartTimeoutError,
+)
+from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer, find_triton, free_port
+
+ADD_ONE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", (x + 1).astype(np.float32))]))
+        return out
+"""
+
+SLOW_ADD_ONE = ADD_ONE.replace("out = []", "import time; time.sleep(SECONDS); out = []")
+
+FAILS_TO_LOAD = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("weights file missing")
+"""
+
+SLOW_TO_LOAD = """
+import time
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(60)
+"""
+
+
+def write_python_model(repo: Path, name: str, source: str, *, max_batch_size: int = 8) -> Path:
+    """A python-backend model X[FP32, 4] -> Y[FP32, 4], config written through tritonkit.config."""
+    config = ModelConfig(
+        name=name,
+        backend="python",
+        max_batch_size=max_batch_size,
+        inputs=[TensorConfig("X", "FP32", [4])],
+        outputs=[TensorConfig("Y", "FP32", [4])],
+        dynamic_batching=DynamicBatching() if max_batch_size > 0 else None,
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+    )
+    version = repo / name / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(textwrap.dedent(source))
+    config.save(repo / name / "config.pbtxt")
+    return repo / name
+
+
+def _http_infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer(model, [tensor]).as_numpy("Y")
+    client.close()
+    assert result is not None
+    return result
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
+    repo = tmp_path_factory.mktemp("repo")
+    write_python_model(repo, "add_one", ADD_ONE)
+    with EmbeddedServer(repo) as server:
+        yield server
+
+
+def test_serves_http_and_grpc_on_free_loopback_ports(served: EmbeddedServer) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(_http_infer(served.http_url, "add_one", x), x + 1)
+
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    tensor = grpcclient.InferInput("X", [2, 4], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer("add_one", [tensor]).as_numpy("Y"), x + 1)
+    client.close()
+    assert len({served.http_port, served.grpc_port, served.metrics_port}) == 3
+    assert served.http_url.startswith("127.0.0.1:")
+
+
+def test_metrics_endpoint_reports_inference_counters(served: EmbeddedServer) -> None:
+    _http_infer(served.http_url, "add_one", np.zeros((1, 4), np.float32))
+    with urllib.request.urlopen(served.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    assert 'nv_inference_request_success{model="add_one",version="1"}' in text
+
+
+def test_restricted_model_repository_api_needs_the_admin_key(served: EmbeddedServer) -> None:
+    client = httpclient.InferenceServerClient(served.http_url)
+    with pytest.raises(InferenceServerException, match="restricted"):
+        client.get_model_repository_index()
+    index = client.get_model_repository_index(headers=served.admin_headers)
+    assert [m["name"] for m in index] == ["add_one"]
+    # Inference itself is never restricted.
+    assert client.is_model_ready("add_one")
+    client.close()
+
+
+def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path, http_port=1, grpc_port=2, metrics_port=3)
+    command = server.command()
+    for flag in (
+        "--model-control-mode=none",
+        "--strict-readiness=true",
+        "--disable-auto-complete-config",
+        "--http-address=127.0.0.1",
+    ):
+        assert flag in command
+    restricted = next(arg for arg in command if arg.startswith("--http-restricted-api="))
+    assert restricted.startswith("--http-restricted-api=model-repository,trace,logging:" + ADMIN_HEADER)
+    assert any(
+        arg.startswith("--grpc-restricted-protocol=model-repository,trace,logging:") for arg in command
+    )
+    overridden = EmbeddedServer(
+        tmp_path, http_port=1, grpc_port=2, metrics_port=3, restricted_apis=(), model_control_mode="explicit"
+    ).command()
+    assert "--model-control-mode=explicit" in overridden
+    assert not any("restricted" in arg for arg in overridden)
+
+
+def test_busy_port_is_refused_before_start(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(PortInUseError, match=f"http port {port} is already in use"):
+            EmbeddedServer(tmp_path, http_port=port).start()
+
+
+def test_model_that_fails_to_load_reports_tritons_line(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "broken", FAILS_TO_LOAD)
+    server = EmbeddedServer(tmp_path)
+    with pytest.raises(ModelLoadError) as info:
+        server.start()
+    message = str(info.value)
+    assert message.startswith("model `broken` version 1 failed to load:")
+    assert "weights file missing" in message
+    assert "\n" not in message
+    assert not server.is_running()
+
+
+def test_readiness_timeout_is_reported_and_the_process_stopped(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "sleepy", SLOW_TO_LOAD)
+    server = EmbeddedServer(tmp_path, startup_timeout=3)
+    with pytest.raises(ServerStartTimeoutError, match="not ready after 3 s"):
+        server.start()
+    assert not server.is_running()
+
+
+def test_missing_repository_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="is not a directory"):
+        EmbeddedServer(tmp_path / "nope").start()
+
+
+def test_missing_wheel_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Simulates an environment without the wheel; the real lookup is exercised by every other test.
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ServerNotInstalledError, match="pip install 'nvidia-pytriton"):
+        find_triton()
+
+
+def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "slow", SLOW_ADD_ONE.replace("SECONDS", "1.5"))
+    server = EmbeddedServer(tmp_path, exit_timeout=10).start()
+    results: list[np.ndarray] = []
+    worker = threading.Thread(
+        target=lambda: results.append(_http_infer(server.http_url, "slow", np.ones((1, 4), np.float32)))
+    )
+    worker.start()
+    time.sleep(0.5)  # the request is now executing inside the model
+    server.stop()
+    worker.join(timeout=10)
+    np.testing.assert_array_equal(results[0], np.full((1, 4), 2, np.float32))
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v2/health/live", timeout=2)
+
+
+def _serve_cli(repo: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(repo), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    port = free_port()
+    process = _serve_cli(tmp_path, "--http-port", str(port))
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("tritonkit serve: ready"), line + (process.stderr.read() if process.stderr else "")
+    assert f"http=127.0.0.1:{port}" in line
+    np.testing.assert_array_equal(
+        _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
+    )
+    process.send_signal(sig)
+    assert process.wait(timeout=60) == 0
+
+
+def test_cli_serve_busy_port_is_one_line_and_nonzero(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        process = _serve_cli(tmp_path, "--grpc-port", str(port))
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert stderr.strip().splitlines() == [
+        f"tritonkit serve: error: grpc port {port} is already in use on 127.0.0.1; expected a free port "
+        "(choose another with --grpc-port, or omit it to pick one)"
+    ]
+
+
+def test_unreadable_model_directory_names_the_directory(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    (tmp_path / "stray").mkdir()  # a folder without config.pbtxt: Triton cannot poll it
+    with pytest.raises(ServerError, match="model directory `stray` could not be read by Triton"):
+        EmbeddedServer(tmp_path).start()

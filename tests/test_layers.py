@@ -1,0 +1,160 @@
+"""The package's shape: stage packages, no import cycle (function-level imports included), small modules.
+
+Imports are read from the source with :mod:`ast`, so an import inside a function counts as much as
+one at the top: a cycle held apart only by a deferred import is still a cycle here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tools" / "tritonkit"
+MAX_LINES = 600
+
+#: Stage packages, lowest first: a package may import only from packages before it in this list (or
+#: itself). ``bench``, ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: its runners are
+#: plain files that builds copy and checks read) and nothing below imports them.
+LAYERS: tuple[str, ...] = (
+    "errors",
+    "machine",
+    "config",
+    "serve",
+    "repository",
+    "build",
+    "client",
+    "loadtest",
+    "deploy",
+    "bench",
+    "commands",
+    "cli",
+    "demo",
+    "__main__",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(p): p
+        for p in PACKAGE.rglob("*.py")
+        if "runners" not in p.relative_to(PACKAGE).parts  # copied into versions, import no tritonkit
+    }
+
+
+def _imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """(imported tritonkit module, line) for every import in ``path``, wherever it sits."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("tritonkit"):
+                    yield _resolve(alias.name, known), node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            if not base.startswith("tritonkit"):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                yield (sub if sub in known else _resolve(base, known)), node.lineno
+
+
+def _resolve(name: str, known: set[str]) -> str:
+    while name not in known and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for target, _ in _imports(name, path, known):
+            if target != name and target in known:
+                graph[name].add(target)
+    return graph
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    return LAYERS.index(top) if top in LAYERS else -1
+
+
+def test_no_import_cycle_between_tritonkit_modules() -> None:
+    graph = _graph()
+    # Tarjan's strongly connected components: any component of two or more modules is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == [], f"import cycles (function-level imports included): {cycles}"
+
+
+def test_stage_packages_import_only_lower_layers() -> None:
+    graph = _graph()
+    unknown = sorted({m for m in graph if m != "tritonkit" and _layer(m) < 0})
+    assert unknown == [], f"modules outside every stage package (add them to LAYERS): {unknown}"
+    upward = sorted(
+        f"{src} -> {dst}"
+        for src, targets in graph.items()
+        for dst in targets
+        if src != "tritonkit" and dst != "tritonkit" and _layer(dst) > _layer(src)
+    )
+    assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_is_small(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (at most {MAX_LINES})"
+
+
+def test_every_package_says_what_it_owns() -> None:
+    missing = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("__init__.py")
+        if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None
+    ]
+    assert missing == [], f"packages without a docstring: {missing}"

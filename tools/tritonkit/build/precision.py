@@ -1,0 +1,239 @@
+"""Precisions of an ONNX model: FP16 (float16 conversion, FP32 I/O kept on request) and INT8 by
+explicit quantization (a Q/DQ model calibrated with ONNX Runtime's ``quantize_static``).
+
+INT8 is the INT8+FP16 hybrid: only the op types asked for are quantized, and nodes matching the
+``exclude_nodes`` patterns or ``exclude_op_types`` stay at the higher precision. MatMuls between two
+activations (attention scores) are never quantized: they carry no weights, are where transformer
+accuracy goes first, and per-tensor activation scales suit them worst. Quantization is symmetric
+(zero point 0) for activations and weights because that is the only Q/DQ form TensorRT accepts;
+the same Q/DQ file is therefore the INT8 artifact for ONNX Runtime and TensorRT 10/11 alike.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritonkit.build.data import Feeds
+from tritonkit.errors import BuildError, CalibrationError
+
+__all__ = [
+    "CALIBRATION_METHODS",
+    "INT8_COMPUTE_OPS",
+    "Int8Options",
+    "UnsupportedOpError",
+    "quantize_int8",
+    "to_fp16",
+]
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+#: Op types with INT8 kernels (TensorRT and ORT): quantizing anything else only adds Q/DQ pairs.
+INT8_COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+class UnsupportedOpError(BuildError):
+    """The chosen precision cannot be applied to the model's ops."""
+
+
+@dataclass
+class Int8Options:
+    """How a Q/DQ model is made (the spec's ``int8`` section)."""
+
+    method: str = "minmax"
+    percentile: float = 99.999
+    per_channel: bool = True
+    op_types: list[str] = field(default_factory=lambda: ["MatMul", "Gemm", "Conv"])
+    exclude_nodes: list[str] = field(default_factory=list)
+    exclude_op_types: list[str] = field(default_factory=list)
+    min_samples: int = 16
+
+
+def to_fp16(
+    source: str | Path,
+    dest: str | Path,
+    *,
+    keep_io_types: bool = True,
+    op_block_list: Sequence[str] = (),
+    node_block_list: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Convert ``source`` to float16 weights and compute; FP32 inputs/outputs when ``keep_io_types``."""
+    import onnx
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+    try:
+        model = convert_float_to_float16(
+            onnx.load(str(source)),
+            keep_io_types=keep_io_types,
+            op_block_list=blocked,
+            node_block_list=list(node_block_list) or None,
+        )
+    except Exception as exc:
+        raise BuildError(
+            f"FP16 conversion failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
+    # The converter appends the I/O Casts at the end of the node list; ONNX requires topological order.
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    wrapper = OnnxModel(model)
+    wrapper.topological_sort()
+    onnx.save(wrapper.model, str(dest))
+    return {
+        "keep_io_types": keep_io_types,
+        "op_block_list": list(op_block_list),
+        "node_block_list": list(node_block_list),
+    }
+
+
+def _weight_inputs(graph: Any) -> set[str]:
+    return {init.name for init in graph.initializer}
+
+
+def select_nodes(model: Any, options: Int8Options) -> tuple[list[str], list[str]]:
+    """(nodes to quantize, nodes kept at higher precision) among the INT8-capable op types asked for."""
+    from onnxruntime.quantization.registry import QDQRegistry
+
+    unknown = [op for op in options.op_types if op not in QDQRegistry]
+    if unknown:
+        raise UnsupportedOpError(
+            f"int8 `op_types` {unknown} have no Q/DQ quantizer in ONNX Runtime; "
+            f"expected some of {', '.join(INT8_COMPUTE_OPS)}"
+        )
+    patterns = [re.compile(p) for p in options.exclude_nodes]
+    weights = _weight_inputs(model.graph)
+    chosen: list[str] = []
+    kept: list[str] = []
+    for node in model.graph.node:
+        if node.op_type not in options.op_types:
+            continue
+        excluded = (
+            node.op_type in options.exclude_op_types
+            or any(p.search(node.name) for p in patterns)
+            or (node.op_type == "MatMul" and not any(i in weights for i in node.input))
+        )
+        (kept if excluded else chosen).append(node.name)
+    compute = [n for n in chosen if _op_of(model, n) in INT8_COMPUTE_OPS]
+    if not compute:
+        present = sorted({n.op_type for n in model.graph.node})
+        raise UnsupportedOpError(
+            "int8: no node with an INT8 kernel is left to quantize; expected a weighted "
+            f"{'/'.join(INT8_COMPUTE_OPS)} not excluded, got op types {present}"
+        )
+    return chosen, kept
+
+
+def _op_of(model: Any, name: str) -> str:
+    for node in model.graph.node:
+        if node.name == name:
+            return str(node.op_type)
+    return ""
+
+
+class _Reader:
+    """ONNX Runtime ``CalibrationDataReader`` over a list of feed dicts."""
+
+    def __init__(self, feeds: Sequence[Feeds]) -> None:
+        self._it = iter(feeds)
+
+    def get_next(self) -> Feeds | None:
+        return next(self._it, None)
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Feeds:
+        item = self.get_next()
+        if item is None:
+            raise StopIteration
+        return item
+
+
+def quantize_int8(
+    source: str | Path, dest: str | Path, calibration: Sequence[Feeds], options: Int8Options
+) -> dict[str, Any]:
+    """Write the Q/DQ model of ``source`` calibrated on ``calibration`` to ``dest``; return details.
+
+    Raises CalibrationError for too few samples or batch shapes the method cannot use, and
+    UnsupportedOpError when nothing INT8-capable remains to quantize.
+    """
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if options.method not in CALIBRATION_METHODS:
+        raise CalibrationError(
+            f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}; got {options.method!r}"
+        )
+    samples = sum(next(iter(f.values())).shape[0] for f in calibration) if calibration else 0
+    if samples < options.min_samples:
+        raise CalibrationError(
+            f"too few calibration samples: expected at least {options.min_samples}, got {samples}"
+        )
+    if options.method != "minmax":
+        shapes = {tuple((k, v.shape[1:]) for k, v in sorted(f.items())) for f in calibration}
+        if len(shapes) > 1:
+            raise CalibrationError(
+                f"{options.method} calibration collects histograms and needs equally shaped samples; "
+                f"got {len(shapes)} different shapes (pad the calibration data)"
+            )
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[options.method]
+    with tempfile.TemporaryDirectory(prefix="tritonkit-int8-") as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        try:
+            # Symbolic shape inference fails on transformer exports; ONNX shape inference suffices.
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        except Exception as exc:
+            raise BuildError(f"int8 pre-processing failed: {str(exc).splitlines()[0]}") from None
+        model = onnx.load(str(prepared))
+        chosen, kept = select_nodes(model, options)
+        excluded = [n.name for n in model.graph.node if n.op_type in options.op_types and n.name in kept]
+        try:
+            quantize_static(
+                str(prepared),
+                str(dest),
+                _Reader(calibration),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=list(options.op_types),
+                nodes_to_exclude=excluded,
+                per_channel=options.per_channel,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=method,
+                extra_options={
+                    "ActivationSymmetric": True,
+                    "WeightSymmetric": True,
+                    "CalibPercentile": options.percentile,
+                },
+            )
+        except (CalibrationError, BuildError):
+            raise
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BuildError(f"int8 quantization failed: {text}") from None
+    quantized = onnx.load(str(dest), load_external_data=False)
+    qdq = sum(1 for n in quantized.graph.node if n.op_type == "QuantizeLinear")
+    if qdq == 0:
+        raise UnsupportedOpError(
+            "int8: quantization produced no Q/DQ nodes; no op of the model was quantized"
+        )
+    return {
+        "method": options.method,
+        "calibration_samples": samples,
+        "per_channel": options.per_channel,
+        "op_types": list(options.op_types),
+        "quantized_nodes": len(chosen),
+        "kept_higher_precision": len(kept),
+        "exclude_nodes": list(options.exclude_nodes),
+        "exclude_op_types": list(options.exclude_op_types),
+        "quantize_linear_nodes": qdq,
+        "symmetric": True,
+        "format": "QDQ",
+    }

@@ -1,0 +1,416 @@
+"""The YAML build spec (one file per model in ``model_repository/``) and its override precedence.
+
+A spec is parsed into the dataclasses below; every key is checked against them, so an unknown key
+or a wrong type is one :class:`SpecError` line naming the dotted key, what was expected and what was
+given. Values then come from, highest first:
+
+1. command-line flags (``--target``, ``--precision``, ``--gpu``, ``--max-batch-size``, ...),
+2. environment variables ``TRITONKIT_*`` (see :data:`ENV_OVERRIDES`),
+3. the spec file,
+4. the defaults written here.
+
+One exception: the GPU profile. ``--gpu`` / ``TRITONKIT_GPU`` choose it outright; otherwise the local
+GPU is detected, and the spec's ``gpu`` (then T4) applies only where none is found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tritonkit.build.precision import CALIBRATION_METHODS, Int8Options
+from tritonkit.errors import SpecError
+
+__all__ = [
+    "ENV_OVERRIDES",
+    "PRECISIONS",
+    "TARGETS",
+    "AccuracySpec",
+    "BatchingSpec",
+    "BuildSpec",
+    "apply_overrides",
+    "load_spec",
+    "parse_spec",
+]
+
+PRECISIONS = ("fp32", "fp16", "int8", "bf16")
+TARGETS = ("portable", "onnxruntime", "tensorrt")
+
+
+@dataclass
+class SourceSpec:
+    """Exactly one of ``flagship`` (a model written in this project), ``onnx`` (a file path) or
+    ``torch`` (``"package.module:function"`` returning a :class:`tritonkit.build.export.TorchSource`)."""
+
+    flagship: Literal["minilm", "resnet50"] | None = None
+    onnx: str | None = None
+    torch: str | None = None
+    synthetic: bool = False  # labels seeded-weight models in reports
+
+
+@dataclass
+class PreprocessingSpec:
+    kind: Literal["text", "none"] = "none"
+    max_seq_length: int = 256
+    image_size: int = 224
+    #: Text only. ``runner``: one python model tokenizes and runs the encoder (portable target);
+    #: ``ensemble``: a tokenizer model + the tensor model + an ensemble taking TEXT (always used for
+    #: the onnxruntime and tensorrt targets, whose backends cannot tokenize).
+    tokenize: Literal["runner", "ensemble"] = "runner"
+
+
+@dataclass
+class Fp16Spec:
+    keep_io_types: bool = True
+    op_block_list: list[str] = field(default_factory=list)
+    node_block_list: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Int8Spec:
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    percentile: float = 99.999
+    per_channel: bool = True
+    op_types: list[str] = field(default_factory=lambda: ["MatMul", "Gemm", "Conv"])
+    exclude_nodes: list[str] = field(default_factory=list)
+    exclude_op_types: list[str] = field(default_factory=list)
+    #: TensorRT <= 10 only: the legacy implicit-INT8 calibrator instead of the Q/DQ model.
+    legacy_calibrator: bool = False
+
+    def options(self, min_samples: int) -> Int8Options:
+        return Int8Options(
+            method=self.method,
+            percentile=self.percentile,
+            per_channel=self.per_channel,
+            op_types=list(self.op_types),
+            exclude_nodes=list(self.exclude_nodes),
+            exclude_op_types=list(self.exclude_op_types),
+            min_samples=min_samples,
+        )
+
+
+@dataclass
+class DataSpec:
+    """``data``: ``pydoc`` (bundled English text), ``synthetic`` (seeded images), or a ``.txt``/``.npz`` path."""
+
+    data: str = "pydoc"
+    samples: int = 256
+    min_samples: int = 32
+    batch_size: int = 16
+
+
+@dataclass
+class Threshold:
+    mean: float = 0.99
+    min: float = 0.0
+
+
+@dataclass
+class AccuracySpec:
+    metric: Literal["cosine", "top1"] = "cosine"
+    output: str | None = None
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    fp16: Threshold = field(default_factory=lambda: Threshold(0.999, 0.99))
+    int8: Threshold = field(default_factory=lambda: Threshold(0.99, 0.97))
+    bf16: Threshold = field(default_factory=lambda: Threshold(0.999, 0.99))
+
+
+@dataclass
+class BatchingSpec:
+    max_batch_size: int | Literal["auto"] = 64
+    max_queue_delay_us: int = 500
+    preferred_batch_sizes: list[int] = field(default_factory=list)
+    memory_fraction: float = 0.8
+
+
+@dataclass
+class InstancesSpec:
+    count: int = 1
+    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"] = "KIND_CPU"
+
+
+@dataclass
+class ProfileSpec:
+    """One TensorRT optimization profile: ``batch`` [min, opt, max] and per-input non-batch dims."""
+
+    batch: list[int] = field(default_factory=list)
+    shapes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+
+@dataclass
+class TensorRTSpec:
+    profiles: list[ProfileSpec] = field(default_factory=list)
+    workspace_gib: float | None = None  # default from the GPU profile (4 GiB on T4)
+    optimization_level: int = 3
+    timing_cache: str = ".cache/tensorrt/timing.cache"
+    strongly_typed: Literal["auto", "on", "off"] = "auto"
+
+
+@dataclass
+class OnnxRuntimeSpec:
+    accelerator: Literal["tensorrt", "cuda", "none"] = "tensorrt"
+    precision_mode: Literal["FP32", "FP16", "INT8"] | None = None  # default: from the precision
+    max_workspace_size_bytes: int | None = None
+
+
+@dataclass
+class BuildSpec:
+    name: str
+    source: SourceSpec
+    description: str = ""
+    preprocessing: PreprocessingSpec = field(default_factory=PreprocessingSpec)
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    fp16: Fp16Spec = field(default_factory=Fp16Spec)
+    int8: Int8Spec = field(default_factory=Int8Spec)
+    calibration: DataSpec = field(default_factory=DataSpec)
+    evaluation: DataSpec = field(default_factory=lambda: DataSpec(samples=500, min_samples=1, batch_size=32))
+    accuracy: AccuracySpec = field(default_factory=AccuracySpec)
+    target: Literal["portable", "onnxruntime", "tensorrt"] = "portable"
+    gpu: str | None = None
+    batching: BatchingSpec = field(default_factory=BatchingSpec)
+    instances: InstancesSpec = field(default_factory=InstancesSpec)
+    tensorrt: TensorRTSpec = field(default_factory=TensorRTSpec)
+    onnxruntime: OnnxRuntimeSpec = field(default_factory=OnnxRuntimeSpec)
+    #: Directory the spec was read from; relative paths in it resolve against this.
+    base_dir: str = "."
+    #: GPU profile asked for by ``--gpu`` / ``TRITONKIT_GPU``: beats detection, which beats ``gpu``.
+    requested_gpu: str | None = None
+
+    def resolve(self, path: str) -> Path:
+        candidate = Path(path)
+        return candidate if candidate.is_absolute() else Path(self.base_dir) / candidate
+
+    def model_name(self, precision: str) -> str:
+        suffix = "" if self.target == "portable" else {"onnxruntime": "_ort", "tensorrt": "_trt"}[self.target]
+        return f"{self.name}_{precision}{suffix}"
+
+
+# --- parsing -------------------------------------------------------------------------------------
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(hint)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(typing.get_args(hint)[1])}"
+    if hint is type(None):
+        return "null"
+    if dataclasses.is_dataclass(hint):
+        return "mapping"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _given(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, dict | list) else type(value).__name__
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        for option in typing.get_args(hint):
+            try:
+                return _convert(option, value, key)
+            except SpecError:
+                continue
+        raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
+    if origin is Literal:
+        if value in typing.get_args(hint):
+            return value
+        raise SpecError(f"spec key `{key}`: expected one of {_type_name(hint)}, got {_given(value)}")
+    if hint is type(None):
+        if value is None:
+            return None
+        raise SpecError(f"spec key `{key}`: expected null, got {_given(value)}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
+        (item,) = typing.get_args(hint)
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
+        _, item = typing.get_args(hint)
+        return {str(k): _convert(item, v, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return _dataclass(hint, value, key)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str and isinstance(value, str):
+        return value
+    raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
+
+
+#: BuildSpec fields set by the loader and the overrides, never by the YAML file.
+_NOT_IN_YAML = ("base_dir", "requested_gpu")
+
+
+def _dataclass(cls: Any, value: Any, key: str) -> Any:
+    where = f"`{key}`" if key else "the spec"
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping, got {_given(value)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_YAML]
+    unknown = [k for k in value if k not in names]
+    if unknown:
+        prefix = f"{key}." if key else ""
+        raise SpecError(f"unknown spec key `{prefix}{unknown[0]}`; expected one of {', '.join(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in _NOT_IN_YAML:
+            continue
+        if f.name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"spec lacks required key `{key + '.' if key else ''}{f.name}`")
+            continue
+        kwargs[f.name] = _convert(hints[f.name], value[f.name], f"{key + '.' if key else ''}{f.name}")
+    return cls(**kwargs)
+
+
+def _check(spec: BuildSpec) -> BuildSpec:
+    from tritonkit.repository.store import validate_model_name
+
+    validate_model_name(spec.name)
+    given = [k for k in ("flagship", "onnx", "torch") if getattr(spec.source, k) is not None]
+    if len(given) != 1:
+        raise SpecError(
+            f"spec key `source`: expected exactly one of `flagship`, `onnx` or `torch`; got {given or 'none'}"
+        )
+    bad = [p for p in spec.precisions if p not in PRECISIONS]
+    if bad or not spec.precisions:
+        raise SpecError(
+            f"spec key `precisions`: expected a non-empty list of {', '.join(PRECISIONS)}; got {spec.precisions}"
+        )
+    if spec.int8.method not in CALIBRATION_METHODS:  # pragma: no cover - Literal already checks
+        raise SpecError(f"spec key `int8.method`: expected one of {CALIBRATION_METHODS}")
+    for key, value in (
+        ("calibration.samples", spec.calibration.samples),
+        ("calibration.batch_size", spec.calibration.batch_size),
+        ("evaluation.samples", spec.evaluation.samples),
+        ("evaluation.batch_size", spec.evaluation.batch_size),
+        ("instances.count", spec.instances.count),
+        ("preprocessing.max_seq_length", spec.preprocessing.max_seq_length),
+    ):
+        if value < 1:
+            raise SpecError(f"spec key `{key}`: expected an integer >= 1, got {value}")
+    mbs = spec.batching.max_batch_size
+    if mbs != "auto" and isinstance(mbs, int) and mbs < 0:
+        raise SpecError(f"spec key `batching.max_batch_size`: expected an integer >= 0 or 'auto', got {mbs}")
+    if not 0 < spec.batching.memory_fraction <= 1:
+        raise SpecError(
+            f"spec key `batching.memory_fraction`: expected a value in (0, 1], got {spec.batching.memory_fraction}"
+        )
+    return spec
+
+
+def parse_spec(data: Any, base_dir: str | Path = ".") -> BuildSpec:
+    """A BuildSpec from parsed YAML (a mapping); SpecError on unknown keys or wrong types."""
+    spec: BuildSpec = _dataclass(BuildSpec, data, "")
+    spec.base_dir = str(base_dir)
+    return _check(spec)
+
+
+def load_spec(path: str | Path) -> BuildSpec:
+    """Read and check a YAML build spec."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"build spec not found: {str(file)!r}; expected a YAML file")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"build spec {str(file)!r} is not valid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"build spec {str(file)!r} is not UTF-8 text") from None
+    return parse_spec(data, base_dir=file.resolve().parent)
+
+
+# --- overrides -----------------------------------------------------------------------------------
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _int_or_auto(text: str) -> int | str:
+    return "auto" if text.strip() == "auto" else int(text)
+
+
+#: (argparse dest, environment variable, dotted spec key, parser of the environment string)
+ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
+    ("target", "TRITONKIT_TARGET", "target", str),
+    ("precision", "TRITONKIT_PRECISION", "precisions", _csv),
+    ("gpu", "TRITONKIT_GPU", "requested_gpu", str),
+    ("max_batch_size", "TRITONKIT_MAX_BATCH_SIZE", "batching.max_batch_size", _int_or_auto),
+    ("max_queue_delay_us", "TRITONKIT_MAX_QUEUE_DELAY_US", "batching.max_queue_delay_us", int),
+    ("instances", "TRITONKIT_INSTANCES", "instances.count", int),
+    ("instance_kind", "TRITONKIT_INSTANCE_KIND", "instances.kind", str),
+    ("calibration_method", "TRITONKIT_CALIBRATION_METHOD", "int8.method", str),
+    ("calibration_data", "TRITONKIT_CALIBRATION_DATA", "calibration.data", str),
+    ("calibration_samples", "TRITONKIT_CALIBRATION_SAMPLES", "calibration.samples", int),
+    ("eval_data", "TRITONKIT_EVAL_DATA", "evaluation.data", str),
+    ("eval_samples", "TRITONKIT_EVAL_SAMPLES", "evaluation.samples", int),
+)
+
+
+def _as_dict(obj: Any) -> Any:
+    return dataclasses.asdict(obj)
+
+
+def apply_overrides(
+    spec: BuildSpec, flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> BuildSpec:
+    """A new spec with environment (``TRITONKIT_*``) values over the spec and flags over both.
+
+    ``flags`` maps argparse dests to values; None means "not given". Every override is re-checked
+    like a spec value, so a bad flag or variable is the same one-line SpecError.
+    """
+    environ = os.environ if env is None else env
+    data = _as_dict(spec)
+    base_dir = data.pop("base_dir")
+    requested_gpu = data.pop("requested_gpu")
+    for dest, variable, key, parse in ENV_OVERRIDES:
+        value: Any = None
+        if variable in environ and environ[variable] != "":
+            try:
+                value = parse(environ[variable])
+            except ValueError:
+                raise SpecError(
+                    f"environment variable {variable}={environ[variable]!r} is not a valid `{key}`"
+                ) from None
+        flag = (flags or {}).get(dest)
+        if flag is not None:
+            value = _csv(flag) if dest == "precision" and isinstance(flag, str) else flag
+        if value is None:
+            continue
+        if key == "requested_gpu":
+            requested_gpu = str(value)
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    spec = parse_spec(data, base_dir=base_dir)
+    if requested_gpu is not None:
+        from tritonkit.build.gpu import get_profile
+
+        spec.requested_gpu = get_profile(requested_gpu).name  # an unknown name fails here, in one line
+    return spec

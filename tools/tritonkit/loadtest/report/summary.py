@@ -1,0 +1,417 @@
+"""The capacity report: :class:`Summary` from a run's files, and ``summary.json`` / ``summary.md``.
+
+Client view (Locust's CSV for counts and throughput, the fine histograms of
+:mod:`.locustfile` for p50/p95/p99), server view (Triton's counters from :mod:`.metrics`), the
+accounting check (requests Locust sent vs requests Triton counted), SLO gates per model and
+overall, the ramp's steps and knee, and the wrk cross-check, all in one place. The Markdown
+table follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99, throughput,
+failures.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonkit.loadtest.payloads import ModelSpec
+from tritonkit.loadtest.report.metrics import MetricsScraper, batch_histogram
+from tritonkit.loadtest.slo import SLO, Breach, Histogram, Totals, check_slo
+
+__all__ = ["Summary", "collect", "markdown", "read_locust_stats", "write"]
+
+
+@dataclasses.dataclass
+class Summary:
+    """Everything ``summary.json`` holds; ``exit_code`` is 0 only when every SLO gate passed."""
+
+    data: dict[str, Any]
+    breaches: list[Breach]
+
+    @property
+    def slo_passed(self) -> bool:
+        return not self.breaches
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.slo_passed else 3
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+
+def read_locust_stats(path: Path) -> dict[str, dict[str, Any]]:
+    """``locust_stats.csv`` → name → {requests, failures, rps, ...}; ``Aggregated`` included."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return rows
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            rows[row["Name"]] = {
+                "type": row["Type"],
+                "requests": int(row["Request Count"]),
+                "failures": int(row["Failure Count"]),
+                "rps": float(row["Requests/s"]),
+                "avg_size": float(row["Average Content Size"] or 0),
+                "locust_p50_ms": _num(row.get("50%")),
+                "locust_p95_ms": _num(row.get("95%")),
+                "locust_p99_ms": _num(row.get("99%")),
+            }
+    return rows
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_failures(path: Path) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    if path.exists():
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                out.setdefault(row["Name"], {})[row["Error"]] = int(row["Occurrences"])
+    return out
+
+
+@dataclasses.dataclass
+class _Counted:
+    """One request name over all Locust processes: exact counts, fine histogram, time span."""
+
+    requests: int = 0
+    failures: int = 0
+    first: float = float("inf")
+    last: float = 0.0
+    hist: Histogram = dataclasses.field(default_factory=Histogram)
+
+    def add(self, other: _Counted) -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        self.first = min(self.first, other.first)
+        self.last = max(self.last, other.last)
+        self.hist.merge(other.hist)
+
+    @property
+    def seconds(self) -> float:
+        return max(self.last - self.first, 1e-9) if self.requests else 0.0
+
+
+def _read_cpu(folder: Path) -> float | None:
+    """CPU seconds the Locust processes and their gRPC engines used while load was on."""
+    values = (
+        [json.loads(p.read_text()).get("_cpu_s") for p in sorted(folder.glob("*.json"))]
+        if folder.is_dir()
+        else []
+    )
+    known = [float(v) for v in values if v is not None]
+    return sum(known) if known and len(known) == len(values) else None
+
+
+def _read_counts(folder: Path) -> dict[str, _Counted]:
+    merged: dict[str, _Counted] = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        for name, item in json.loads(path.read_text()).items():
+            if name.startswith("_"):
+                continue
+            counted = _Counted(
+                int(item["requests"]),
+                int(item["failures"]),
+                float(item["first"]),
+                float(item["last"]),
+                Histogram({int(k): int(v) for k, v in item["histogram"].items()}),
+            )
+            merged.setdefault(name, _Counted()).add(counted)
+    return merged
+
+
+def _batch_label(mix: Mapping[int, float]) -> str:
+    if len(mix) == 1:
+        return str(next(iter(mix)))
+    total = sum(mix.values())
+    return ", ".join(f"{b} ({w / total:.0%})" for b, w in sorted(mix.items()))
+
+
+def _scope(totals: Totals) -> dict[str, Any]:
+    return {
+        "requests": totals.requests,
+        "failures": totals.failures,
+        "succeeded": totals.requests - totals.failures,
+        "rps": round(totals.rps, 2),
+        "failure_ratio": round(totals.failure_ratio, 6),
+        "p50_ms": _round(totals.p50_ms),
+        "p95_ms": _round(totals.p95_ms),
+        "p99_ms": _round(totals.p99_ms),
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def collect(
+    report: Path,
+    *,
+    options: Any,
+    specs: Sequence[ModelSpec],
+    precisions: Sequence[str],
+    scraper: MetricsScraper | None,
+    started_at: float,
+    wall_seconds: float,
+    machine: str,
+    wrk: Mapping[str, Any] | None = None,
+    notes: Sequence[str] = (),
+) -> Summary:
+    """Read a finished run's files into a :class:`Summary` and check the SLO gates."""
+    # Counts and percentiles come from the locustfile's own listener, which sees every request
+    # event (Locust's final CSV can miss the answers that arrive while users stop); rates are
+    # over the span from the first to the last answer.
+    counts = _read_counts(report / ".latency")
+    client_cpu_s = _read_cpu(report / ".latency")
+    failures = _read_failures(report / "locust_failures.csv")
+    slo: SLO = options.slo
+    overall_counted = _Counted()
+    for counted in counts.values():
+        overall_counted.add(counted)
+    seconds = overall_counted.seconds or wall_seconds
+    server = scraper.total() if scraper is not None else {}
+    series = scraper.series([s.label for s in specs]) if scraper is not None else {}
+    breaches: list[Breach] = []
+    models: dict[str, Any] = {}
+    for target, spec, precision in zip(options.models, specs, precisions, strict=True):
+        label = spec.label
+        counted = counts.get(label, _Counted())
+        totals = Totals.from_histogram(counted.hist, counted.failures, seconds, requests=counted.requests)
+        model_breaches = check_slo(slo, totals, scope=label)
+        breaches += model_breaches
+        entry: dict[str, Any] = {
+            "model": spec.name,
+            "version": spec.version,
+            "precision": precision,
+            "batch": _batch_label(target.batch_mix),
+            "weight": target.weight,
+            **_scope(totals),
+            "samples_per_s": round(totals.rps * _mean_batch(target.batch_mix), 2),
+            "slo_passed": not model_breaches,
+            "slo_breaches": [str(b) for b in model_breaches],
+            "errors": failures.get(label, {}),
+        }
+        if label in server:
+            entry["server"] = server[label].to_json()
+            entry["server"]["batch_sizes_formed"] = batch_histogram(series, label)
+        models[label] = entry
+    overall = Totals.from_histogram(
+        overall_counted.hist, overall_counted.failures, seconds, requests=overall_counted.requests
+    )
+    overall_breaches = check_slo(slo, overall, scope="overall")
+    breaches = overall_breaches + breaches
+    aggregated = {"requests": overall.requests, "failures": overall.failures}
+    triton_requests = sum(server[s.label].requests for s in specs if s.label in server) if server else None
+    accounting: dict[str, Any] = {
+        "sent": aggregated["requests"],
+        "succeeded": aggregated["requests"] - aggregated["failures"],
+        "failed": aggregated["failures"],
+        "triton_requests": triton_requests,
+        "triton_success": sum(int(server[s.label].get("success")) for s in specs if s.label in server)
+        if server
+        else None,
+        "triton_failure": sum(int(server[s.label].get("failure")) for s in specs if s.label in server)
+        if server
+        else None,
+    }
+    accounting["matched"] = triton_requests == aggregated["requests"] if triton_requests is not None else None
+    ramp_path = report / "ramp_steps.json"
+    ramp_steps = json.loads(ramp_path.read_text()) if ramp_path.exists() else []
+    knee, knee_rule = _knee(ramp_steps)
+    data: dict[str, Any] = {
+        "scenario": options.scenario,
+        "protocol": options.protocol,
+        "grpc_transport": options.grpc_transport if options.protocol == "grpc" else None,
+        "http_transport": options.http_transport if options.protocol == "http" else None,
+        "users": options.users,
+        "workers": options.workers,
+        "duration_s": round(float(options.duration), 3),
+        "measured_s": round(seconds, 3),
+        "machine": machine,
+        "started": datetime.datetime.fromtimestamp(started_at, datetime.UTC).isoformat(timespec="seconds"),
+        **_scope(overall),
+        "slo_passed": not breaches,
+        "slo": {**slo.to_json(), "breaches": [str(b) for b in breaches]},
+        "models": models,
+        "accounting": accounting,
+        # CPU seconds of the load generator's processes (Locust, workers, gRPC engines) per request:
+        # what a load generator costs, less sensitive than req/s to neighbours on a shared machine.
+        "client_cpu_s": None if client_cpu_s is None else round(client_cpu_s, 3),
+        "client_cpu_us_per_request": (
+            round(client_cpu_s * 1e6 / overall.requests, 1) if client_cpu_s and overall.requests else None
+        ),
+        "ramp_steps": ramp_steps,
+        "knee": knee,
+        "knee_rule": knee_rule,
+        "wrk": dict(wrk) if wrk else None,
+        "notes": list(notes) + (scraper.errors[:3] if scraper is not None else []),
+    }
+    if series:
+        (report / "server_metrics.json").write_text(json.dumps(series, indent=1))
+    return Summary(data, breaches)
+
+
+#: a ramp step that adds less throughput than this over the previous one is past the knee
+SATURATION_GAIN = 0.05
+
+
+def _knee(steps: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The ramp's knee: the last step within the SLO; without a breach, the step after which more
+    users stopped adding throughput (under 5 %); ``None`` when neither happened."""
+    if not steps:
+        return None, None
+    for index, step in enumerate(steps):
+        if step["breaches"]:
+            return (steps[index - 1], "slo") if index else (None, "slo")
+    for before, after in itertools.pairwise(steps):
+        if after["rps"] < before["rps"] * (1 + SATURATION_GAIN):
+            return before, "saturation"
+    return None, "not reached"
+
+
+def _mean_batch(mix: Mapping[int, float]) -> float:
+    total = sum(mix.values())
+    return sum(b * w for b, w in mix.items()) / total if total else 1.0
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(summary: Summary) -> str:
+    """``summary.md``: the capacity table, server view, accounting, SLO verdict, ramp, wrk."""
+    d = summary.data
+    lines = [
+        f"# Load test: {d['scenario']} over {d['protocol']}, {d['users']} users"
+        + (f", {d['workers']} workers" if d["workers"] else ""),
+        "",
+        f"Machine: {d['machine']}. Started {d['started']}, {d['measured_s']:.1f} s measured.",
+        "",
+        "| model | precision | batch | p50 ms | p95 ms | p99 ms | throughput (req/s) | samples/s | failures |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, m in d["models"].items():
+        lines.append(
+            f"| {label} | {m['precision']} | {m['batch']} | {_ms(m['p50_ms'])} | {_ms(m['p95_ms'])} | "
+            f"{_ms(m['p99_ms'])} | {m['rps']:,.1f} | {m['samples_per_s']:,.1f} | {m['failures']:,} / {m['requests']:,} |"
+        )
+    if len(d["models"]) > 1:
+        lines.append(
+            f"| **all** | | | {_ms(d['p50_ms'])} | {_ms(d['p95_ms'])} | {_ms(d['p99_ms'])} | {d['rps']:,.1f} | | "
+            f"{d['failures']:,} / {d['requests']:,} |"
+        )
+    servers = {k: m["server"] for k, m in d["models"].items() if "server" in m}
+    if servers:
+        lines += [
+            "",
+            "Server view (Triton `/metrics`, differences over the run):",
+            "",
+            "| model | Triton requests | queue µs/request | compute µs/request | avg batch formed | batch sizes formed (executions) |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for label, s in servers.items():
+            sizes = ", ".join(f"{b}: {n:,}" for b, n in s.get("batch_sizes_formed", {}).items()) or "-"
+            lines.append(
+                f"| {label} | {s['requests']:,} | {_ms(s['queue_us_per_request'])} | "
+                f"{_ms(s['compute_us_per_request'])} | {_ms(s['avg_batch'])} | {sizes} |"
+            )
+    acc = d["accounting"]
+    if acc["triton_requests"] is None:
+        lines += [
+            "",
+            f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
+            "Triton's counters were not available.",
+        ]
+    else:
+        verdict = "match" if acc["matched"] else f"DIFFER by {acc['sent'] - acc['triton_requests']:+,}"
+        lines += [
+            "",
+            f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
+            f"Triton counted {acc['triton_requests']:,} ({acc['triton_success']:,} success + "
+            f"{acc['triton_failure']:,} failure): {verdict}.",
+        ]
+    if d.get("client_cpu_us_per_request") is not None:
+        name = d.get("grpc_transport") or d.get("http_transport")
+        transport = f" (`{name}` transport)" if name else ""
+        lines += [
+            "",
+            f"Load generator{transport}: {d['client_cpu_s']:.2f} CPU-seconds while load was on, "
+            f"{d['client_cpu_us_per_request']:,.0f} µs per request.",
+        ]
+    slo = d["slo"]
+    gates = ", ".join(f"{k} {v:g}" for k, v in slo.items() if k != "breaches" and v is not None) or "none"
+    lines += ["", f"SLO ({gates}): **{'PASSED' if d['slo_passed'] else 'BREACHED'}**"]
+    lines += [f"- {b}" for b in slo["breaches"]]
+    if d["ramp_steps"]:
+        lines += [
+            "",
+            "Ramp steps:",
+            "",
+            "| step | users | req/s | p50 ms | p95 ms | p99 ms | failures | SLO |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for s in d["ramp_steps"]:
+            lines.append(
+                f"| {s['step']} | {s['users']} | {s['rps']:,.1f} | {_ms(s['p50_ms'])} | {_ms(s['p95_ms'])} | "
+                f"{_ms(s['p99_ms'])} | {s['failures']:,} | {'; '.join(s['breaches']) or 'ok'} |"
+            )
+        knee, rule = d["knee"], d["knee_rule"]
+        if rule == "slo":
+            text = (
+                f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s, the last step within the SLO."
+                if knee
+                else "Knee: the first step already broke the SLO."
+            )
+        elif rule == "saturation":
+            text = (
+                f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s: more users added under "
+                f"{SATURATION_GAIN:.0%} throughput, only latency (no SLO gate broke)."
+            )
+        else:
+            text = "Knee: not reached; throughput still rose at the last step and no SLO gate broke."
+        lines += ["", text]
+    if d["wrk"]:
+        w = d["wrk"]
+        ratio = d["rps"] / w["rps"] if w.get("rps") else None
+        lines += [
+            "",
+            "Cross-check with wrk (same body, same endpoint, HTTP/1.1 JSON):",
+            "",
+            "| generator | connections | req/s | Locust / wrk |",
+            "|---|---:|---:|---:|",
+            f"| wrk | {w['connections']} | {w['rps']:,.1f} | |",
+            f"| Locust ({d['protocol']}) | {d['users']} | {d['rps']:,.1f} | {ratio:.2f} |" if ratio else "",
+        ]
+    for note in d["notes"]:
+        lines += ["", f"Note: {note}"]
+    plots = [
+        p
+        for p in ("latency_over_time.png", "ramp_throughput_p99.png", "server_queue_compute.png")
+        if p in d.get("plots", [])
+    ]
+    if plots:
+        lines += [""] + [f"![{p[:-4]}]({p})" for p in plots]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(summary: Summary, report: Path, *, plots: bool = True) -> None:
+    """Write ``summary.json``, ``summary.md`` and the PNG plots into ``report``."""
+    if plots:
+        from tritonkit.loadtest.report.plots import draw_all
+
+        summary.data["plots"] = draw_all(report, summary.data)
+    else:
+        summary.data["plots"] = []
+    (report / "summary.json").write_text(json.dumps(summary.data, indent=1, default=str) + "\n")
+    (report / "summary.md").write_text(markdown(summary))

@@ -1,0 +1,196 @@
+"""``tritonkit check``: verify every model of a repository against its artifacts, one line per problem.
+
+Owns the rules that predict whether Triton will load a repository and serve it correctly, found
+without starting a server: every directory at the root is a model (Triton 2.51 tries to load even
+hidden ones), each needs a ``config.pbtxt`` that parses and validates and names its directory, at
+least one numeric version directory, and the artifact its backend or platform implies. For ONNX
+artifacts (``onnxruntime_onnx``, or the portable runner's ``onnx_file`` parameter) the config's
+input and output names, data types and dims must match the graph, respecting ``max_batch_size``
+(python-backend versions only when they run the portable ONNX runner, which serves the graph as is).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tritonkit.config import ModelConfig, TensorConfig
+from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
+from tritonkit.repository.onnx_io import TensorSpec, read_io
+from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
+from tritonkit.serve.runners import ONNX_RUNNER, runner_path
+
+__all__ = ["check_model", "check_repository", "compare_tensors", "expected_artifacts"]
+
+_ONNX_PLATFORMS = ("onnxruntime_onnx",)
+_ONNX_BACKENDS = ("onnxruntime",)
+_PLAN_PLATFORMS = ("tensorrt_plan",)
+_PLAN_BACKENDS = ("tensorrt",)
+
+
+def expected_artifacts(config: ModelConfig) -> list[str]:
+    """File names a version of ``config`` must contain (empty when the backend is not one we know)."""
+    names: list[str] = []
+    backend, platform = config.backend or "", config.platform or ""
+    if backend == "python":
+        names.append(config.default_model_filename or "model.py")
+        onnx_file = config.parameters.get("onnx_file")
+        if onnx_file:
+            names.append(onnx_file)
+    elif platform in _ONNX_PLATFORMS or backend in _ONNX_BACKENDS:
+        names.append(config.default_model_filename or "model.onnx")
+    elif (platform in _PLAN_PLATFORMS or backend in _PLAN_BACKENDS) and not config.cc_model_filenames:
+        # With cc_model_filenames the plan is named per compute capability (checked separately).
+        names.append(config.default_model_filename or "model.plan")
+    return names
+
+
+def _runs_graph_as_is(config: ModelConfig, version_dir: Path) -> bool:
+    """True when a python-backend version is the portable ONNX runner, whose I/O *is* the graph's.
+
+    Other python runners (e.g. the text-embedding one, which tokenizes server-side) also name an
+    ``onnx_file`` but expose different tensors, so only the ONNX runner is compared with its graph.
+    """
+    if config.parameters.get("runner") == ONNX_RUNNER:
+        return True
+    model_py = version_dir / (config.default_model_filename or "model.py")
+    try:
+        return model_py.read_bytes() == runner_path(ONNX_RUNNER).read_bytes()
+    except OSError:
+        return False
+
+
+def _onnx_artifact(config: ModelConfig, version_dir: Path) -> str | None:
+    if config.backend == "python":
+        if not _runs_graph_as_is(config, version_dir):
+            return None
+        return config.parameters.get("onnx_file") or None
+    if (config.platform or "") in _ONNX_PLATFORMS or (config.backend or "") in _ONNX_BACKENDS:
+        return config.default_model_filename or "model.onnx"
+    return None
+
+
+def _fmt(dims: list[int] | tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def compare_tensors(
+    kind: str, configured: list[TensorConfig], graph: tuple[TensorSpec, ...], max_batch_size: int
+) -> list[str]:
+    """Mismatches between config tensors and graph tensors of one kind ("input" or "output")."""
+    problems: list[str] = []
+    by_name = {t.name: t for t in graph}
+    config_names = {t.name for t in configured}
+    for tensor in configured:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            problems.append(
+                f"config {kind} `{tensor.name}` is not a graph {kind}; graph has: {', '.join(by_name) or 'none'}"
+            )
+            continue
+        if tensor.data_type != spec.data_type:
+            problems.append(
+                f"{kind} `{tensor.name}`: config data type {tensor.data_type}, graph has {spec.data_type}"
+            )
+        graph_dims = spec.dims
+        if max_batch_size > 0:
+            if not spec.batch_dynamic:
+                problems.append(
+                    f"{kind} `{tensor.name}`: max_batch_size {max_batch_size} needs a dynamic first axis, "
+                    f"graph shape is {_fmt(spec.dims)}"
+                )
+                continue
+            graph_dims = spec.dims[1:]
+        # With `reshape`, the model sees the reshaped shape: that is what must match the graph.
+        seen = tensor.reshape if tensor.reshape is not None else tensor.dims
+        if len(seen) != len(graph_dims) or any(
+            c != g and not (g == -1 and c > 0) for c, g in zip(seen, graph_dims, strict=False)
+        ):
+            shown = "without the batch axis" if max_batch_size > 0 else "full shape"
+            problems.append(
+                f"{kind} `{tensor.name}`: config {'reshape' if tensor.reshape is not None else 'dims'} {_fmt(seen)}, graph has {_fmt(graph_dims)} ({shown})"
+            )
+    for spec in graph:
+        if spec.name not in config_names and kind == "input":
+            problems.append(f"graph input `{spec.name}` is missing from the config")
+    return problems
+
+
+def _check_version(config: ModelConfig, version_dir: Path) -> list[str]:
+    prefix = f"version {version_dir.name}: "
+    problems: list[str] = []
+    for artifact in expected_artifacts(config):
+        if not (version_dir / artifact).is_file():
+            problems.append(f"{prefix}artifact `{artifact}` is missing")
+    if not config.cc_model_filenames and not expected_artifacts(config) and not any(version_dir.iterdir()):
+        problems.append(f"{prefix}version directory is empty")
+    for plan in config.cc_model_filenames.values():
+        if not (version_dir / plan).is_file():
+            problems.append(f"{prefix}artifact `{plan}` (cc_model_filenames) is missing")
+    manifest = version_dir / MANIFEST_FILE
+    if manifest.is_file():
+        try:
+            Manifest.from_json(manifest.read_text(encoding="utf-8"))
+        except (RepositoryError, UnicodeDecodeError) as exc:
+            problems.append(f"{prefix}{exc}")
+    onnx_name = _onnx_artifact(config, version_dir)
+    if onnx_name and (version_dir / onnx_name).is_file():
+        try:
+            graph = read_io(version_dir / onnx_name, check=False)
+        except ModelImportError as exc:
+            return [*problems, f"{prefix}{exc}"]
+        for kind, configured, specs in (
+            ("input", config.inputs, graph.inputs),
+            ("output", config.outputs, graph.outputs),
+        ):
+            problems.extend(
+                prefix + p for p in compare_tensors(kind, configured, specs, config.max_batch_size)
+            )
+    return problems
+
+
+def check_model(model_dir: Path) -> list[str]:
+    """Problems of one model directory, each without the model-name prefix."""
+    config_path = model_dir / CONFIG_FILE
+    if not config_path.is_file():
+        return [f"no {CONFIG_FILE}; Triton cannot load this directory as a model"]
+    try:
+        config = ModelConfig.load(config_path)
+    except ConfigError as exc:
+        detail = str(exc).replace(str(config_path) + ": ", "")
+        return [f"{CONFIG_FILE} does not parse ({detail})"]
+    problems = list(config.problems())
+    if config.name and config.name != model_dir.name:
+        problems.append(f"config name `{config.name}` does not match the directory name `{model_dir.name}`")
+    versions = sorted(
+        (p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0),
+        key=lambda p: int(p.name),
+    )
+    if not versions:
+        problems.append("no version directory; expected a numeric subdirectory such as `1/`")
+    for version_dir in versions:
+        problems.extend(_check_version(config, version_dir))
+    return problems
+
+
+def check_repository(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
+    """Every problem in the repository as ``"MODEL: problem"`` lines (empty when all is well).
+
+    RepositoryError if ``root`` is not a directory at all.
+    """
+    repo = root if isinstance(root, ModelRepository) else ModelRepository(root)
+    problems: list[str] = []
+    for entry in sorted(repo.root.iterdir()):
+        if not entry.is_dir():
+            continue  # Triton only looks at directories at the root
+        if entry.name.startswith(STAGING_PREFIX):
+            problems.append(
+                f"{entry.name}: staging directory left by an interrupted write; Triton would try to load "
+                "it as a model: remove it"
+            )
+            continue
+        if entry.name.startswith("."):
+            problems.append(f"{entry.name}: hidden directory; Triton would try to load it as a model")
+            continue
+        problems.extend(f"{entry.name}: {p}" for p in check_model(entry))
+    return problems

@@ -1,0 +1,7 @@
+"""Serving: the embedded ``tritonserver`` (``embedded``) and the python-backend runners versions carry (``runners``)."""
+
+from __future__ import annotations
+
+from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer, find_triton
+
+__all__ = ["ADMIN_HEADER", "EmbeddedServer", "find_triton"]

@@ -1,0 +1,174 @@
+"""tritonkit text-embedding runner: a Triton python-backend model that turns sentences into embeddings.
+
+Copied by the MiniLM builds (:mod:`tritonkit.build.flagship.minilm`) into
+``<model>/<version>/model.py``, next to ``model.onnx`` (a sentence-transformers encoder exported with
+mean pooling and L2 normalisation inside the graph) and ``tokenizer.json``. Self-contained on
+purpose: it runs inside the python-backend stub and imports nothing from tritonkit.
+
+Input ``TEXT`` (BYTES, one UTF-8 string per batch row, dims [1]); output ``EMBEDDING`` (FP32,
+dims [D]). Every request Triton hands to one ``execute`` call is tokenized together, padded to the
+longest sentence of that batch (not to a fixed length: short sentences stay cheap) and run through
+ONNX Runtime once.
+
+With parameter ``mode: tokenize`` the same file is the first step of an ensemble instead: it only
+tokenizes, and answers ``input_ids`` and ``attention_mask`` (INT64, padded to the request's longest
+sentence rounded up to ``pad_to_multiple_of``, so the next model's dynamic batcher sees few distinct
+shapes). That is how text reaches a TensorRT or ONNX Runtime model in NVIDIA's Triton container.
+
+Config ``parameters`` it reads (all optional, string values):
+  ``mode``              ``embed`` (default) or ``tokenize``
+  ``pad_to_multiple_of`` tokenize mode: sequence length rounding (default 16)
+  ``onnx_file``         artifact in the version directory (default ``model.onnx``)
+  ``tokenizer_file``    ``tokenizers`` JSON in the version directory (default ``tokenizer.json``)
+  ``max_seq_length``    truncation length in tokens (default 256, sentence-transformers' value)
+  ``intra_op_threads``  ORT intra-op threads per instance (default 1)
+  ``execution_provider`` ``auto`` (CUDA when ORT has it and the instance is not KIND_CPU) or ``cpu``
+"""
+
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_NUMPY_MAJOR = int(np.__version__.split(".")[0])
+
+
+def _param(params, key, default):
+    value = params.get(key, {})
+    text = value.get("string_value", "") if isinstance(value, dict) else ""
+    return text or default
+
+
+class TritonPythonModel:
+    """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
+
+    def initialize(self, args):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        config = json.loads(args["model_config"])
+        params = config.get("parameters", {})
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.input_name = config["input"][0]["name"]
+        self.output_name = config["output"][0]["name"]
+        self.mode = _param(params, "mode", "embed")
+        if self.mode not in ("embed", "tokenize"):
+            raise ValueError(f"parameter `mode` must be embed or tokenize; got {self.mode!r}")
+
+        self.tokenizer = Tokenizer.from_file(
+            os.path.join(version_dir, _param(params, "tokenizer_file", "tokenizer.json"))
+        )
+        # The shipped tokenizer.json pads and truncates to a fixed 128; sentence-transformers
+        # truncates at max_seq_length (256) and pads to the longest sentence of the batch.
+        padding = self.tokenizer.padding or {}
+        self.tokenizer.enable_truncation(int(_param(params, "max_seq_length", "256")))
+        multiple = int(_param(params, "pad_to_multiple_of", "16")) if self.mode == "tokenize" else None
+        self.tokenizer.enable_padding(
+            pad_id=int(padding.get("pad_id", 0)),
+            pad_token=padding.get("pad_token", "[PAD]"),
+            pad_to_multiple_of=multiple,
+        )
+        if self.mode == "tokenize":
+            self.session = None
+            return
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(_param(params, "intra_op_threads", "1"))
+        options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        wanted = _param(params, "execution_provider", "auto")
+        if (
+            wanted == "auto"
+            and "CUDAExecutionProvider" in ort.get_available_providers()
+            and args.get("model_instance_kind", "") != "CPU"
+        ):
+            device = int(args.get("model_instance_device_id", "0") or 0)
+            providers = [("CUDAExecutionProvider", {"device_id": device}), "CPUExecutionProvider"]
+        self.session = ort.InferenceSession(
+            os.path.join(version_dir, _param(params, "onnx_file", "model.onnx")),
+            sess_options=options,
+            providers=providers,
+        )
+        self.graph_inputs = {i.name for i in self.session.get_inputs()}
+        self.graph_output = self.session.get_outputs()[0].name
+
+    def _sentences(self, request):
+        tensor = pb_utils.get_input_tensor_by_name(request, self.input_name)
+        if tensor is None:
+            raise ValueError(f"request lacks input `{self.input_name}`")
+        values = tensor.as_numpy().reshape(-1)
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+    def _embed(self, sentences):
+        encodings = self.tokenizer.encode_batch(sentences)
+        feeds = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        }
+        if "token_type_ids" in self.graph_inputs:
+            feeds["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        return self.session.run([self.graph_output], feeds)[0].astype(np.float32, copy=False)
+
+    @staticmethod
+    def _tensor(name, array):
+        array = np.ascontiguousarray(array)
+        if _NUMPY_MAJOR >= 2:
+            # This stub release rejects NumPy-2 arrays as outputs; DLPack through torch works.
+            import torch
+            import torch.utils.dlpack as torch_dlpack
+
+            return pb_utils.Tensor.from_dlpack(name, torch_dlpack.to_dlpack(torch.from_numpy(array)))
+        return pb_utils.Tensor(name, array)
+
+    def _response(self, array):
+        return pb_utils.InferenceResponse(output_tensors=[self._tensor(self.output_name, array)])
+
+    def _tokenize(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                encodings = self.tokenizer.encode_batch(self._sentences(request))
+                ids = np.array([e.ids for e in encodings], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[self._tensor("input_ids", ids), self._tensor("attention_mask", mask)]
+                    )
+                )
+            except Exception as exc:  # a malformed request fails alone
+                responses.append(self._error(exc))
+        return responses
+
+    @staticmethod
+    def _error(exc):
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+    def execute(self, requests):
+        if self.mode == "tokenize":
+            # Per request: each keeps its own padded length (one response per request anyway).
+            return self._tokenize(requests)
+        responses = [None] * len(requests)
+        batch, owners = [], []
+        for index, request in enumerate(requests):
+            try:
+                sentences = self._sentences(request)
+            except Exception as exc:  # a malformed request fails alone
+                responses[index] = self._error(exc)
+                continue
+            owners.append((index, len(batch), len(sentences)))
+            batch.extend(sentences)
+        if batch:
+            try:
+                embeddings = self._embed(batch)
+            except Exception as exc:
+                for index, _, _ in owners:
+                    responses[index] = self._error(exc)
+                return responses
+            for index, start, count in owners:
+                responses[index] = self._response(embeddings[start : start + count])
+        return responses
+
+    def finalize(self):
+        self.session = None
