@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tritonkit.deploy import k8s
+from tritonkit import deploy
 
 Obj = dict[str, Any]
 
@@ -19,7 +19,7 @@ Obj = dict[str, Any]
 def rendered_all() -> dict[str, list[Obj]]:
     if shutil.which("kubectl") is None:
         pytest.skip("needs `kubectl` (v1.27+, with kustomize v5) on PATH to render the overlays")
-    return {overlay: k8s.render(overlay) for overlay in k8s.OVERLAYS}
+    return {overlay: deploy.render(overlay) for overlay in deploy.OVERLAYS}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tritonkit.deploy import k8s
+from tritonkit import deploy
 
 Obj = dict[str, Any]
 
@@ -35,7 +35,7 @@ def _job(objects: list[Obj], component: str) -> tuple[str, dict[str, str]]:
         if obj["kind"] == "Job" and labels.get("app.kubernetes.io/component") == component:
             container = obj["spec"]["template"]["spec"]["containers"][0]
             assert container["command"] == ["/bin/sh", "-c"]
-            env, missing = k8s.container_env(container, objects)
+            env, missing = deploy.container_env(container, objects)
             assert not missing
             return container["args"][0], env
     raise AssertionError(f"no {component} Job")

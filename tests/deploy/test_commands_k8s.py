@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tritonkit import deploy
 from tritonkit.cli import main
-from tritonkit.deploy import k8s
 
 REPO_K8S = Path(__file__).resolve().parents[2] / "k8s"
 
@@ -18,7 +18,7 @@ def test_render_to_stdout_is_the_overlay(
     capsys: pytest.CaptureFixture[str], rendered_all: dict[str, list[dict]]
 ) -> None:
     assert main(["k8s", "render", "--overlay", "t4"]) == 0
-    assert k8s.parse_objects(capsys.readouterr().out) == rendered_all["t4"]
+    assert deploy.parse_objects(capsys.readouterr().out) == rendered_all["t4"]
 
 
 def test_render_to_file(
@@ -26,7 +26,7 @@ def test_render_to_file(
 ) -> None:
     out = tmp_path / "dev.yaml"
     assert main(["k8s", "render", "--overlay", "dev", "--output", str(out)]) == 0
-    assert k8s.parse_objects(out.read_text()) == rendered_all["dev"]
+    assert deploy.parse_objects(out.read_text()) == rendered_all["dev"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.yaml"]  # no temp file left behind
     assert "wrote" in capsys.readouterr().err
 

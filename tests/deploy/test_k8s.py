@@ -1,4 +1,4 @@
-"""tritonkit.deploy.k8s on the real overlays: render with kubectl kustomize, strict schemas, the deployment
+"""tritonkit.deploy on the real overlays: render with kubectl kustomize, strict schemas, the deployment
 checklist, and proof that each check bites when one setting regresses."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tritonkit.deploy import k8s
+from tritonkit import deploy
 from tritonkit.errors import DeployError
+from tritonkit.loadtest.scenarios import SCENARIOS
 
 Obj = dict[str, Any]
 Rendered = Callable[[str], list[Obj]]
@@ -56,7 +57,7 @@ EXPECTED_KINDS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("overlay", sorted(k8s.OVERLAYS))
+@pytest.mark.parametrize("overlay", sorted(deploy.OVERLAYS))
 def test_render_each_overlay(rendered: Rendered, overlay: str) -> None:
     objects = rendered(overlay)
     assert {obj["kind"] for obj in objects} == EXPECTED_KINDS[overlay]
@@ -65,16 +66,16 @@ def test_render_each_overlay(rendered: Rendered, overlay: str) -> None:
 
 
 def test_render_text_matches_kubectl_and_unknown_overlay_names_the_allowed_ones() -> None:
-    text = k8s.render_text("dev")
-    assert k8s.parse_objects(text) == k8s.render("dev")
+    text = deploy.render_text("dev")
+    assert deploy.parse_objects(text) == deploy.render("dev")
     with pytest.raises(DeployError, match=r"unknown overlay `prod`; expected one of: dev, loadtest, t4"):
-        k8s.render("prod")
+        deploy.render("prod")
 
 
 def test_missing_kubectl_is_one_line_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONKIT_KUBECTL", "/nonexistent/kubectl")
     with pytest.raises(DeployError, match=r"`kubectl` not found on PATH; install kubectl"):
-        k8s.render("t4")
+        deploy.render("t4")
 
 
 def test_kustomize_failure_is_wrapped(tmp_path: Any) -> None:
@@ -83,15 +84,15 @@ def test_kustomize_failure_is_wrapped(tmp_path: Any) -> None:
     (tmp_path / "overlays" / "dev").mkdir(parents=True)
     (tmp_path / "overlays" / "dev" / "kustomization.yaml").write_text("resources: [../../base]\n")
     with pytest.raises(DeployError, match=r"`kubectl kustomize .*overlays/dev` failed: .*missing.yaml"):
-        k8s.render("dev", root=tmp_path)
+        deploy.render("dev", root=tmp_path)
 
 
 # --- schemas -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version", [k8s.KUBERNETES_VERSION, "1.33"])
-@pytest.mark.parametrize("overlay", sorted(k8s.OVERLAYS))
+@pytest.mark.parametrize("version", [deploy.KUBERNETES_VERSION, "1.33"])
+@pytest.mark.parametrize("overlay", sorted(deploy.OVERLAYS))
 def test_schemas_strict(rendered: Rendered, overlay: str, version: str) -> None:
     # the pinned version, and a newer one so an API removal shows up before clusters upgrade
-    assert k8s.validate(rendered(overlay), kubernetes_version=version) == []
+    assert deploy.validate(rendered(overlay), kubernetes_version=version) == []
 
 
 def test_schema_validation_bites(rendered: Rendered) -> None:
@@ -99,7 +100,7 @@ def test_schema_validation_bites(rendered: Rendered) -> None:
     container(find(objects, "Deployment", "triton"), "triton")["shmSize"] = "1Gi"  # not a Kubernetes field
     find(objects, "ServiceMonitor", "triton")["spec"]["endpoints"][0]["interval"] = "15 seconds"
     objects.append({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
-    problems = k8s.validate(objects)
+    problems = deploy.validate(objects)
     assert len(problems) == 3, problems
     assert "Deployment/triton: spec.template.spec.containers.0: Additional properties" in problems[0]
     assert "'shmSize' was unexpected" in problems[0]
@@ -111,9 +112,9 @@ def test_schema_validation_bites(rendered: Rendered) -> None:
 
 
 # --- the checklist -------------------------------------------------------------------------------
-@pytest.mark.parametrize("overlay", sorted(k8s.OVERLAYS))
+@pytest.mark.parametrize("overlay", sorted(deploy.OVERLAYS))
 def test_checklist_holds(rendered: Rendered, overlay: str) -> None:
-    assert k8s.checklist(rendered(overlay), overlay) == []
+    assert deploy.checklist(rendered(overlay), overlay, scenarios=SCENARIOS) == []
 
 
 def _triton(objects: list[Obj]) -> Obj:
@@ -313,7 +314,7 @@ def test_checklist_bites_on_t4(
 ) -> None:
     objects = rendered("t4")
     mutate(objects)
-    problems = k8s.checklist(objects, "t4")
+    problems = deploy.checklist(objects, "t4")
     assert any(expected in line for line in problems), problems
     assert all(line.startswith("t4: ") for line in problems)
 
@@ -322,7 +323,8 @@ def test_checklist_bites_on_dev_gpu_and_loadtest_wiring(rendered: Rendered) -> N
     dev = rendered("dev")
     _triton(dev)["resources"]["limits"]["nvidia.com/gpu"] = 1
     assert any(
-        "expected no GPU in the dev overlay, found nvidia.com/gpu 1" in p for p in k8s.checklist(dev, "dev")
+        "expected no GPU in the dev overlay, found nvidia.com/gpu 1" in p
+        for p in deploy.checklist(dev, "dev")
     )
 
     loadtest = rendered("loadtest")
@@ -331,7 +333,7 @@ def test_checklist_bites_on_dev_gpu_and_loadtest_wiring(rendered: Rendered) -> N
     scenario = json.loads(scenario_map["scenario.json"])
     scenario.update(http_url="example.com:8000", scenario="burst")
     scenario_map["scenario.json"] = json.dumps(scenario)
-    problems = k8s.checklist(loadtest, "loadtest")
+    problems = deploy.checklist(loadtest, "loadtest", scenarios=SCENARIOS)
     assert any("LOCUST_EXPECT_WORKERS=4 must equal the worker replicas (2)" in p for p in problems), problems
     assert any(
         "expected http_url on the Triton Service's port 8000, found `example.com:8000`" in p for p in problems
@@ -344,7 +346,7 @@ def test_checklist_bites_on_dev_gpu_and_loadtest_wiring(rendered: Rendered) -> N
 # --- the server command line ---------------------------------------------------------------------
 def test_triton_args_resolve_configmap_and_secret(rendered: Rendered) -> None:
     objects = rendered("t4")
-    args = k8s.triton_args(objects, secrets={"triton-admin-key/key": "k3y"})
+    args = deploy.triton_args(objects, secrets={"triton-admin-key/key": "k3y"})
     assert args[0] == "tritonserver"
     assert not [a for a in args if "$(" in a]
     assert f"--exit-timeout-secs={_server_args(objects)['TRITON_EXIT_TIMEOUT_SECS']}" in args
@@ -354,20 +356,20 @@ def test_triton_args_resolve_configmap_and_secret(rendered: Rendered) -> None:
     # without the secret the key stays a placeholder, never an empty string
     assert (
         "--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:triton-admin-key=<secret triton-admin-key/key>"
-        in k8s.triton_args(objects)
+        in deploy.triton_args(objects)
     )
 
 
 # --- checkov skips ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("overlay", sorted(k8s.OVERLAYS))
+@pytest.mark.parametrize("overlay", sorted(deploy.OVERLAYS))
 def test_every_checkov_skip_is_justified(rendered: Rendered, overlay: str) -> None:
-    assert k8s.skip_problems(rendered(overlay)) == []
+    assert deploy.skip_problems(rendered(overlay)) == []
 
 
 def test_unjustified_skip_is_reported(rendered: Rendered) -> None:
     objects = rendered("t4")
     find(objects, "Deployment", "triton")["metadata"]["annotations"]["checkov.io/skip9"] = "CKV_K8S_16=ok"
-    assert k8s.skip_problems(objects) == [
+    assert deploy.skip_problems(objects) == [
         "Deployment/triton: checkov.io/skip9 must read `CKV_K8S_NN=<reason of 20+ chars, no '='>`, found `CKV_K8S_16=ok`"
     ]
 
@@ -375,7 +377,7 @@ def test_unjustified_skip_is_reported(rendered: Rendered) -> None:
 # --- checkov ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def checkov_binary() -> Any:
-    path = k8s.find_checkov()
+    path = deploy.find_checkov()
     if path is None:
         pytest.skip("needs checkov: run `make checkov` (creates .venv-checkov) or set TRITONKIT_CHECKOV")
     return path
@@ -389,7 +391,7 @@ def test_checkov_passes_every_overlay_and_bites(
     security["privileged"] = True
     security["readOnlyRootFilesystem"] = False
     # one run (checkov starts slowly): the real overlays next to a copy with two regressions
-    result = k8s.run_checkov({**rendered_all, "t4-broken": broken}, checkov=checkov_binary)
+    result = deploy.run_checkov({**rendered_all, "t4-broken": broken}, checkov=checkov_binary)
     assert result.passed > 0
     assert {line.split(" (")[1].split(")")[0] for line in result.failed} == {"t4-broken"}, result.failed
     failed_ids = {line.split()[0] for line in result.failed if "Deployment.tritonkit.triton" in line}
@@ -417,7 +419,7 @@ def _status(url: str, headers: dict[str, str] | None = None, method: str = "GET"
         return int(exc.code)
 
 
-@pytest.mark.parametrize("overlay", k8s.SERVER_OVERLAYS)
+@pytest.mark.parametrize("overlay", deploy.SERVER_OVERLAYS)
 def test_rendered_args_run_on_real_triton_and_restrict_apis(
     rendered: Rendered, overlay: str, tmp_path: Any
 ) -> None:
@@ -427,7 +429,7 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
     from tritonkit.serve.embedded import EmbeddedServer
 
     key = secrets.token_hex(16)
-    args = k8s.triton_args(rendered(overlay), secrets={"triton-admin-key/key": key})
+    args = deploy.triton_args(rendered(overlay), secrets={"triton-admin-key/key": key})
     # The in-cluster repository path and fixed ports become a temp folder and free loopback ports;
     # every other flag goes to tritonserver 2.51 exactly as the pod would pass it (given last, so it wins).
     local = [

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tritonkit import deploy
 from tritonkit.bench.probe_model import write_probe_model
-from tritonkit.deploy import k8s
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 Obj = dict[str, Any]
@@ -45,9 +45,9 @@ def test_master_and_worker_run_the_project_locustfile(
     objects = rendered("loadtest")
     master = _workload(objects, "Job", "master")["spec"]["template"]["spec"]["containers"][0]
     worker = _workload(objects, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]
-    env, missing = k8s.container_env(master, objects)
+    env, missing = deploy.container_env(master, objects)
     assert not missing
-    assert k8s.container_env(worker, objects)[0] == env  # one settings ConfigMap for both
+    assert deploy.container_env(worker, objects)[0] == env  # one settings ConfigMap for both
 
     # the locustfile the pods run is this repository's (the image copies loadtests/ to /app/loadtests)
     locustfile = REPO / Path(env["LOCUST_LOCUSTFILE"]).relative_to("/app")

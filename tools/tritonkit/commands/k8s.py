@@ -1,7 +1,7 @@
 """``tritonkit k8s render|check``: print an overlay's manifests, or validate every overlay.
 
-The rendering, schemas, checklist and checkov run live in :mod:`tritonkit.deploy.k8s`; this module parses
-arguments, writes files atomically and prints.
+The rendering, schemas, checklist and checkov run live in :mod:`tritonkit.deploy`; this module parses
+arguments, hands the checklist the load-test scenario names, writes files atomically and prints.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tritonkit.deploy import k8s
+from tritonkit import deploy
 from tritonkit.errors import DeployError
+from tritonkit.loadtest.scenarios import SCENARIOS  # stdlib-only module, no Locust
 
 __all__ = ["register", "run_check", "run_render"]
 
@@ -23,7 +24,7 @@ __all__ = ["register", "run_check", "run_render"]
 def register(subparsers: Any, *, name: str, help: str) -> None:
     parser = subparsers.add_parser(name, help=help, description=help)
     actions = parser.add_subparsers(dest="k8s_command", metavar="ACTION")
-    overlays = ", ".join(k8s.OVERLAYS)
+    overlays = ", ".join(deploy.OVERLAYS)
 
     render = actions.add_parser("render", help="print an overlay's manifests (kubectl kustomize)")
     render.add_argument("--overlay", required=True, help=f"one of: {overlays}")
@@ -39,8 +40,8 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     )
     check.add_argument(
         "--kubernetes-version",
-        default=k8s.KUBERNETES_VERSION,
-        help=f"Kubernetes version of the schemas (default {k8s.KUBERNETES_VERSION})",
+        default=deploy.KUBERNETES_VERSION,
+        help=f"Kubernetes version of the schemas (default {deploy.KUBERNETES_VERSION})",
     )
     check.add_argument(
         "--checkov",
@@ -75,8 +76,8 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    text = k8s.render_text(args.overlay, root=args.k8s_dir)
-    k8s.parse_objects(text, source=f"overlay `{args.overlay}`")  # refuse to write what does not parse
+    text = deploy.render_text(args.overlay, root=args.k8s_dir)
+    deploy.parse_objects(text, source=f"overlay `{args.overlay}`")  # refuse to write what does not parse
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -86,8 +87,12 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    report = k8s.check(
-        args.overlay, root=args.k8s_dir, kubernetes_version=args.kubernetes_version, checkov=args.checkov
+    report = deploy.check(
+        args.overlay,
+        scenarios=SCENARIOS,
+        root=args.k8s_dir,
+        kubernetes_version=args.kubernetes_version,
+        checkov=args.checkov,
     )
     for line in report.lines:
         print(line)

@@ -1,1 +1,59 @@
-"""Deployment on Kubernetes: rendering the ``k8s/`` overlays, schema validation, the checklist, checkov."""
+"""Deployment on Kubernetes: rendering the ``k8s/`` overlays, schema validation, the checklist, checkov.
+
+Modules, lowest first: :mod:`.objects` (reading rendered objects, a container's environment),
+:mod:`.manifests` (the overlays, ``kubectl kustomize``, parsing), :mod:`.schemas` (strict validation),
+:mod:`.arguments` (the Triton command line an overlay runs), :mod:`.checks` (the deployment checklist, one
+module per concern), :mod:`.checkov` (checkov and its skip annotations) and :mod:`.report` (``check``,
+everything at once). ``tritonkit k8s`` (:mod:`tritonkit.commands.k8s`) is the CLI.
+
+Callers read the public names from here (``from tritonkit import deploy``; ``deploy.render("t4")``). This
+package imports nothing from :mod:`tritonkit.loadtest`: the load-test scenario names the checklist accepts
+are passed in by the caller. Every problem is one line naming the overlay, the object and what was
+expected versus found.
+"""
+
+from __future__ import annotations
+
+from tritonkit.deploy.arguments import TRITON_IMAGE, triton_args
+from tritonkit.deploy.checkov import CheckovResult, find_checkov, run_checkov, skip_problems
+from tritonkit.deploy.checks import checklist
+from tritonkit.deploy.checks.scaling import ADAPTER_METRIC
+from tritonkit.deploy.checks.server import REQUIRED_RESTRICTED_APIS
+from tritonkit.deploy.manifests import (
+    OVERLAYS,
+    SERVER_OVERLAYS,
+    find_kubectl,
+    manifests_dir,
+    overlay_dir,
+    parse_objects,
+    render,
+    render_text,
+)
+from tritonkit.deploy.objects import container_env
+from tritonkit.deploy.report import CheckReport, check
+from tritonkit.deploy.schemas import KUBERNETES_VERSION, validate
+
+__all__ = [
+    "ADAPTER_METRIC",
+    "KUBERNETES_VERSION",
+    "OVERLAYS",
+    "REQUIRED_RESTRICTED_APIS",
+    "SERVER_OVERLAYS",
+    "TRITON_IMAGE",
+    "CheckReport",
+    "CheckovResult",
+    "check",
+    "checklist",
+    "container_env",
+    "find_checkov",
+    "find_kubectl",
+    "manifests_dir",
+    "overlay_dir",
+    "parse_objects",
+    "render",
+    "render_text",
+    "run_checkov",
+    "skip_problems",
+    "triton_args",
+    "validate",
+]

@@ -1,0 +1,119 @@
+"""The T4 overlay's items of the checklist: GPU scheduling, the engine-build Jobs and their priority.
+
+Owns: one GPU per pod with required T4 node affinity and the GPU taint tolerated (Triton and the build
+Jobs alike); each build Job runs ``tritonkit build --target tensorrt --gpu T4``, outranks the Triton pods
+(which hold their T4 while waiting for it) and names its TensorRT version in the marker the pods wait
+for. Autoscaling and monitoring, also T4-only, are in :mod:`tritonkit.deploy.checks.scaling`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tritonkit.deploy.checks.context import Problems
+from tritonkit.deploy.checks.jobs import repository_jobs
+from tritonkit.deploy.checks.scaling import check_adapter_rule, check_autoscaling, check_monitoring
+from tritonkit.deploy.checks.security import check_security
+from tritonkit.deploy.objects import Obj, container_env, find, flags, gpu_limit, pod_spec, ref
+
+__all__ = ["T4_PRODUCTS", "check_t4"]
+
+T4_PRODUCTS = frozenset({"Tesla-T4", "Tesla-T4-SHARED"})
+
+
+def _check_t4_scheduling(p: Problems, workload: Obj, container: Obj) -> None:
+    """One GPU, required T4 node affinity in every term, the GPU taint tolerated."""
+    where = ref(workload)
+    gpu = gpu_limit(container)
+    p.expect(
+        str(gpu) == "1",
+        f"{where} container `{container.get('name')}`",
+        f"expected limits nvidia.com/gpu: 1, found {gpu}",
+    )
+    pod = pod_spec(workload)
+    terms = (
+        ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    t4_terms = [
+        term
+        for term in terms
+        if any(
+            e.get("key") == "nvidia.com/gpu.product"
+            and e.get("operator") == "In"
+            and set(e.get("values", [])) == T4_PRODUCTS
+            for e in term.get("matchExpressions", [])
+        )
+    ]
+    p.expect(
+        bool(terms) and len(t4_terms) == len(terms),
+        where,
+        f"expected required node affinity nvidia.com/gpu.product In {sorted(T4_PRODUCTS)} in every term, found {terms or 'none'}",
+    )
+    tolerations = pod.get("tolerations") or []
+    p.expect(
+        any(
+            t.get("key") == "nvidia.com/gpu"
+            and t.get("operator") == "Exists"
+            and t.get("effect") == "NoSchedule"
+            for t in tolerations
+        ),
+        where,
+        f"expected toleration nvidia.com/gpu Exists NoSchedule, found {tolerations or 'none'}",
+    )
+
+
+def _check_build_priority(p: Problems, objects: Sequence[Obj], job: Obj, deployment: Obj) -> None:
+    """The engine build outranks the Triton pods, which hold their T4 while waiting for it (no deadlock)."""
+
+    def priority(workload: Obj) -> int:
+        name = pod_spec(workload).get("priorityClassName")
+        classes = find(objects, "PriorityClass", name) if name else []
+        return int(classes[0].get("value", 0)) if classes else 0
+
+    name = pod_spec(job).get("priorityClassName")
+    p.expect(
+        bool(name) and bool(find(objects, "PriorityClass", name)),
+        ref(job),
+        f"expected a priorityClassName defined in the overlay, found {name or 'none'}",
+    )
+    p.expect(
+        priority(job) > priority(deployment),
+        ref(job),
+        f"expected a priority above the Triton pods' ({priority(job)} <= {priority(deployment)}): "
+        "waiting Triton pods hold every T4 otherwise",
+    )
+
+
+def check_t4(p: Problems, objects: Sequence[Obj], deployment: Obj, container: Obj) -> None:
+    """One T4 per pod; the engine build on a T4 for the Triton image's TensorRT; scaling; monitoring."""
+    _check_t4_scheduling(p, deployment, container)
+    server_env, _ = container_env(container, objects)
+    for job, build, script in repository_jobs(p, objects, deployment, container):
+        env, _ = container_env(build, objects)
+        build_flags = flags(script.split())
+        p.expect(
+            build_flags.get("--target") == ["tensorrt"],
+            ref(job),
+            f"expected `tritonkit build --target tensorrt`, found {build_flags.get('--target')}",
+        )
+        p.expect(
+            build_flags.get("--gpu") == ["T4"],
+            ref(job),
+            f"expected `--gpu T4`, found {build_flags.get('--gpu')}",
+        )
+        _check_t4_scheduling(p, job, build)
+        _check_build_priority(p, objects, job, deployment)
+        trt = env.get("TENSORRT_VERSION", "")
+        marker = server_env.get("TRITON_REPOSITORY_READY_MARKER", "")
+        p.expect(
+            bool(trt) and f"trt{trt}" in marker,
+            ref(job),
+            f"expected the marker `{marker}` to name TensorRT `{trt or '(unset)'}`",
+        )
+        check_security(p, job)
+    check_autoscaling(p, objects, deployment)
+    check_adapter_rule(p, objects)
+    check_monitoring(p, objects, deployment)
