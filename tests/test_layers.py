@@ -17,7 +17,8 @@ MAX_LINES = 600
 
 #: Stage packages, lowest first: a package may import only from packages before it in this list (or
 #: itself). ``bench``, ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: its runners are
-#: plain files that builds copy and checks read) and nothing below imports them.
+#: plain files that builds copy and checks read; ``deploy`` sits below ``loadtest``: the load-test
+#: scenario names it checks are passed in, not imported) and nothing below imports them.
 LAYERS: tuple[str, ...] = (
     "errors",
     "machine",
@@ -25,9 +26,9 @@ LAYERS: tuple[str, ...] = (
     "serve",
     "repository",
     "build",
+    "deploy",
     "client",
     "loadtest",
-    "deploy",
     "bench",
     "commands",
     "cli",
