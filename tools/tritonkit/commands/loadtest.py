@@ -80,8 +80,8 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tritonkit.loadtest.options import LoadTestOptions, parse_model
     from tritonkit.loadtest.payloads import SOURCES
-    from tritonkit.loadtest.run import LoadTestOptions, parse_model
     from tritonkit.loadtest.run import run as run_loadtest
     from tritonkit.loadtest.slo import SLO
 
