@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from tritonkit.errors import LoadTestError
-
 from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.loadtest.report.metrics import parse_metrics, scrape
 from tritonkit.loadtest.wrk import LUA_SCRIPT, cross_check, parse_wrk_output, wrk_available
