@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.errors import LoadTestError
+from tritonkit.errors import LoadTestError, TritonKitError
 from tritonkit.loadtest.options import LoadTestOptions, ModelTarget, parse_model
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
 from tritonkit.loadtest.report import summary as reporting
@@ -34,7 +34,8 @@ from tritonkit.machine import cpu_model
 
 __all__ = ["LoadTestOptions", "ModelTarget", "machine_description", "parse_model", "run"]
 
-#: files of an earlier run in the same report directory that this run would not overwrite
+#: an earlier run's files this run may not rewrite (a scenario without ramp, a run that fails):
+#: removed first so that none of them passes for this run's
 _STALE = ("ramp_steps.json", "summary.json", "summary.md")
 
 
@@ -54,11 +55,15 @@ class Endpoints:
     http: str
     grpc: str
     metrics: str | None
+    #: the ``/metrics`` URL was named (or is the embedded server's), so it must answer; a guessed
+    #: one (port 8002 of ``--url``'s host) may be closed
     metrics_explicit: bool
 
 
 @contextlib.contextmanager
 def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
+    """The endpoints of ``--url`` (other ports guessed as Triton's defaults), or of an embedded
+    server on ``--repo`` that stops when the run ends."""
     if options.url is not None:
         url = _host(options.url)
         http = (
@@ -84,9 +89,10 @@ def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
 def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
     """From the version's build manifest when the repository is local; else the platform."""
     if options.url is None:
-        with contextlib.suppress(Exception):
-            from tritonkit.repository.store import ModelRepository
+        from tritonkit.repository.store import ModelRepository
 
+        # a version built elsewhere has no manifest (or a version that is not a number): fall back
+        with contextlib.suppress(TritonKitError, ValueError):
             manifest = ModelRepository(Path(options.repo)).read_manifest(spec.name, int(spec.version))
             return str(manifest.precision)
     return spec.platform or "-"

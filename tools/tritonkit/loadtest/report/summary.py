@@ -1,7 +1,8 @@
 """The capacity report: :class:`Summary` from a run's files, and ``summary.json`` / ``summary.md``.
 
-Client view (Locust's CSV for counts and throughput, the fine histograms of
-:mod:`.locustfile` for p50/p95/p99), server view (Triton's counters from :mod:`.metrics`), the
+Client view (counts, throughput and p50/p95/p99 from the fine histograms the locustfile
+:mod:`tritonkit.loadtest.locustfile` writes under ``.latency/``; error texts from Locust's
+failures CSV through :mod:`.locust_csv`), server view (Triton's counters from :mod:`.metrics`), the
 accounting check (requests Locust sent vs requests Triton counted), SLO gates per model and
 overall, the ramp's steps and knee, and the wrk cross-check, all in one place. The Markdown
 table follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99, throughput,
