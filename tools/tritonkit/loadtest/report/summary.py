@@ -22,14 +22,14 @@ from typing import Any
 from tritonkit.loadtest.payloads import ModelSpec
 from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_histogram
-from tritonkit.loadtest.slo import SLO, Breach, Histogram, Totals, check_slo
+from tritonkit.loadtest.slo import EXIT_SLO_BREACH, SLO, Breach, Histogram, Totals, check_slo
 
 __all__ = ["Summary", "collect", "markdown", "write"]
 
 
 @dataclasses.dataclass
 class Summary:
-    """Everything ``summary.json`` holds; ``exit_code`` is 0 only when every SLO gate passed."""
+    """Everything ``summary.json`` holds; ``exit_code`` is 0 when every SLO gate passed, else 3."""
 
     data: dict[str, Any]
     breaches: list[Breach]
@@ -40,7 +40,7 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.slo_passed else 3
+        return 0 if self.slo_passed else EXIT_SLO_BREACH
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
