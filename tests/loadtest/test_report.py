@@ -48,11 +48,19 @@ def test_ramp_records_steps_and_plots_the_knee(loadtest: Callable[..., Any], tmp
     steps = summary["ramp_steps"]
     assert [s["users"] for s in steps] == [2, 4]
     assert all(s["requests"] > 0 and s["rps"] > 0 and s["p99_ms"] is not None for s in steps)
-    # no SLO gate: the knee is where throughput stopped growing, if it did within two steps
-    assert summary["knee_rule"] in ("saturation", "not reached")
-    assert summary["knee"] is None or summary["knee"]["users"] in (2, 4)
+    # No latency gate and no failures: no step breaks the SLO, so the knee is the step after which
+    # more users added under 5 % throughput (here the first, if the second added so little), else
+    # not reached. Which of the two depends on the machine; the report must name the right one.
+    assert all(s["breaches"] == [] for s in steps)
+    md = (report / "summary.md").read_text()
+    if steps[1]["rps"] < steps[0]["rps"] * 1.05:
+        assert (summary["knee"], summary["knee_rule"]) == (steps[0], "saturation")
+        assert f"Knee: 2 users, {steps[0]['rps']:,.1f} req/s: more users added under 5%" in md
+    else:
+        assert (summary["knee"], summary["knee_rule"]) == (None, "not reached")
+        assert "Knee: not reached; throughput still rose at the last step" in md
     assert _valid_png(report / "ramp_throughput_p99.png")
-    assert "Ramp steps:" in (report / "summary.md").read_text()
+    assert "Ramp steps:" in md
 
 
 def test_workers_mode_smoke(loadtest: Callable[..., Any], tmp_path: Path) -> None:
@@ -75,7 +83,10 @@ def test_knee_rules() -> None:
     assert _knee(rising) == (None, "not reached")
     flat = [_step(2, 100), _step(4, 190), _step(6, 195), _step(8, 198)]
     assert _knee(flat) == (flat[1], "saturation")
-    broke = [_step(2, 100), _step(4, 190), _step(6, 260, ("p95 ..."))]
+    broke = [_step(2, 100), _step(4, 190), _step(6, 260, ("p95 ...",))]
     assert _knee(broke) == (broke[1], "slo")
+    # a broken gate outranks a flat step before it: the knee is the last step within the SLO
+    flat_then_broke = [_step(2, 100), _step(4, 101), _step(6, 102), _step(8, 103, ("p95 ...",))]
+    assert _knee(flat_then_broke) == (flat_then_broke[2], "slo")
     assert _knee([_step(2, 100, ("p95 ...",))]) == (None, "slo")
     assert _knee([]) == (None, None)

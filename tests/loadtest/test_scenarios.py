@@ -61,7 +61,14 @@ def test_spike_jumps_and_returns() -> None:
     assert plan.tick(10.0) is None
 
 
-@pytest.mark.parametrize(("scenario", "users"), [("bogus", 4), ("steady", 0)])
-def test_make_plan_rejects(scenario: str, users: int) -> None:
-    with pytest.raises(LoadTestError):
+@pytest.mark.parametrize(
+    ("scenario", "users", "expected"),
+    [
+        ("bogus", 4, "scenario 'bogus': expected one of steady, ramp, spike, soak"),
+        ("steady", 0, "users 0: expected at least 1"),
+    ],
+)
+def test_make_plan_rejects(scenario: str, users: int, expected: str) -> None:
+    with pytest.raises(LoadTestError) as info:
         make_plan(scenario, users, 10.0)
+    assert str(info.value) == expected

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.loadtest.report.metrics import parse_metrics, scrape
 from tritonkit.loadtest.wrk import LUA_SCRIPT, cross_check, parse_wrk_output, wrk_available
@@ -64,3 +65,47 @@ def test_parse_metrics_sums_failure_reasons() -> None:
         'nv_gpu_utilization{gpu_uuid="x"} 0.5\n'
     )
     assert parse_metrics(text) == {"m:2": {"failure": 7.0, "success": 10.0}}
+
+
+def test_parse_metrics_reads_label_values_holding_braces_and_quotes() -> None:
+    # A model name or failure reason may hold "}", "," or an escaped quote: the value still counts,
+    # under the right model (a `[^}]*` label pattern stopped at the first "}" and lost the line).
+    text = (
+        "# TYPE nv_inference_request_failure counter\n"
+        'nv_inference_request_failure{model="m}x",reason="bad } input, \\"quoted\\"",version="1"} 3\n'
+        'nv_inference_request_failure{model="m}x",reason="OTHER",version="1"} 4\n'
+        "# TYPE nv_inference_request_success counter\n"
+        'nv_inference_request_success{model="m}x",version="1"} 10\n'
+    )
+    assert parse_metrics(text) == {"m}x:1": {"failure": 7.0, "success": 10.0}}
+
+
+def test_parse_metrics_takes_counter_values_only() -> None:
+    # A `_total` counter name, its `_created` timestamp, and the histogram and summary families
+    # Triton can export beside the counters: only the counters' values are summed.
+    text = (
+        "# HELP nv_inference_count_total Number of inferences performed\n"
+        "# TYPE nv_inference_count_total counter\n"
+        'nv_inference_count_total{model="m",version="1"} 12\n'
+        'nv_inference_count_created{model="m",version="1"} 1.7e9\n'
+        "# HELP nv_inference_exec_count Number of model executions performed\n"
+        "# TYPE nv_inference_exec_count counter\n"
+        'nv_inference_exec_count{model="m",version="1"} 4\n'
+        "# TYPE nv_inference_queue_duration_us counter\n"
+        'nv_inference_queue_duration_us{model="m",version="1"} 250\n'
+        "# TYPE nv_inference_first_response_histogram_ms histogram\n"
+        'nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="1"} 3\n'
+        'nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="+Inf"} 4\n'
+        'nv_inference_first_response_histogram_ms_count{model="m",version="1"} 4\n'
+        'nv_inference_first_response_histogram_ms_sum{model="m",version="1"} 9.5\n'
+        "# TYPE nv_inference_queue_summary_us summary\n"
+        'nv_inference_queue_summary_us{model="m",version="1",quantile="0.5"} 60\n'
+        'nv_inference_queue_summary_us_count{model="m",version="1"} 4\n'
+        'nv_inference_queue_summary_us_sum{model="m",version="1"} 250\n'
+    )
+    assert parse_metrics(text) == {"m:1": {"inferences": 12.0, "executions": 4.0, "queue_us": 250.0}}
+
+
+def test_parse_metrics_rejects_text_that_is_not_prometheus() -> None:
+    with pytest.raises(LoadTestError, match="not in the Prometheus text format"):
+        parse_metrics('nv_inference_count{model="m",version="1"} many\n')

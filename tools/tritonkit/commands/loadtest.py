@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tritonkit.errors import LoadTestError
 
 
-def _positive_float(name: str) -> Any:
+def _number(name: str) -> Callable[[str], float]:
+    """An argparse type for a number; its range is checked by :class:`~tritonkit.loadtest.slo.SLO`."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -63,12 +66,12 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         help="auto (default: sentences for BYTES inputs, image-like data for N,C,H,W inputs), random, text or image",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--slo-p95-ms", type=_positive_float("--slo-p95-ms"), help="p95 latency budget (ms)")
-    parser.add_argument("--slo-p99-ms", type=_positive_float("--slo-p99-ms"), help="p99 latency budget (ms)")
+    parser.add_argument("--slo-p95-ms", type=_number("--slo-p95-ms"), help="p95 latency budget (ms)")
+    parser.add_argument("--slo-p99-ms", type=_number("--slo-p99-ms"), help="p99 latency budget (ms)")
     parser.add_argument(
-        "--max-failure-ratio", type=_positive_float("--max-failure-ratio"), default=0.0, help="default 0"
+        "--max-failure-ratio", type=_number("--max-failure-ratio"), default=0.0, help="default 0"
     )
-    parser.add_argument("--min-rps", type=_positive_float("--min-rps"), help="minimum throughput (req/s)")
+    parser.add_argument("--min-rps", type=_number("--min-rps"), help="minimum throughput (req/s)")
     parser.add_argument("--http-url", help="with --url over gRPC: Triton's HTTP endpoint (default port 8000)")
     parser.add_argument("--metrics-url", help="Triton's /metrics URL (default http://HOST:8002/metrics)")
     parser.add_argument("--wrk", action="store_true", help="also run wrk on the HTTP endpoint and compare")
@@ -80,8 +83,8 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tritonkit.loadtest.options import LoadTestOptions, parse_model
     from tritonkit.loadtest.payloads import SOURCES
-    from tritonkit.loadtest.run import LoadTestOptions, parse_model
     from tritonkit.loadtest.run import run as run_loadtest
     from tritonkit.loadtest.slo import SLO
 

@@ -7,12 +7,13 @@ Entry point for Python callers (``tritonkit loadtest``, ``make demo``)::
                                   report_dir="reports/loadtest", scenario="ramp", users=16,
                                   duration="30s", slo=SLO(p95_ms=250)))
 
-Modules: ``payloads`` (model metadata → seeded requests), ``validation`` (answer checks),
-``users`` (Locust users), ``grpc_wire`` / ``grpc_h2`` (on ``grpc_hub``) / ``grpc_engine`` + ``engine_client`` + ``engine_protocol`` (the gRPC
-transports),
-``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms), ``metrics`` (Triton's
-``/metrics``), ``report`` / ``plots`` (summary files), ``wrk`` (C cross-check), ``run``
-(orchestration), ``bench`` (benchmark section), ``locustfile`` (what ``tritonkit loadtest`` runs).
+Modules: ``options`` (what a run is asked to do, and its checks), ``run`` (orchestration),
+``supervise`` (the Locust child processes and the progress line), ``payloads`` (model metadata →
+seeded requests), ``validation`` (answer checks), ``users`` (Locust users), ``transports/`` (how a
+gRPC user's request reaches Triton: ``wire``), ``scenarios`` / ``shapes`` (load profiles), ``slo``
+(gates, histograms), ``report/`` (``summary``: the capacity report; ``locust_csv``: Locust's CSVs;
+``metrics``: Triton's ``/metrics``; ``plots``), ``wrk`` (C cross-check), ``locustfile`` (what
+``tritonkit loadtest`` runs).
 Nothing here imports Locust or gevent at import time (Locust monkey-patches the process that
 imports it); the names below load lazily.
 """
@@ -22,16 +23,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tritonkit.loadtest.options import LoadTestOptions, ModelTarget, parse_model
     from tritonkit.loadtest.report.summary import Summary
-    from tritonkit.loadtest.run import LoadTestOptions, ModelTarget, parse_model, run
+    from tritonkit.loadtest.run import run
     from tritonkit.loadtest.slo import SLO
 
 __all__ = ["SLO", "LoadTestOptions", "ModelTarget", "Summary", "parse_model", "run"]
 
 _LAZY = {
-    "LoadTestOptions": "tritonkit.loadtest.run",
-    "ModelTarget": "tritonkit.loadtest.run",
-    "parse_model": "tritonkit.loadtest.run",
+    "LoadTestOptions": "tritonkit.loadtest.options",
+    "ModelTarget": "tritonkit.loadtest.options",
+    "parse_model": "tritonkit.loadtest.options",
     "run": "tritonkit.loadtest.run",
     "SLO": "tritonkit.loadtest.slo",
     "Summary": "tritonkit.loadtest.report.summary",

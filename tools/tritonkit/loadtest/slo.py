@@ -17,6 +17,7 @@ from tritonkit.errors import LoadTestError
 __all__ = ["SLO", "Breach", "Histogram", "Totals", "check_slo"]
 
 _STEP = math.log(1.01)
+#: exit code of ``tritonkit loadtest`` when a gate broke (1 is for errors)
 EXIT_SLO_BREACH = 3
 
 

@@ -1,1 +1,2 @@
-"""Load-test reports: Triton's ``/metrics`` (``metrics``), the summary files (``summary``) and plots (``plots``)."""
+"""Load-test reports: Triton's ``/metrics`` (``metrics``), Locust's CSVs (``locust_csv``), the summary
+files (``summary``) and plots (``plots``)."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit.errors import LoadTestError
 
@@ -36,33 +37,39 @@ COUNTERS: dict[str, str] = {
     "nv_inference_compute_infer_duration_us": "compute_infer_us",
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
-_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 #: "model:version" → counter key → value
 Counters = dict[str, dict[str, float]]
 
 
 def parse_metrics(text: str) -> Counters:
-    """Sum Triton's per-model counters (all ``reason`` labels of failures together)."""
+    """Sum Triton's per-model counters (all ``reason`` labels of failures together).
+
+    Read with ``prometheus_client``'s text-format parser, which handles label values holding
+    ``}``, ``,`` or escaped quotes. That parser names a counter family without its ``_total``
+    suffix and its samples with it (``nv_inference_count`` → samples ``nv_inference_count_total``),
+    so a family is matched by name and only its value samples are summed: never ``_created``
+    (a separate family in this format), nor the ``_bucket``/``_count``/``_sum`` samples of the
+    histograms and summaries Triton can also export. Raises :class:`LoadTestError` for text that
+    is not in the Prometheus text format.
+    """
     result: Counters = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise LoadTestError(
+            f"/metrics answer is not in the Prometheus text format: {exc or 'bad line'}"
+        ) from None
+    for family in families:
+        short = COUNTERS.get(family.name)
+        if short is None:
             continue
-        match = _LINE.match(line)
-        if not match or match["name"] not in COUNTERS:
-            continue
-        labels = dict(_LABEL.findall(match["labels"] or ""))
-        if "model" not in labels:
-            continue
-        key = f"{labels['model']}:{labels.get('version', '')}"
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        counters = result.setdefault(key, {})
-        short = COUNTERS[match["name"]]
-        counters[short] = counters.get(short, 0.0) + value
+        for sample in family.samples:
+            if sample.name not in (family.name, family.name + "_total") or "model" not in sample.labels:
+                continue
+            key = f"{sample.labels['model']}:{sample.labels.get('version', '')}"
+            counters = result.setdefault(key, {})
+            counters[short] = counters.get(short, 0.0) + float(sample.value)
     return result
 
 
@@ -70,10 +77,14 @@ def scrape(url: str, timeout: float = 5.0) -> Counters:
     """One scrape of ``url`` (``http://host:port/metrics``)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return parse_metrics(response.read().decode("utf-8", "replace"))
+            text = response.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise LoadTestError(f"cannot scrape Triton metrics at {url}: {reason}") from None
+    try:
+        return parse_metrics(text)
+    except LoadTestError as exc:
+        raise LoadTestError(f"cannot scrape Triton metrics at {url}: {exc}") from None
 
 
 @dataclasses.dataclass

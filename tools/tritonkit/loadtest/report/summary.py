@@ -1,7 +1,8 @@
 """The capacity report: :class:`Summary` from a run's files, and ``summary.json`` / ``summary.md``.
 
-Client view (Locust's CSV for counts and throughput, the fine histograms of
-:mod:`.locustfile` for p50/p95/p99), server view (Triton's counters from :mod:`.metrics`), the
+Client view (counts, throughput and p50/p95/p99 from the fine histograms the locustfile
+:mod:`tritonkit.loadtest.locustfile` writes under ``.latency/``; error texts from Locust's
+failures CSV through :mod:`.locust_csv`), server view (Triton's counters from :mod:`.metrics`), the
 accounting check (requests Locust sent vs requests Triton counted), SLO gates per model and
 overall, the ramp's steps and knee, and the wrk cross-check, all in one place. The Markdown
 table follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99, throughput,
@@ -10,7 +11,6 @@ failures.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
 import itertools
@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.loadtest.payloads import ModelSpec
+from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_histogram
-from tritonkit.loadtest.slo import SLO, Breach, Histogram, Totals, check_slo
+from tritonkit.loadtest.slo import EXIT_SLO_BREACH, SLO, Breach, Histogram, Totals, check_slo
 
-__all__ = ["Summary", "collect", "markdown", "read_locust_stats", "write"]
+__all__ = ["Summary", "collect", "markdown", "write"]
 
 
 @dataclasses.dataclass
 class Summary:
-    """Everything ``summary.json`` holds; ``exit_code`` is 0 only when every SLO gate passed."""
+    """Everything ``summary.json`` holds; ``exit_code`` is 0 when every SLO gate passed, else 3."""
 
     data: dict[str, Any]
     breaches: list[Breach]
@@ -39,46 +40,10 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.slo_passed else 3
+        return 0 if self.slo_passed else EXIT_SLO_BREACH
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
-
-
-def read_locust_stats(path: Path) -> dict[str, dict[str, Any]]:
-    """``locust_stats.csv`` → name → {requests, failures, rps, ...}; ``Aggregated`` included."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return rows
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            rows[row["Name"]] = {
-                "type": row["Type"],
-                "requests": int(row["Request Count"]),
-                "failures": int(row["Failure Count"]),
-                "rps": float(row["Requests/s"]),
-                "avg_size": float(row["Average Content Size"] or 0),
-                "locust_p50_ms": _num(row.get("50%")),
-                "locust_p95_ms": _num(row.get("95%")),
-                "locust_p99_ms": _num(row.get("99%")),
-            }
-    return rows
-
-
-def _num(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _read_failures(path: Path) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    if path.exists():
-        with open(path, newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                out.setdefault(row["Name"], {})[row["Error"]] = int(row["Occurrences"])
-    return out
 
 
 @dataclasses.dataclass
@@ -174,7 +139,7 @@ def collect(
     # over the span from the first to the last answer.
     counts = _read_counts(report / ".latency")
     client_cpu_s = _read_cpu(report / ".latency")
-    failures = _read_failures(report / "locust_failures.csv")
+    failures = read_failures(report / "locust_failures.csv")
     slo: SLO = options.slo
     overall_counted = _Counted()
     for counted in counts.values():

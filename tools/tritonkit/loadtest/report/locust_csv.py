@@ -1,0 +1,78 @@
+"""Locust's CSV files read back: ``locust_stats.csv``, ``locust_failures.csv`` and the last
+``Aggregated`` row of ``locust_stats_history.csv``.
+
+Owns the column names Locust writes (``--csv PREFIX --csv-full-history``), so the summary
+(:mod:`.summary`) and the progress line (:mod:`tritonkit.loadtest.supervise`) read the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+from pathlib import Path
+from typing import Any
+
+__all__ = ["as_float", "last_aggregated", "read_failures", "read_locust_stats"]
+
+
+def read_locust_stats(path: Path) -> dict[str, dict[str, Any]]:
+    """``locust_stats.csv`` → name → {requests, failures, rps, ...}; ``Aggregated`` included."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return rows
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            rows[row["Name"]] = {
+                "type": row["Type"],
+                "requests": int(row["Request Count"]),
+                "failures": int(row["Failure Count"]),
+                "rps": float(row["Requests/s"]),
+                "avg_size": float(row["Average Content Size"] or 0),
+                "locust_p50_ms": _number(row.get("50%")),
+                "locust_p95_ms": _number(row.get("95%")),
+                "locust_p99_ms": _number(row.get("99%")),
+            }
+    return rows
+
+
+def read_failures(path: Path) -> dict[str, dict[str, int]]:
+    """``locust_failures.csv`` → request name → error text → occurrences; empty when absent."""
+    out: dict[str, dict[str, int]] = {}
+    if path.exists():
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                out.setdefault(row["Name"], {})[row["Error"]] = int(row["Occurrences"])
+    return out
+
+
+def last_aggregated(path: Path) -> dict[str, str] | None:
+    """The newest ``Aggregated`` row of ``locust_stats_history.csv``, or ``None`` before there is one.
+
+    Read while Locust is still appending to the file: a half-written or missing file is ``None``,
+    never an error.
+    """
+    if not path.exists():
+        return None
+    with contextlib.suppress(OSError):
+        with open(path, newline="", encoding="utf-8") as handle:
+            lines = handle.readlines()
+        if len(lines) < 2:
+            return None
+        header = next(csv.reader([lines[0]]))
+        for line in reversed(lines[1:]):
+            row = dict(zip(header, next(csv.reader([line])), strict=False))
+            if row.get("Name") == "Aggregated":
+                return row
+    return None
+
+
+def as_float(value: Any) -> float:
+    """A CSV cell as a number; 0.0 for Locust's ``N/A`` and empty cells."""
+    return _number(value) or 0.0
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

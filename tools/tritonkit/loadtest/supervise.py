@@ -1,0 +1,181 @@
+"""Locust as child processes: the command lines, starting and reaping them, and the progress line.
+
+Owns the life of the Locust processes of one run: one standalone process, or a master with
+``workers`` workers (Locust's own distributed mode) on the locustfile :mod:`.locustfile`; a
+deadline (the plan's length plus a grace period); termination of every child whatever happens;
+the verdict on Locust's exit; and the progress line printed while it runs (read from
+``locust_stats_history.csv`` through :mod:`.report.locust_csv`). Locust runs in children because
+it monkey-patches the process that imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.report.locust_csv import as_float, last_aggregated
+
+__all__ = ["GRACE_S", "LOCUSTFILE", "Progress", "last_error", "locust_command", "run_locust"]
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+#: beyond the plan's length: users stopping (``--stop-timeout``), report writing, slow starts
+GRACE_S = 120.0
+
+
+def locust_command(config_path: Path, report: Path, role: str, master_port: int, workers: int) -> list[str]:
+    """The command line of one Locust process; ``role`` is ``standalone``, ``master`` or ``worker``.
+
+    ``config_path`` reaches the locustfile through the environment (see :func:`run_locust`), so it
+    is not on the command line.
+    """
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--skip-log-setup"]
+    if role == "worker":
+        return [*command, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)]
+    command += [
+        "--csv",
+        str(report / "locust"),
+        "--csv-full-history",
+        "--html",
+        str(report / "locust.html"),
+        "--stop-timeout",
+        "30",
+        "--host",
+        "http://127.0.0.1",
+    ]
+    if role == "master":
+        command += [
+            "--master",
+            "--expect-workers",
+            str(workers),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ]
+    return command
+
+
+class Progress:
+    """One line, rewritten in place on a terminal, every few seconds otherwise."""
+
+    def __init__(self, stream: IO[str], total: float, history: Path) -> None:
+        self.stream, self.total, self.history = stream, total, history
+        self.tty = stream.isatty()
+        self.last_print = 0.0
+
+    def update(self, elapsed: float) -> None:
+        if not self.tty and elapsed - self.last_print < 5:
+            return
+        self.last_print = elapsed
+        row = last_aggregated(self.history)
+        if row is None:
+            line = f"[{elapsed:5.0f}s/{self.total:.0f}s] starting users..."
+        else:
+            line = (
+                f"[{elapsed:5.0f}s/{self.total:.0f}s] users {row.get('User Count', '?'):>4}  "
+                f"{as_float(row.get('Requests/s')):9,.1f} req/s  p95 {row.get('95%', 'N/A'):>5} ms  "
+                f"requests {int(as_float(row.get('Total Request Count'))):,}  "
+                f"failures {int(as_float(row.get('Total Failure Count'))):,}"
+            )
+        if self.tty:
+            self.stream.write("\r" + line.ljust(100))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_locust(
+    config_path: Path,
+    report: Path,
+    total: float,
+    *,
+    workers: int = 0,
+    progress: bool = True,
+    stream: IO[str] | None = None,
+) -> float:
+    """Run Locust to completion on ``config_path``, writing into ``report``; returns its wall time.
+
+    Raises :class:`LoadTestError` when it outlives ``total`` + :data:`GRACE_S` or exits without
+    its stats (exit code 1 only means some requests failed; the report tells which). Every child
+    is gone when this returns or raises.
+    """
+    from tritonkit.serve.embedded import free_port
+
+    env = dict(os.environ)
+    env["TRITONKIT_LOADTEST_CONFIG"] = str(config_path)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    port = free_port() if workers else 0
+    log_path = report / "locust.log"
+    processes: list[subprocess.Popen[bytes]] = []
+    started = time.monotonic()
+    line = Progress(stream or sys.stderr, total, report / "locust_stats_history.csv") if progress else None
+    with open(log_path, "wb") as log:
+
+        def spawn(role: str) -> None:
+            processes.append(
+                subprocess.Popen(
+                    locust_command(config_path, report, role, port, workers),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
+
+        try:
+            spawn("master" if workers else "standalone")
+            for _ in range(workers):
+                spawn("worker")
+            deadline = started + total + GRACE_S
+            master = processes[0]
+            while master.poll() is None:
+                if time.monotonic() > deadline:
+                    raise LoadTestError(
+                        f"Locust did not finish within {total + GRACE_S:.0f} s; see {log_path}"
+                    )
+                if line is not None:
+                    line.update(time.monotonic() - started)
+                time.sleep(0.5)
+            for worker in processes[1:]:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.wait(timeout=15)
+        finally:
+            _reap(processes)
+            if line is not None:
+                line.done()
+    code = processes[0].returncode
+    if code not in (0, 1) or not (report / "locust_stats.csv").exists():
+        raise LoadTestError(f"Locust exited with code {code}: {last_error(log_path)}; see {log_path}")
+    return time.monotonic() - started
+
+
+def _reap(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate, then kill, every child still running; wait for each."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def last_error(log_path: Path) -> str:
+    """The last line of Locust's log that mentions an error (else its last line), for one-line errors."""
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
