@@ -77,8 +77,8 @@ def _wrk(server: Any, report: Path, seconds: float) -> dict[str, Any]:
 
 def run(quick: bool = False) -> str:
     """Measure and return the Markdown section (machine named, figures from this one run)."""
-    from tritonkit.loadtest.run import machine_description
     from tritonkit.loadtest.wrk import wrk_available
+    from tritonkit.machine import description
     from tritonkit.serve.embedded import EmbeddedServer
 
     rounds, seconds = (1, 3.0) if quick else (3, 8.0)
@@ -131,7 +131,7 @@ def run(quick: bool = False) -> str:
                 for key, _, measure in order:
                     results[key].append(measure(server, Path(tmp) / f"{key}-{index}"))
     elapsed = time.time() - started
-    return _markdown(generators, results, rounds, seconds, cores, elapsed, machine_description(), quick)
+    return _markdown(generators, results, rounds, seconds, cores, elapsed, description(), quick)
 
 
 def _median(values: list[float]) -> float:

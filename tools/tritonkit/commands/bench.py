@@ -9,14 +9,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
-import os
-import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
-from tritonkit.machine import cpu_model
+from tritonkit.machine import description
 
 #: (title, module exposing ``run(quick: bool) -> str``)
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -40,18 +37,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.set_defaults(func=run)
 
 
-def machine_description() -> str:
-    """CPU model, core count, memory and OS of this machine, for the benchmark page."""
-    cpu = cpu_model() or platform.processor() or platform.machine()
-    memory = ""
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        memory = f", {pages / 2**30:.0f} GiB RAM"
-    except (ValueError, OSError):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores{memory}, {platform.system()} {platform.release()}, Python {sys.version.split()[0]}"
-
-
 def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     try:
@@ -63,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Written by `tritonkit bench{' --quick' if args.quick else ''}` on "
         f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
-        f"Machine: {machine_description()}.",
+        f"Machine: {description()}.",
         "Server and load generator share this machine, so read absolute figures as this machine's and compare the",
         "ratios, which each section measures in one run against the same server. The same sections run on a",
         "16-core host: [benchmarks-gpu-host.md](benchmarks-gpu-host.md).",

@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
-import platform
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,9 +28,9 @@ from tritonkit.loadtest.report import summary as reporting
 from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.supervise import run_locust
-from tritonkit.machine import cpu_model
+from tritonkit.machine import description
 
-__all__ = ["LoadTestOptions", "ModelTarget", "machine_description", "parse_model", "run"]
+__all__ = ["LoadTestOptions", "ModelTarget", "parse_model", "run"]
 
 #: an earlier run's files this run may not rewrite (a scenario without ramp, a run that fails):
 #: removed first so that none of them passes for this run's
@@ -147,7 +145,7 @@ def run(
             scraper=scraper,
             started_at=started_at,
             wall_seconds=wall,
-            machine=machine_description(),
+            machine=description(),
             wrk=wrk_result,
             notes=[scrape_note] if scrape_note else [],
         )
@@ -216,13 +214,4 @@ def _wrk(options: LoadTestOptions, endpoints: Endpoints, spec: ModelSpec, report
         duration=min(10.0, options.duration),
         seed=options.seed,
         report_dir=report,
-    )
-
-
-def machine_description() -> str:
-    """ "x86_64, 2 cores, Linux 6.1, Python 3.11.7" (the benchmark tables name the machine)."""
-    cpu = cpu_model() or ""
-    return (
-        f"{platform.machine()}, {os.cpu_count()} cores{' (' + cpu + ')' if cpu else ''}, "
-        f"{platform.system()} {platform.release().split('-')[0]}, Python {platform.python_version()}"
     )
