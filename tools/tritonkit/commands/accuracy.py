@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from tritonkit.build import report
 
     if args.build:
-        from tritonkit.build.flagship import build_all
+        from tritonkit.build.pipeline import build_all
 
         build_all(args.repo)
     rows = report.collect(args.repo, all_versions=args.all_versions)
