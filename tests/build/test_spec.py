@@ -28,7 +28,7 @@ def test_defaults() -> None:
         ({**BASE, "int8": {"metod": "entropy"}}, "unknown spec key `int8.metod`; expected one of method,"),
         ({**BASE, "colour": 1}, "unknown spec key `colour`"),
         ({**BASE, "source": {"onnx": 3}}, "spec key `source.onnx`: expected str or null, got int 3"),
-        ({**BASE, "batching": {"max_batch_size": "big"}}, "expected int or 'auto', got str 'big'"),
+        ({**BASE, "batching": {"max_batch_size": "big"}}, "expected int or 'auto' or null, got str 'big'"),
         ({**BASE, "precisions": "fp16"}, "spec key `precisions`: expected list of str, got str 'fp16'"),
         ({**BASE, "precisions": ["fp64"]}, "spec key `precisions`: expected a non-empty list"),
         ({**BASE, "int8": {"method": "kl"}}, "spec key `int8.method`: expected one of 'minmax' | 'entropy'"),

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="US",
         help=f"dynamic batching delay in microseconds (default {DEFAULT_MAX_QUEUE_DELAY_US})",
     )
-    group = parser.add_argument_group("conversion (build specs; flags > TRITONKIT_* variables > spec)")
+    group = parser.add_argument_group("conversion (every flag: flag > TRITONKIT_* variable > spec > default)")
     group.add_argument(
         "--target", choices=TARGETS, help="portable (default, embedded server) | onnxruntime | tensorrt"
     )

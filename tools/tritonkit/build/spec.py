@@ -331,7 +331,10 @@ def _check(spec: BuildSpec) -> BuildSpec:
         if value < 1:
             raise SpecError(f"spec key `{key}`: expected an integer >= 1, got {value}")
     if spec.as_is and (spec.target != "portable" or spec.precisions != ["fp32"] or spec.source.onnx is None):
-        raise SpecError("the as-is import serves an ONNX source as one portable fp32 version")
+        raise SpecError(
+            "the as-is import serves an `onnx` source as one portable fp32 version; got target "
+            f"{spec.target}, precisions {spec.precisions}"
+        )
     mbs = spec.batching.max_batch_size
     if isinstance(mbs, int) and mbs < 0:
         raise SpecError(f"spec key `batching.max_batch_size`: expected an integer >= 0 or 'auto', got {mbs}")
