@@ -134,6 +134,31 @@ def _tokenizer_version(spec: BuildSpec, source: Source, mbs: int, gpu_profile: s
     return tokenizer_config(spec, source, mbs), files, manifest
 
 
+def _manifest_extra(
+    spec: BuildSpec,
+    source: Source,
+    item: Built,
+    target_extra: dict[str, Any],
+    sets: Datasets | None,
+    detection: gpu.Detection | None,
+    planning: dict[str, Any],
+) -> dict[str, Any]:
+    """``build.json``'s ``extra``: how the version was made (an as-is import: only opset and importer)."""
+    if spec.as_is:
+        return {"opset": source.graph.opset, "importer": IMPORTER}
+    return {
+        **target_extra,
+        "builder": "tritonkit.build",
+        "spec": spec.name,
+        "description": spec.description,
+        "precision_details": item.details,
+        "data": sets.details if sets is not None else {},
+        "gpu_detection": detection.how if detection is not None else None,
+        **({"max_batch_planning": planning} if planning else {}),
+        **source.details,
+    }
+
+
 def build_from_spec(
     spec: BuildSpec,
     repo: ModelRepository | str | Path,
@@ -165,7 +190,7 @@ def build_from_spec(
                 raise ModelImportError(f"model `{name}` version {version} already exists; use --force to replace it")
     with tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
         workdir = Path(tmp)
-        log(f"exporting and sanitizing the {spec.name} source")
+        log(f"reading {spec.source.onnx} as given" if spec.as_is else f"exporting and sanitizing the {spec.name} source")
         source = prepare_source(spec, workdir)
         if plan is not None:
             tensorrt.check_shapes(plan, source.graph)
@@ -193,21 +218,7 @@ def build_from_spec(
         for item in built:
             name = spec.model_name(item.precision)
             files, config, extra = target_artifacts(spec, source, item, name, mbs, profile, plan, workdir, sets)
-            if spec.as_is:
-                extra = {"opset": source.graph.opset, "importer": IMPORTER}
-            else:
-                extra.update(
-                    {
-                        "builder": "tritonkit.build",
-                        "spec": spec.name,
-                        "description": spec.description,
-                        "precision_details": item.details,
-                        "data": sets.details if sets is not None else {},
-                        "gpu_detection": detection.how if detection is not None else None,
-                        **({"max_batch_planning": planning} if planning else {}),
-                        **source.details,
-                    }
-                )
+            extra = _manifest_extra(spec, source, item, extra, sets, detection, planning)
             manifest = Manifest.create(
                 source.origin,
                 precision=item.precision,
