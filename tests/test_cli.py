@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
+import pytest
+
+from tritonkit import cli
 from tritonkit.cli import COMMANDS, build_parser
 
 
@@ -19,6 +23,44 @@ def test_every_listed_command_is_registered() -> None:
     help_text = parser.format_help()
     for name, _, _ in COMMANDS:
         assert name in help_text, f"`tritonkit {name}` is missing from --help"
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in COMMANDS])
+def test_every_command_module_imports_and_registers(name: str) -> None:
+    parser = build_parser(name)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert callable(subparsers.choices[name].get_default("func")), f"`tritonkit {name}` sets no func"
+
+
+def test_help_imports_no_command_module_nor_heavy_library() -> None:
+    code = (
+        "import sys; from tritonkit.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'locust', 'tensorrt')"
+        " or m.startswith('tritonkit.commands.'))\n"
+        "print('LOADED', heavy)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stdout
+    for name, _, _ in COMMANDS:
+        assert name in result.stdout
+
+
+def test_a_command_whose_module_cannot_import_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        cli, "COMMANDS", (*COMMANDS, ("ghost", "tritonkit.commands.no_such_module", "missing"))
+    )
+    assert "ghost" in build_parser().format_help()  # listed without importing it
+    assert cli.main(["ghost"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "tritonkit ghost: error: `tritonkit ghost` cannot start: module 'tritonkit.commands.no_such_module' "
+        "is not installed (needed by tritonkit.commands.no_such_module)"
+    ]
 
 
 def test_no_command_prints_usage_and_exits_2() -> None:

@@ -14,8 +14,9 @@ from tritonkit.build.pipeline import BuildResult
 @pytest.fixture(scope="session")
 def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[BuildResult]]:
     """minilm_{fp32,fp16,int8} and resnet50_{fp32,fp16,int8} at reduced size, built once."""
-    from tritonkit.build.flagship import build_all, flagship_spec
-    from tritonkit.build.pipeline import build_from_spec, with_overrides
+    from tritonkit.build.flagship import flagship_spec
+    from tritonkit.build.pipeline import build_all, build_from_spec
+    from tritonkit.build.spec import with_overrides
 
     repo = tmp_path_factory.mktemp("flagship") / "repo"
     results = build_all(repo, reduced=True, log=lambda _: None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -68,5 +70,10 @@ def test_measured_memory_plans_a_batch(tiny_onnx: object) -> None:
     from tritonkit.build.memory import estimate_memory
 
     per_sample, weights = estimate_memory(str(tiny_onnx), probe_batch=4)
-    assert per_sample > 0 and weights > 0
-    assert plan_max_batch(PROFILES["T4"], per_sample, weights) == 64
+    assert per_sample > 0 and weights == Path(str(tiny_onnx)).stat().st_size
+    # With the cap out of the way, the plan is the largest power of two whose measured memory fits.
+    uncapped = dataclasses.replace(PROFILES["T4"], max_batch_cap=2**62)
+    budget = uncapped.memory_gib * GIB * 0.8 - weights
+    batch = plan_max_batch(uncapped, per_sample, weights)
+    assert batch * per_sample <= budget < 2 * batch * per_sample
+    assert batch & (batch - 1) == 0

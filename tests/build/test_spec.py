@@ -28,7 +28,7 @@ def test_defaults() -> None:
         ({**BASE, "int8": {"metod": "entropy"}}, "unknown spec key `int8.metod`; expected one of method,"),
         ({**BASE, "colour": 1}, "unknown spec key `colour`"),
         ({**BASE, "source": {"onnx": 3}}, "spec key `source.onnx`: expected str or null, got int 3"),
-        ({**BASE, "batching": {"max_batch_size": "big"}}, "expected int or 'auto', got str 'big'"),
+        ({**BASE, "batching": {"max_batch_size": "big"}}, "expected int or 'auto' or null, got str 'big'"),
         ({**BASE, "precisions": "fp16"}, "spec key `precisions`: expected list of str, got str 'fp16'"),
         ({**BASE, "precisions": ["fp64"]}, "spec key `precisions`: expected a non-empty list"),
         ({**BASE, "int8": {"method": "kl"}}, "spec key `int8.method`: expected one of 'minmax' | 'entropy'"),
@@ -73,8 +73,11 @@ def test_overrides_are_checked_like_spec_values() -> None:
         SpecError, match=re.escape("TRITONKIT_MAX_BATCH_SIZE='lots' is not a valid `batching.max_batch_size`")
     ):
         apply_overrides(spec, {}, {"TRITONKIT_MAX_BATCH_SIZE": "lots"})
-    with pytest.raises(SpecError, match="spec key `target`: expected one of"):
+    # A bad override is named as the user gave it: the variable or the flag, not the spec key.
+    with pytest.raises(SpecError, match="^environment variable TRITONKIT_TARGET: expected one of"):
         apply_overrides(spec, {}, {"TRITONKIT_TARGET": "tflite"})
+    with pytest.raises(SpecError, match="^--instances: expected an integer >= 1, got 0$"):
+        apply_overrides(spec, {"instances": 0}, {"TRITONKIT_INSTANCES": "2"})
     assert apply_overrides(spec, {}, {"TRITONKIT_MAX_BATCH_SIZE": "auto"}).batching.max_batch_size == "auto"
     with pytest.raises(Exception, match="unknown GPU profile 'K80'"):
         apply_overrides(spec, {"gpu": "K80"}, {})

@@ -1,8 +1,10 @@
 """The ``tritonkit`` command line: argument parsing, dispatch, and error-to-exit-code mapping.
 
 Each subcommand lives in :mod:`tritonkit.commands.<name>` and exposes ``register(subparsers)``,
-which adds its parser and sets ``func`` to a callable ``(argparse.Namespace) -> int``. Modules are
-imported lazily so that ``tritonkit serve`` does not pay for torch or locust imports.
+which adds its parser and sets ``func`` to a callable ``(argparse.Namespace) -> int``. Only the
+module of the command being run is imported, so that ``tritonkit --help`` and ``tritonkit serve``
+do not pay for torch or locust imports; :data:`COMMANDS` holds the help text of the others. A
+command module that cannot be imported is an error, never a command quietly left out.
 
 User errors (:class:`~tritonkit.TritonKitError`) become one line on stderr and a non-zero exit;
 only unexpected exceptions show a traceback.
@@ -14,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from tritonkit import __version__
 from tritonkit.errors import TritonKitError
@@ -36,24 +39,52 @@ class _Parser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors keep argparse's exit code 2 but stay one line plus usage."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+class CommandUnavailableError(TritonKitError):
+    """A command's module (or a library it needs) is not importable in this environment."""
+
+
+def _load(name: str, module_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CommandUnavailableError(
+            f"`tritonkit {name}` cannot start: module {exc.name!r} is not installed (needed by {module_name})"
+        ) from exc
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command listed; only ``command``'s module is imported and registered
+    (``None``: none of them, enough for ``--help``). CommandUnavailableError if it cannot be imported."""
     parser = _Parser(prog="tritonkit", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"tritonkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name, help_text in COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # command not written yet: leave it out of the CLI
-                continue
-            raise
-        module.register(sub, name=name, help=help_text)
+        if name == command:
+            _load(name, module_name).register(sub, name=name, help=help_text)
+        else:
+            sub.add_parser(name, help=help_text, description=help_text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(words)
+    try:
+        parser = build_parser(command)
+    except CommandUnavailableError as err:
+        print(f"tritonkit {command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    args = parser.parse_args(words)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

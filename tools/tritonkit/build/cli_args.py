@@ -1,30 +1,64 @@
-"""The conversion flags of ``tritonkit build`` and the build they run.
+"""Every flag of ``tritonkit build`` and the build they run (:mod:`tritonkit.commands.build` only
+registers them).
 
 ``tritonkit build SPEC.yaml [--target ...] [--precision ...] [--gpu ...]`` builds from a spec;
-``tritonkit build --onnx FILE --precision fp16,int8 --calibration-data cal.npz --eval-data ev.npz``
-builds an ONNX file without one. Precedence, highest first: these flags, ``TRITONKIT_*``
-environment variables (:data:`tritonkit.build.spec.ENV_OVERRIDES`), the spec, the defaults.
+``tritonkit build --onnx FILE`` is the as-is import preset (:func:`tritonkit.build.portable.import_spec`):
+one portable FP32 version named after the file; asking it for another target or precision
+(``--precision fp16,int8 --calibration-data cal.npz --eval-data ev.npz``) builds the file like a
+spec does. Precedence, highest first: these flags, ``TRITONKIT_*`` environment variables
+(:data:`tritonkit.build.spec.ENV_OVERRIDES`), the spec, the defaults. Every flag defaults to None,
+"not given", so that only a flag the user typed overrides the layers below it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tritonkit.build.pipeline import BuildResult, build_from_spec
+from tritonkit.build.portable import import_spec
+from tritonkit.build.portable_target import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS
 from tritonkit.build.precision import CALIBRATION_METHODS
-from tritonkit.build.spec import PRECISIONS, TARGETS, BuildSpec, apply_overrides, load_spec, parse_spec
-from tritonkit.errors import SpecError
+from tritonkit.build.spec import ENV_OVERRIDES, PRECISIONS, TARGETS, BuildSpec, apply_overrides, load_spec
+from tritonkit.errors import BuildError, RepositoryError, SpecError
+from tritonkit.repository.store import ModelRepository, validate_model_name
 
-__all__ = ["add_arguments", "run", "spec_from_args"]
+__all__ = ["BuildUsageError", "add_arguments", "run", "spec_from_args"]
 
-# Defaults of the shared build flags (commands/build.py); a flag equal to its default counts as
-# "not given" so that it does not override the spec or the environment.
-_SHARED_DEFAULTS = {"instances": 1, "instance_kind": "KIND_CPU", "max_queue_delay_us": 500}
+
+class BuildUsageError(BuildError):
+    """The arguments of ``tritonkit build`` contradict each other (exit 2, like argparse)."""
+
+    exit_code = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("conversion (build specs; flags > TRITONKIT_* variables > spec)")
+    """Add every ``tritonkit build`` argument to ``parser``."""
+    parser.add_argument("spec", nargs="?", help="build spec (YAML) for the conversion pipeline")
+    parser.add_argument("--onnx", type=Path, metavar="FILE", help="ONNX file to import as a portable version")
+    parser.add_argument("--name", help="model name ([A-Za-z0-9_.-]; default: the ONNX file's stem)")
+    parser.add_argument(
+        "--repo", default="model_repository", help="model repository directory (default: model_repository)"
+    )
+    parser.add_argument("--version", type=int, help="version number (default: the next free one)")
+    parser.add_argument("--force", action="store_true", help="replace an existing version or model signature")
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        metavar="N",
+        help="0 disables batching (default: 64 when the graph's first axis is dynamic, else 0)",
+    )
+    parser.add_argument("--instances", type=int, metavar="N", help="model instances (default 1)")
+    parser.add_argument("--instance-kind", choices=INSTANCE_KINDS, help="instance kind (default KIND_CPU)")
+    parser.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        metavar="US",
+        help=f"dynamic batching delay in microseconds (default {DEFAULT_MAX_QUEUE_DELAY_US})",
+    )
+    group = parser.add_argument_group("conversion (every flag: flag > TRITONKIT_* variable > spec > default)")
     group.add_argument(
         "--target", choices=TARGETS, help="portable (default, embedded server) | onnxruntime | tensorrt"
     )
@@ -46,58 +80,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    flags: dict[str, Any] = {}
-    for dest in (
-        "target",
-        "precision",
-        "gpu",
-        "max_batch_size",
-        "calibration_method",
-        "calibration_data",
-        "calibration_samples",
-        "eval_data",
-        "eval_samples",
-    ):
-        flags[dest] = getattr(args, dest, None)
-    for dest in _SHARED_DEFAULTS:
-        # commands/build.py leaves these None when not given, so an explicit default still overrides.
-        flags[dest] = getattr(args, dest, None)
-    return flags
+    """The override flags by argparse dest; None where the user did not give the flag."""
+    return {dest: getattr(args, dest, None) for dest, *_ in ENV_OVERRIDES}
+
+
+def _onnx_spec(args: argparse.Namespace) -> BuildSpec:
+    """The as-is import preset for ``--onnx``, then flags and variables; a spec asked for another
+    target or precision builds the file like any ONNX source (clean-up, names with precision)."""
+    onnx = Path(args.onnx)
+    name = args.name if args.name is not None else onnx.stem
+    try:
+        validate_model_name(name)
+    except RepositoryError as exc:
+        if args.name is None:
+            raise RepositoryError(f"{exc} (derived from the file name; pass --name)") from None
+        raise
+    spec = apply_overrides(dataclasses.replace(import_spec(onnx, name), as_is=False), _flags(args))
+    if spec.target == "portable" and spec.precisions == ["fp32"]:
+        return dataclasses.replace(spec, as_is=True)
+    if set(spec.precisions) - {"fp32"} and "pydoc" in (spec.calibration.data, spec.evaluation.data):
+        raise SpecError(
+            "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
+            "--calibration-data) as .npz files of input arrays"
+        )
+    return spec
 
 
 def spec_from_args(args: argparse.Namespace) -> BuildSpec:
-    """The effective spec: the SPEC file (or one made for ``--onnx``) with env and flags applied."""
-    if getattr(args, "spec", None):
-        spec = load_spec(args.spec)
-        if getattr(args, "name", None):
-            spec.name = args.name
-    else:
-        onnx = Path(args.onnx)
-        data: dict[str, Any] = {"name": args.name or onnx.stem, "source": {"onnx": str(onnx.resolve())}}
-        if not (getattr(args, "calibration_data", None) or getattr(args, "eval_data", None)):
-            precisions = (getattr(args, "precision", None) or "fp32").split(",")
-            if set(p.strip() for p in precisions) - {"fp32"}:
-                raise SpecError(
-                    "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
-                    "--calibration-data) as .npz files of input arrays"
-                )
-        spec = parse_spec(data, base_dir=Path.cwd())
+    """The effective spec: the SPEC file (or the ``--onnx`` preset) with env and flags applied."""
+    if (args.spec is None) == (args.onnx is None):
+        raise BuildUsageError("give exactly one of SPEC or --onnx FILE; got " + ("both" if args.spec else "neither"))
+    if args.onnx is not None:
+        return _onnx_spec(args)
+    spec = load_spec(args.spec)
+    if args.name:
+        spec.name = args.name
     return apply_overrides(spec, _flags(args))
 
 
-def run(args: argparse.Namespace) -> int:
-    from tritonkit.build.pipeline import build_from_spec
+def _summary(result: BuildResult, spec: BuildSpec, repo: str) -> str:
+    if spec.as_is:
+        config = ModelRepository(repo).read_config(result.name)
+        batching = f"max_batch_size {config.max_batch_size}" if config.max_batch_size else "no batching"
+        return (
+            f"built `{result.name}` version {result.path.name}: {result.path} "
+            f"({len(config.inputs)} inputs, {len(config.outputs)} outputs, {batching})"
+        )
+    acc = result.accuracy
+    note = "reference" if acc is None else f"{acc['metric']} mean {acc['mean']:.6f} min {acc['min']:.6f}"
+    return f"built `{result.name}` version {result.path.name} ({result.precision}, {note}): {result.path}"
 
+
+def run(args: argparse.Namespace) -> int:
+    """``tritonkit build``: build the effective spec into ``--repo`` and print one line per version."""
     spec = spec_from_args(args)
     results = build_from_spec(
         spec,
         args.repo,
-        version=getattr(args, "version", None),
-        force=bool(getattr(args, "force", False)),
-        log=print,
+        version=args.version,
+        force=bool(args.force),
+        log=(lambda _: None) if spec.as_is else print,  # an import prints only its one summary line
     )
     for result in results:
-        acc = result.accuracy
-        note = "reference" if acc is None else f"{acc['metric']} mean {acc['mean']:.6f} min {acc['min']:.6f}"
-        print(f"built `{result.name}` version {result.path.name} ({result.precision}, {note}): {result.path}")
+        print(_summary(result, spec, args.repo))
     return 0

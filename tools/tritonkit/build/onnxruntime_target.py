@@ -16,6 +16,7 @@ from tritonkit.config import (
     TensorConfig,
 )
 from tritonkit.build.spec import BuildSpec
+from tritonkit.repository.onnx_io import read_io
 
 __all__ = ["onnxruntime_config"]
 
@@ -25,8 +26,6 @@ _PRECISION_MODE = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8", "bf16": "FP16
 def onnxruntime_config(
     spec: BuildSpec, onnx_path: Path, name: str, max_batch_size: int, precision: str
 ) -> ModelConfig:
-    from tritonkit.repository.onnx_io import read_io
-
     io = read_io(onnx_path)
     batching = max_batch_size > 0 and io.batch_dynamic
 

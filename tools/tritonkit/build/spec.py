@@ -24,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tritonkit.build.gpu import get_profile
 from tritonkit.build.precision import CALIBRATION_METHODS, Int8Options
 from tritonkit.errors import SpecError
+from tritonkit.repository.store import validate_model_name
 
 __all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
     "ENV_OVERRIDES",
     "PRECISIONS",
     "TARGETS",
@@ -37,9 +40,12 @@ __all__ = [
     "apply_overrides",
     "load_spec",
     "parse_spec",
+    "with_overrides",
 ]
 
 PRECISIONS = ("fp32", "fp16", "int8", "bf16")
+#: Max batch of a graph whose first axis is dynamic when none is given (``batching.max_batch_size: null``).
+DEFAULT_MAX_BATCH_SIZE = 64
 TARGETS = ("portable", "onnxruntime", "tensorrt")
 
 
@@ -124,7 +130,9 @@ class AccuracySpec:
 
 @dataclass
 class BatchingSpec:
-    max_batch_size: int | Literal["auto"] = 64
+    #: ``auto``: planned from measured memory and the GPU profile; null: 64 when every input and
+    #: output has a dynamic first axis, else 0 (the default of ``tritonkit build --onnx``).
+    max_batch_size: int | Literal["auto"] | None = DEFAULT_MAX_BATCH_SIZE
     max_queue_delay_us: int = 500
     preferred_batch_sizes: list[int] = field(default_factory=list)
     memory_fraction: float = 0.8
@@ -154,6 +162,14 @@ class TensorRTSpec:
 
 
 @dataclass
+class PortableSpec:
+    """The portable target's ONNX runner: extra model parameters (``intra_op_threads``,
+    ``tensor_exchange``, ``execution_provider``...) merged over its defaults."""
+
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class OnnxRuntimeSpec:
     accelerator: Literal["tensorrt", "cuda", "none"] = "tensorrt"
     precision_mode: Literal["FP32", "FP16", "INT8"] | None = None  # default: from the precision
@@ -176,18 +192,25 @@ class BuildSpec:
     gpu: str | None = None
     batching: BatchingSpec = field(default_factory=BatchingSpec)
     instances: InstancesSpec = field(default_factory=InstancesSpec)
+    portable: PortableSpec = field(default_factory=PortableSpec)
     tensorrt: TensorRTSpec = field(default_factory=TensorRTSpec)
     onnxruntime: OnnxRuntimeSpec = field(default_factory=OnnxRuntimeSpec)
     #: Directory the spec was read from; relative paths in it resolve against this.
     base_dir: str = "."
     #: GPU profile asked for by ``--gpu`` / ``TRITONKIT_GPU``: beats detection, which beats ``gpu``.
     requested_gpu: str | None = None
+    #: The plain import preset (``tritonkit build --onnx FILE``, :func:`tritonkit.build.portable.import_onnx`):
+    #: one portable FP32 version of an ONNX source served exactly as given (no clean-up pass, its
+    #: external-data files alongside), named ``name`` itself, with no GPU profile to plan for.
+    as_is: bool = False
 
     def resolve(self, path: str) -> Path:
         candidate = Path(path)
         return candidate if candidate.is_absolute() else Path(self.base_dir) / candidate
 
     def model_name(self, precision: str) -> str:
+        if self.as_is:
+            return self.name
         suffix = "" if self.target == "portable" else {"onnxruntime": "_ort", "tensorrt": "_trt"}[self.target]
         return f"{self.name}_{precision}{suffix}"
 
@@ -258,7 +281,7 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
 
 
 #: BuildSpec fields set by the loader and the overrides, never by the YAML file.
-_NOT_IN_YAML = ("base_dir", "requested_gpu")
+_NOT_IN_YAML = ("base_dir", "requested_gpu", "as_is")
 
 
 def _dataclass(cls: Any, value: Any, key: str) -> Any:
@@ -284,8 +307,6 @@ def _dataclass(cls: Any, value: Any, key: str) -> Any:
 
 
 def _check(spec: BuildSpec) -> BuildSpec:
-    from tritonkit.repository.store import validate_model_name
-
     validate_model_name(spec.name)
     given = [k for k in ("flagship", "onnx", "torch") if getattr(spec.source, k) is not None]
     if len(given) != 1:
@@ -309,8 +330,13 @@ def _check(spec: BuildSpec) -> BuildSpec:
     ):
         if value < 1:
             raise SpecError(f"spec key `{key}`: expected an integer >= 1, got {value}")
+    if spec.as_is and (spec.target != "portable" or spec.precisions != ["fp32"] or spec.source.onnx is None):
+        raise SpecError(
+            "the as-is import serves an `onnx` source as one portable fp32 version; got target "
+            f"{spec.target}, precisions {spec.precisions}"
+        )
     mbs = spec.batching.max_batch_size
-    if mbs != "auto" and isinstance(mbs, int) and mbs < 0:
+    if isinstance(mbs, int) and mbs < 0:
         raise SpecError(f"spec key `batching.max_batch_size`: expected an integer >= 0 or 'auto', got {mbs}")
     if not 0 < spec.batching.memory_fraction <= 1:
         raise SpecError(
@@ -319,10 +345,11 @@ def _check(spec: BuildSpec) -> BuildSpec:
     return spec
 
 
-def parse_spec(data: Any, base_dir: str | Path = ".") -> BuildSpec:
+def parse_spec(data: Any, base_dir: str | Path = ".", *, as_is: bool = False) -> BuildSpec:
     """A BuildSpec from parsed YAML (a mapping); SpecError on unknown keys or wrong types."""
     spec: BuildSpec = _dataclass(BuildSpec, data, "")
     spec.base_dir = str(base_dir)
+    spec.as_is = as_is
     return _check(spec)
 
 
@@ -383,9 +410,11 @@ def apply_overrides(
     like a spec value, so a bad flag or variable is the same one-line SpecError.
     """
     environ = os.environ if env is None else env
+    given: dict[str, str] = {}  # spec key -> where its override came from, for error messages
     data = _as_dict(spec)
     base_dir = data.pop("base_dir")
     requested_gpu = data.pop("requested_gpu")
+    as_is = data.pop("as_is")
     for dest, variable, key, parse in ENV_OVERRIDES:
         value: Any = None
         if variable in environ and environ[variable] != "":
@@ -395,9 +424,11 @@ def apply_overrides(
                 raise SpecError(
                     f"environment variable {variable}={environ[variable]!r} is not a valid `{key}`"
                 ) from None
+            given[key] = f"environment variable {variable}"
         flag = (flags or {}).get(dest)
         if flag is not None:
             value = _csv(flag) if dest == "precision" and isinstance(flag, str) else flag
+            given[key] = f"--{dest.replace('_', '-')}"
         if value is None:
             continue
         if key == "requested_gpu":
@@ -408,9 +439,23 @@ def apply_overrides(
         for part in parents:
             node = node[part]
         node[leaf] = value
-    spec = parse_spec(data, base_dir=base_dir)
+    try:
+        spec = parse_spec(data, base_dir=base_dir, as_is=as_is)
+    except SpecError as exc:
+        message = str(exc)
+        for key, where in given.items():
+            # A bad override is named as the user gave it, not as the spec key it overrides.
+            message = message.replace(f"spec key `{key}`", where)
+        raise SpecError(message) from None
     if requested_gpu is not None:
-        from tritonkit.build.gpu import get_profile
-
         spec.requested_gpu = get_profile(requested_gpu).name  # an unknown name fails here, in one line
     return spec
+
+
+def with_overrides(spec: BuildSpec, **changes: Any) -> BuildSpec:
+    """A copy of ``spec`` with nested dataclass fields replaced (``calibration={'samples': 64}``)."""
+    updates = {}
+    for key, value in changes.items():
+        current = getattr(spec, key)
+        updates[key] = dataclasses.replace(current, **value) if isinstance(value, dict) else value
+    return dataclasses.replace(spec, **updates)

@@ -20,7 +20,7 @@ from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.build.gpu import GIB, GpuProfile, check_precision
-from tritonkit.build.spec import BuildSpec
+from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 
 __all__ = [
@@ -123,6 +123,8 @@ def plan_for_spec(spec: BuildSpec, gpu: GpuProfile) -> EnginePlan:
     requested = spec.batching.max_batch_size
     if requested == "auto":
         requested = gpu.max_batch_cap
+    elif requested is None:  # the graph's choice; an engine needs profiles before the graph is read
+        requested = min(DEFAULT_MAX_BATCH_SIZE, gpu.max_batch_cap)
     assert isinstance(requested, int)
     profiles = resolve_profiles(spec, requested)
     profile_max = profiles[0].batch[2]

@@ -8,6 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tritonkit.build import report
+from tritonkit.build.pipeline import build_all
 from tritonkit.errors import RepositoryError
 
 __all__ = ["register", "run"]
@@ -31,11 +33,7 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.build import report
-
     if args.build:
-        from tritonkit.build.flagship import build_all
-
         build_all(args.repo)
     rows = report.collect(args.repo, all_versions=args.all_versions)
     if not rows:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tritonkit.build.export import export_torch
 from tritonkit.errors import ModelImportError
 
 __all__ = ["INPUTS", "OUTPUT", "export_minilm", "max_seq_length", "model_dir", "tokenizer_file"]
@@ -73,7 +74,6 @@ def export_minilm(path: str | Path) -> Path:
     """Export the flagship to ``path`` (FP32, opset 17)."""
     import torch
 
-    from tritonkit.build.export import export_torch
 
     # Traced with batch 2 and 8 tokens; both axes stay symbolic in the exported graph.
     example = (torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tritonkit.build.export import export_torch
+
 __all__ = ["INPUT", "OUTPUT", "SEED", "build_resnet50", "export_resnet50"]
 
 INPUT = "image"
@@ -80,7 +82,6 @@ def build_resnet50(num_classes: int = 1000, seed: int = SEED) -> Any:
 def export_resnet50(path: str | Path, image_size: int = 224) -> Path:
     import torch
 
-    from tritonkit.build.export import export_torch
 
     example = (torch.zeros(1, 3, image_size, image_size),)
     return export_torch(

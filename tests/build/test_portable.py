@@ -1,5 +1,6 @@
-"""``import_onnx`` and ``tritonkit build --onnx``: config decisions, files written, and every bad input
-(one clear line, non-zero exit, the repository exactly as before)."""
+"""The as-is import preset of the build pipeline (``import_onnx``, ``tritonkit build --onnx``):
+config decisions, files and build.json written, and every bad input (one clear line, non-zero exit,
+the repository exactly as before)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.runners import runner_path
 
+from ..repository.conftest import build_model, onnx_file, snap, unwritable  # noqa: F401 (fixtures)
+
 Snap = Callable[[Path], dict[str, str]]
 Unwritable = Callable[[Path], contextlib.AbstractContextManager[None]]
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "repository" / "golden"
 
 
 # --- config decisions ----------------------------------------------------------------------------------
@@ -69,8 +72,6 @@ def test_explicit_options_reach_the_config(onnx_file: Callable[[str], Path], tmp
         instance_kind="KIND_GPU",
         version=5,
         parameters={"intra_op_threads": "2"},
-        precision="fp32",
-        manifest_extra={"note": "x"},
     )
     repo = ModelRepository(tmp_path / "repo")
     cfg = repo.read_config("m")
@@ -79,7 +80,13 @@ def test_explicit_options_reach_the_config(onnx_file: Callable[[str], Path], tmp
     assert cfg.parameters["intra_op_threads"] == "2"
     assert repo.versions("m") == [5]
     manifest = repo.read_manifest("m", 5)
-    assert manifest.target == "portable" and manifest.extra["note"] == "x" and manifest.extra["opset"] == 17
+    assert (manifest.target, manifest.precision, manifest.gpu_profile, manifest.accuracy) == (
+        "portable",
+        "fp32",
+        None,
+        None,
+    )
+    assert manifest.extra == {"opset": 17, "importer": "tritonkit.build.portable.import_onnx"}
 
 
 def test_external_data_travels_with_the_version(
@@ -201,8 +208,8 @@ def test_cli_builds_and_reports_the_version(
         ("collision", ["model `existing` already exists with a different signature", "--force"]),
         ("version", ["model `existing` version 1 already exists", "--force"]),
         ("name", ["invalid model name '../evil'"]),
-        ("batch", ["`max_batch_size` must be an integer >= 0; got -2"]),
-        ("instances", ["`instance_count` must be an integer >= 1; got 0"]),
+        ("batch", ["--max-batch-size: expected an integer >= 0", "got -2"]),
+        ("instances", ["--instances: expected an integer >= 1, got 0"]),
         ("fixed", ["`max_batch_size` 4 needs a dynamic first axis"]),
     ],
 )
@@ -302,3 +309,42 @@ def test_cli_rejects_an_unknown_instance_kind(tmp_path: Path, capsys: pytest.Cap
     assert exc.value.code == 2
     assert "invalid choice: 'KIND_TPU'" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_cli_import_writes_what_the_library_call_writes(
+    onnx_file: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = onnx_file("two_in")
+    import_onnx(source, tmp_path / "lib", "two_in")
+    code, out, _ = run_cli(capsys, "build", "--onnx", str(source), "--repo", str(tmp_path / "cli"))
+    assert code == 0 and len(out.strip().splitlines()) == 1  # the summary line only
+    lib, cli = ModelRepository(tmp_path / "lib"), ModelRepository(tmp_path / "cli")
+    assert cli.read_config("two_in") == lib.read_config("two_in")
+    version = cli.version_dir("two_in", 1)
+    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.onnx", "model.py"]
+    assert (version / "model.onnx").read_bytes() == source.read_bytes()  # served as given, not cleaned up
+    made, reference = cli.read_manifest("two_in", 1), lib.read_manifest("two_in", 1)
+    assert (made.source_sha256, made.gpu_profile, made.extra) == (
+        reference.source_sha256,
+        None,
+        {"opset": 17, "importer": "tritonkit.build.portable.import_onnx"},
+    )
+
+
+def test_cli_flag_beats_environment_beats_preset(
+    onnx_file: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRITONKIT_MAX_BATCH_SIZE", "8")
+    monkeypatch.setenv("TRITONKIT_INSTANCES", "3")
+    source = str(onnx_file("two_in"))
+    assert run_cli(capsys, "build", "--onnx", source, "--name", "env", "--repo", str(tmp_path))[0] == 0
+    # A flag equal to its default still counts as given.
+    argv = ["--max-batch-size", "4", "--instances", "1"]
+    assert run_cli(capsys, "build", "--onnx", source, "--name", "flag", *argv, "--repo", str(tmp_path))[0] == 0
+    repo = ModelRepository(tmp_path)
+    env, flag = repo.read_config("env"), repo.read_config("flag")
+    assert (env.max_batch_size, env.instance_groups[0].count) == (8, 3)
+    assert (flag.max_batch_size, flag.instance_groups[0].count) == (4, 1)
