@@ -9,6 +9,9 @@ import subprocess
 
 import pytest
 
+# Fixtures shared across test packages live in plain modules under tests/support/.
+pytest_plugins = ("tests.support.onnx_zoo",)
+
 
 @functools.cache
 def _tensorrt_missing() -> str | None:

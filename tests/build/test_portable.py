@@ -20,8 +20,6 @@ from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.runners import runner_path
 
-from ..repository.conftest import build_model, onnx_file, snap, unwritable  # noqa: F401 (fixtures)
-
 Snap = Callable[[Path], dict[str, str]]
 Unwritable = Callable[[Path], contextlib.AbstractContextManager[None]]
 GOLDEN = Path(__file__).parents[1] / "repository" / "golden"
@@ -343,7 +341,9 @@ def test_cli_flag_beats_environment_beats_preset(
     assert run_cli(capsys, "build", "--onnx", source, "--name", "env", "--repo", str(tmp_path))[0] == 0
     # A flag equal to its default still counts as given.
     argv = ["--max-batch-size", "4", "--instances", "1"]
-    assert run_cli(capsys, "build", "--onnx", source, "--name", "flag", *argv, "--repo", str(tmp_path))[0] == 0
+    assert (
+        run_cli(capsys, "build", "--onnx", source, "--name", "flag", *argv, "--repo", str(tmp_path))[0] == 0
+    )
     repo = ModelRepository(tmp_path)
     env, flag = repo.read_config("env"), repo.read_config("flag")
     assert (env.max_batch_size, env.instance_groups[0].count) == (8, 3)

@@ -74,9 +74,9 @@ def test_overrides_are_checked_like_spec_values() -> None:
     ):
         apply_overrides(spec, {}, {"TRITONKIT_MAX_BATCH_SIZE": "lots"})
     # A bad override is named as the user gave it: the variable or the flag, not the spec key.
-    with pytest.raises(SpecError, match="^environment variable TRITONKIT_TARGET: expected one of"):
+    with pytest.raises(SpecError, match=r"^environment variable TRITONKIT_TARGET: expected one of"):
         apply_overrides(spec, {}, {"TRITONKIT_TARGET": "tflite"})
-    with pytest.raises(SpecError, match="^--instances: expected an integer >= 1, got 0$"):
+    with pytest.raises(SpecError, match=r"^--instances: expected an integer >= 1, got 0$"):
         apply_overrides(spec, {"instances": 0}, {"TRITONKIT_INSTANCES": "2"})
     assert apply_overrides(spec, {}, {"TRITONKIT_MAX_BATCH_SIZE": "auto"}).batching.max_batch_size == "auto"
     with pytest.raises(Exception, match="unknown GPU profile 'K80'"):

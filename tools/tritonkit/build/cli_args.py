@@ -109,7 +109,9 @@ def _onnx_spec(args: argparse.Namespace) -> BuildSpec:
 def spec_from_args(args: argparse.Namespace) -> BuildSpec:
     """The effective spec: the SPEC file (or the ``--onnx`` preset) with env and flags applied."""
     if (args.spec is None) == (args.onnx is None):
-        raise BuildUsageError("give exactly one of SPEC or --onnx FILE; got " + ("both" if args.spec else "neither"))
+        raise BuildUsageError(
+            "give exactly one of SPEC or --onnx FILE; got " + ("both" if args.spec else "neither")
+        )
     if args.onnx is not None:
         return _onnx_spec(args)
     spec = load_spec(args.spec)

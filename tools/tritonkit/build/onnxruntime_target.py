@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tritonkit.build.spec import BuildSpec
 from tritonkit.config import (
     Accelerator,
     DynamicBatching,
@@ -15,7 +16,6 @@ from tritonkit.config import (
     Optimization,
     TensorConfig,
 )
-from tritonkit.build.spec import BuildSpec
 from tritonkit.repository.onnx_io import read_io
 
 __all__ = ["onnxruntime_config"]

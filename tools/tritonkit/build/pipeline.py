@@ -56,7 +56,10 @@ def _quiet(_: str) -> None:
 
 
 def _max_batch(
-    spec: BuildSpec, profile: gpu.GpuProfile | None, source: Source | None, record: dict[str, Any] | None = None
+    spec: BuildSpec,
+    profile: gpu.GpuProfile | None,
+    source: Source | None,
+    record: dict[str, Any] | None = None,
 ) -> int:
     """The max batch size: given, planned from measured memory (``auto``), or the graph's (None)."""
     mbs = spec.batching.max_batch_size
@@ -93,7 +96,10 @@ def _io_signature(config: ModelConfig) -> tuple[Any, ...]:
 
 
 def _refuse_conflicts(
-    repository: ModelRepository | None, models: list[tuple[str, ModelConfig]], version: int | None, force: bool
+    repository: ModelRepository | None,
+    models: list[tuple[str, ModelConfig]],
+    version: int | None,
+    force: bool,
 ) -> None:
     """Refuse before the first write what ``write_version`` would refuse at the second or third:
     a build writes several models, and all of them or none should land."""
@@ -104,7 +110,9 @@ def _refuse_conflicts(
         if not existing:
             continue
         if version is not None and version in existing:
-            raise RepositoryError(f"model `{name}` version {version} already exists; use --force to replace it")
+            raise RepositoryError(
+                f"model `{name}` version {version} already exists; use --force to replace it"
+            )
         if _io_signature(repository.read_config(name)) != _io_signature(config):
             raise RepositoryError(
                 f"model `{name}` already exists with a different signature (backend, batching or I/O); "
@@ -119,9 +127,9 @@ def _existing(repo: ModelRepository | str | Path) -> ModelRepository | None:
     return ModelRepository(repo) if Path(repo).exists() else None
 
 
-def _tokenizer_version(spec: BuildSpec, source: Source, mbs: int, gpu_profile: str | None) -> tuple[
-    ModelConfig, Files, Manifest
-]:
+def _tokenizer_version(
+    spec: BuildSpec, source: Source, mbs: int, gpu_profile: str | None
+) -> tuple[ModelConfig, Files, Manifest]:
     assert source.tokenizer is not None
     manifest = Manifest.create(
         source.tokenizer,
@@ -187,10 +195,16 @@ def build_from_spec(
     if existing is not None and version is not None and not force:
         for name in names:
             if version in existing.versions(name):
-                raise ModelImportError(f"model `{name}` version {version} already exists; use --force to replace it")
+                raise ModelImportError(
+                    f"model `{name}` version {version} already exists; use --force to replace it"
+                )
     with tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
         workdir = Path(tmp)
-        log(f"reading {spec.source.onnx} as given" if spec.as_is else f"exporting and sanitizing the {spec.name} source")
+        log(
+            f"reading {spec.source.onnx} as given"
+            if spec.as_is
+            else f"exporting and sanitizing the {spec.name} source"
+        )
         source = prepare_source(spec, workdir)
         if plan is not None:
             tensorrt.check_shapes(plan, source.graph)
@@ -217,7 +231,9 @@ def build_from_spec(
         gpu_profile = profile.name if profile is not None else None
         for item in built:
             name = spec.model_name(item.precision)
-            files, config, extra = target_artifacts(spec, source, item, name, mbs, profile, plan, workdir, sets)
+            files, config, extra = target_artifacts(
+                spec, source, item, name, mbs, profile, plan, workdir, sets
+            )
             extra = _manifest_extra(spec, source, item, extra, sets, detection, planning)
             manifest = Manifest.create(
                 source.origin,
@@ -231,7 +247,9 @@ def build_from_spec(
             if text_ensemble(spec):
                 staged.append((f"{name}_text", item, ensemble_config(spec, source, name, mbs), {}, manifest))
         if text_ensemble(spec):
-            staged.insert(0, (tokenizer_name(spec), built[0], *_tokenizer_version(spec, source, mbs, gpu_profile)))
+            staged.insert(
+                0, (tokenizer_name(spec), built[0], *_tokenizer_version(spec, source, mbs, gpu_profile))
+            )
         _refuse_conflicts(existing, [(name, config) for name, _, config, _, _ in staged], version, force)
         repository = existing
         if repository is None:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.build.gpu import GIB, GpuProfile, check_precision
 from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 
 __all__ = [

@@ -74,7 +74,6 @@ def export_minilm(path: str | Path) -> Path:
     """Export the flagship to ``path`` (FP32, opset 17)."""
     import torch
 
-
     # Traced with batch 2 and 8 tokens; both axes stay symbolic in the exported graph.
     example = (torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64))
     return export_torch(

@@ -82,7 +82,6 @@ def build_resnet50(num_classes: int = 1000, seed: int = SEED) -> Any:
 def export_resnet50(path: str | Path, image_size: int = 224) -> Path:
     import torch
 
-
     example = (torch.zeros(1, 3, image_size, image_size),)
     return export_torch(
         build_resnet50(),

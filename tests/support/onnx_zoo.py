@@ -1,5 +1,6 @@
-"""Shared fixtures for the repository area: small ONNX graphs built with ``onnx.helper`` and a
-repository snapshot (every path plus a hash of every file) to prove a failed write changed nothing."""
+"""Shared test support, loaded as a pytest plugin by tests/conftest.py: small ONNX graphs built with
+``onnx.helper`` and a repository snapshot (every path plus a hash of every file) to prove a failed write
+changed nothing; used by the repository, build and client tests."""
 
 from __future__ import annotations
 
