@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import (
     ModelLoadError,
     PortInUseError,
@@ -74,7 +74,7 @@ def write_python_model(repo: Path, name: str, source: str, *, max_batch_size: in
     version = repo / name / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_text(textwrap.dedent(source))
-    config.save(repo / name / "config.pbtxt")
+    save(config, repo / name / "config.pbtxt")
     return repo / name
 
 

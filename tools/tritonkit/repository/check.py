@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tritonkit.config import ModelConfig, TensorConfig
+from tritonkit.config import ModelConfig, TensorConfig, load
+from tritonkit.config import problems as config_problems
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.onnx_io import TensorSpec, read_io
 from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
@@ -155,11 +156,11 @@ def check_model(model_dir: Path) -> list[str]:
     if not config_path.is_file():
         return [f"no {CONFIG_FILE}; Triton cannot load this directory as a model"]
     try:
-        config = ModelConfig.load(config_path)
+        config = load(config_path)
     except ConfigError as exc:
         detail = str(exc).replace(str(config_path) + ": ", "")
         return [f"{CONFIG_FILE} does not parse ({detail})"]
-    problems = list(config.problems())
+    problems = list(config_problems(config))
     if config.name and config.name != model_dir.name:
         problems.append(f"config name `{config.name}` does not match the directory name `{model_dir.name}`")
     versions = sorted(
