@@ -23,7 +23,8 @@ from tritonkit.build.tensorrt import (
 )
 from tritonkit.config import to_pbtxt, validate
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
-from tritonkit.repository.onnx_io import GraphIO, TensorSpec
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.repository.onnx_io import GraphIO
 
 T4 = PROFILES["T4"]
 TEXT_PROFILES = [

@@ -105,8 +105,8 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
         raise SpecError("spec key `preprocessing.kind`: `text` needs a flagship text model (minilm)")
     if image_shape is None and spec.preprocessing.kind == "none":
         first = graph.inputs[0]
-        if len(first.dims) == 4 and all(d > 0 for d in first.dims[1:]):
-            image_shape = (first.dims[1], first.dims[2], first.dims[3])
+        if len(first.shape) == 4 and all(d > 0 for d in first.shape[1:]):
+            image_shape = (first.shape[1], first.shape[2], first.shape[3])
     return Source(
         onnx=clean,
         origin=origin,
@@ -169,7 +169,7 @@ def _check_array_shapes(arrays: dict[str, Any], source: Source, section: str) ->
 
     graph = {t.name: t for t in read_io(source.onnx).inputs}
     for name, value in arrays.items():
-        dims = graph[name].dims
+        dims = graph[name].shape
         if value.ndim != len(dims) or any(
             d > 0 and d != s for d, s in zip(dims[1:], value.shape[1:], strict=False)
         ):
@@ -316,7 +316,7 @@ def tokenizer_name(spec: BuildSpec) -> str:
 def _embedding_dim(source: Source) -> int:
     from tritonkit.repository.onnx_io import read_io
 
-    return int(read_io(source.onnx).outputs[0].dims[-1])
+    return int(read_io(source.onnx).outputs[0].shape[-1])
 
 
 def tokenizer_config(spec: BuildSpec, source: Source, mbs: int) -> ModelConfig:

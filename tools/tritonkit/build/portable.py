@@ -17,7 +17,8 @@ from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.errors import ConfigError, ModelImportError
-from tritonkit.repository.onnx_io import GraphIO, TensorSpec, read_io
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.repository.onnx_io import GraphIO, read_io
 from tritonkit.repository.store import Manifest, ModelRepository, validate_model_name
 from tritonkit.serve.runners import ONNX_RUNNER, runner_path
 
@@ -67,12 +68,12 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 
 
 def _tensor(spec: TensorSpec, batching: bool) -> TensorConfig:
-    dims = list(spec.dims[1:] if batching else spec.dims)
+    dims = list(spec.shape[1:] if batching else spec.shape)
     if not dims:
         # Triton refuses empty dims; one value per batch element (or a scalar) is dims [1]
         # reshaped to [] for the model, the documented way to serve rank-1 batched tensors.
-        return TensorConfig(name=spec.name, data_type=spec.data_type, dims=[1], reshape=[])
-    return TensorConfig(name=spec.name, data_type=spec.data_type, dims=dims)
+        return TensorConfig(name=spec.name, data_type=spec.datatype, dims=[1], reshape=[])
+    return TensorConfig(name=spec.name, data_type=spec.datatype, dims=dims)
 
 
 def portable_config(
@@ -101,7 +102,7 @@ def portable_config(
         max_batch_size = DEFAULT_MAX_BATCH_SIZE if graph.batch_dynamic else 0
     max_batch_size = _check_int(max_batch_size, "max_batch_size", 0)
     if max_batch_size > 0 and not graph.batch_dynamic:
-        fixed = [f"{t.name}{list(t.dims)}" for t in graph.inputs + graph.outputs if not t.batch_dynamic]
+        fixed = [f"{t.name}{list(t.shape)}" for t in graph.inputs + graph.outputs if not t.batch_dynamic]
         raise ModelImportError(
             f"`max_batch_size` {max_batch_size} needs a dynamic first axis on every input and output; "
             f"fixed in: {', '.join(fixed)} (use --max-batch-size 0)"

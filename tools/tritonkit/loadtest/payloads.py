@@ -1,7 +1,7 @@
 """Request payloads for load tests: what a model takes (from Triton's metadata) and seeded data for it.
 
-A :class:`ModelSpec` is read once from the server (``/v2/models/<m>`` metadata plus the config's
-``max_batch_size``). :func:`make_payloads` builds a small pool of requests per batch size of the
+A :class:`~tritonkit.client.spec.ModelSpec` (the client's) is read once from the server
+(``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` builds a small pool of requests per batch size of the
 *batch mix* (random data of the right dtype and shape from a seeded generator, or real text for
 ``BYTES`` inputs), and users draw from the pool by the mix's weights, so a run is repeatable and
 no time is spent generating data while load is on.
@@ -19,7 +19,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tritonkit.errors import LoadTestError
+from tritonkit.client.spec import ModelMetadata, ModelSpec, config_from_json
+from tritonkit.config.dtypes import numpy_to_triton
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.errors import ConfigError, LoadTestError
 from tritonkit.loadtest.validation import OutputCheck, dtype_of
 
 __all__ = [
@@ -28,9 +31,9 @@ __all__ = [
     "ModelSpec",
     "Payload",
     "PayloadSet",
-    "TensorSpec",
     "fetch_model_spec",
     "make_payloads",
+    "output_checks",
     "parse_batch_mix",
     "raw_bytes",
     "request_body",
@@ -41,29 +44,12 @@ __all__ = [
 #: batch size → relative weight
 BatchMix = Mapping[int, float]
 
-_NUMPY_TO_TRITON = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
-
 
 def triton_dtype(array: NDArray[Any]) -> str:
     """Triton data type of an array (object/bytes arrays are ``BYTES``)."""
-    if array.dtype.kind in "OSU":
-        return "BYTES"
     try:
-        return _NUMPY_TO_TRITON[array.dtype.name]
-    except KeyError:
+        return numpy_to_triton(array.dtype)
+    except ConfigError:
         raise LoadTestError(f"arrays of dtype {array.dtype} cannot be sent to Triton") from None
 
 
@@ -74,55 +60,15 @@ def raw_bytes(array: NDArray[Any]) -> bytes:
     return tensor_bytes(triton_dtype(array), array)
 
 
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]  # as the metadata says: -1 for variable axes, batch axis included
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A served model version as load tests see it."""
-
-    name: str
-    version: str
-    max_batch_size: int
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    platform: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ModelSpec:
-        def specs(items: Sequence[Any]) -> tuple[TensorSpec, ...]:
-            return tuple(TensorSpec(i["name"], i["datatype"], tuple(i["shape"])) for i in items)
-
-        return cls(
-            name=data["name"],
-            version=str(data["version"]),
-            max_batch_size=int(data["max_batch_size"]),
-            inputs=specs(data["inputs"]),
-            outputs=specs(data["outputs"]),
-            platform=str(data.get("platform", "")),
-        )
-
-    @property
-    def label(self) -> str:
-        """The Locust request name: ``model:version``."""
-        return f"{self.name}:{self.version}"
-
-    def output_checks(self, batch: int) -> list[OutputCheck]:
-        """What the answer to a request of ``batch`` rows must look like."""
-        checks = []
-        for out in self.outputs:
-            shape = list(out.shape)
-            if self.max_batch_size > 0 and shape:
-                shape[0] = batch
-            checks.append(OutputCheck(out.name, out.datatype, tuple(shape)))
-        return checks
+def output_checks(spec: ModelSpec, batch: int) -> list[OutputCheck]:
+    """What the answer to a request of ``batch`` rows must look like."""
+    checks = []
+    for out in spec.metadata.outputs:
+        shape = list(out.shape)
+        if spec.max_batch_size > 0 and shape:
+            shape[0] = batch
+        checks.append(OutputCheck(out.name, out.datatype, tuple(shape)))
+    return checks
 
 
 def fetch_model_spec(
@@ -173,20 +119,7 @@ def fetch_model_spec(
     finally:
         client.close()
     config = config.get("config", config)  # gRPC wraps the config in {"config": ...}
-    versions = [str(v) for v in metadata.get("versions", [])]
-    resolved = version or (max(versions, key=int) if versions and all(v.isdigit() for v in versions) else "1")
-
-    def specs(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
-        return tuple(TensorSpec(i["name"], i["datatype"], tuple(int(d) for d in i["shape"])) for i in items)
-
-    return ModelSpec(
-        name=model,
-        version=resolved,
-        max_batch_size=int(config.get("max_batch_size", 0) or 0),
-        inputs=specs(metadata.get("inputs", [])),
-        outputs=specs(metadata.get("outputs", [])),
-        platform=str(metadata.get("platform", "")),
-    )
+    return ModelSpec(ModelMetadata.from_json(metadata), config_from_json(config), version)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -343,13 +276,13 @@ def make_payloads(
     for batch, weight in sorted(mix.items()):
         for _ in range(per_batch):
             inputs = {}
-            for tensor in spec.inputs:
+            for tensor in spec.metadata.inputs:
                 dims = list(tensor.shape)
                 if spec.max_batch_size > 0 and dims:
                     dims[0] = batch
                 shape = tuple(variable_dim if d < 0 else d for d in dims)
                 inputs[tensor.name] = _random_tensor(tensor, shape, rng, source)
-            payloads.append(Payload(inputs, batch, tuple(spec.output_checks(batch))))
+            payloads.append(Payload(inputs, batch, tuple(output_checks(spec, batch))))
             weights.append(weight / total / per_batch)
     return PayloadSet(spec, payloads, weights)
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from tritonkit.config import ModelConfig, TensorConfig, load
 from tritonkit.config import problems as config_problems
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-from tritonkit.repository.onnx_io import TensorSpec, read_io
+from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.serve.runners import ONNX_RUNNER, runner_path
 
@@ -89,19 +90,19 @@ def compare_tensors(
                 f"config {kind} `{tensor.name}` is not a graph {kind}; graph has: {', '.join(by_name) or 'none'}"
             )
             continue
-        if tensor.data_type != spec.data_type:
+        if tensor.data_type != spec.datatype:
             problems.append(
-                f"{kind} `{tensor.name}`: config data type {tensor.data_type}, graph has {spec.data_type}"
+                f"{kind} `{tensor.name}`: config data type {tensor.data_type}, graph has {spec.datatype}"
             )
-        graph_dims = spec.dims
+        graph_dims = spec.shape
         if max_batch_size > 0:
             if not spec.batch_dynamic:
                 problems.append(
                     f"{kind} `{tensor.name}`: max_batch_size {max_batch_size} needs a dynamic first axis, "
-                    f"graph shape is {_fmt(spec.dims)}"
+                    f"graph shape is {_fmt(spec.shape)}"
                 )
                 continue
-            graph_dims = spec.dims[1:]
+            graph_dims = spec.shape[1:]
         # With `reshape`, the model sees the reshaped shape: that is what must match the graph.
         seen = tensor.reshape if tensor.reshape is not None else tensor.dims
         if len(seen) != len(graph_dims) or any(
