@@ -137,7 +137,7 @@ def numpy_to_triton(dtype: Any) -> str:
 
 @functools.cache
 def _onnx_tables() -> tuple[dict[str, int], dict[int, str]]:
-    from onnx import TensorProto
+    from onnx import TensorProto  # noqa: PLC0415  # onnx is heavy; the client and load tests never need it
 
     to_onnx = {short: int(getattr(TensorProto, onnx_name)) for short, onnx_name in _ONNX_NAMES.items()}
     return to_onnx, {v: k for k, v in to_onnx.items()}
@@ -152,7 +152,7 @@ def onnx_to_triton(elem_type: int) -> str:
     """``onnx.TensorProto`` element type number -> short Triton name; ConfigError for types Triton lacks."""
     table = _onnx_tables()[1]
     if elem_type not in table:
-        from onnx import TensorProto
+        from onnx import TensorProto  # noqa: PLC0415  # as in _onnx_tables
 
         try:
             onnx_name = TensorProto.DataType.Name(elem_type)  # type: ignore[arg-type]

@@ -53,6 +53,11 @@ def _merge(base: Dict, over: Dict) -> Dict:
     return out
 
 
+def _when_set(**fields: Any) -> Dict:
+    """Only the fields that are set (True, or any value but None): unset ones are left out of the dict."""
+    return {key: value for key, value in fields.items() if value is not None and value is not False}
+
+
 def _tensor_to_dict(t: TensorConfig) -> Dict:
     d: Dict = {"name": t.name, "dims": list(t.dims)}
     if t.data_type:
@@ -61,14 +66,12 @@ def _tensor_to_dict(t: TensorConfig) -> Dict:
         d["reshape"] = {"shape": list(t.reshape)}
     # Input-only / output-only fields are emitted only when set, so the schema rejects a misuse
     # (e.g. `optional` on an output) instead of this module dropping it.
-    if t.optional:
-        d["optional"] = True
-    if t.is_shape_tensor:
-        d["is_shape_tensor"] = True
-    if t.allow_ragged_batch:
-        d["allow_ragged_batch"] = True
-    if t.label_filename is not None:
-        d["label_filename"] = t.label_filename
+    d |= _when_set(
+        optional=t.optional,
+        is_shape_tensor=t.is_shape_tensor,
+        allow_ragged_batch=t.allow_ragged_batch,
+        label_filename=t.label_filename,
+    )
     return _merge(t.extra, d)
 
 
@@ -148,12 +151,7 @@ def _warmup_input_to_dict(w: WarmupInput) -> Dict:
     if w.data_type:
         d["data_type"] = to_proto_dtype(w.data_type)
     # A oneof: emit only the chosen members (setting one to False would still select it).
-    if w.zero_data:
-        d["zero_data"] = True
-    if w.random_data:
-        d["random_data"] = True
-    if w.input_data_file is not None:
-        d["input_data_file"] = w.input_data_file
+    d |= _when_set(zero_data=w.zero_data, random_data=w.random_data, input_data_file=w.input_data_file)
     return _merge(w.extra, d)
 
 

@@ -14,11 +14,17 @@ import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
+from pydoc_data.topics import topics
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
 
+from tritonkit.build.data import synthetic_images
+from tritonkit.client.codec import grpc_request, http_body, tensor_bytes
 from tritonkit.client.spec import ModelMetadata, ModelSpec, config_from_json
 from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
@@ -55,8 +61,6 @@ def triton_dtype(array: NDArray[Any]) -> str:
 
 def raw_bytes(array: NDArray[Any]) -> bytes:
     """Triton's binary wire form: little-endian C order, ``BYTES`` elements with a u32 length prefix."""
-    from tritonkit.client.codec import tensor_bytes
-
     return tensor_bytes(triton_dtype(array), array)
 
 
@@ -79,18 +83,12 @@ def fetch_model_spec(
     Raises :class:`LoadTestError` naming the model and the server when it is unknown or not ready,
     and when the server cannot be reached, so that no load is sent to a wrong target.
     """
-    from tritonclient.utils import InferenceServerException
-
     host = re.sub(r"^[a-z]+://", "", url).rstrip("/")
     client: Any
     try:
         if protocol == "grpc":
-            import tritonclient.grpc as grpcclient
-
             client = grpcclient.InferenceServerClient(host)
         else:
-            import tritonclient.http as httpclient
-
             client = httpclient.InferenceServerClient(
                 host, connection_timeout=timeout, network_timeout=timeout
             )
@@ -157,8 +155,6 @@ def parse_batch_mix(text: str) -> dict[int, float]:
 @functools.cache
 def sample_sentences() -> tuple[str, ...]:
     """Real English sentences that ship with CPython (the language reference topics)."""
-    from pydoc_data.topics import topics
-
     sentences: list[str] = []
     for text in topics.values():
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
@@ -217,8 +213,6 @@ def _random_tensor(
     ):
         # An image classifier's input (N, C, H, W): the converter's seeded, image-like pictures
         # (smooth structure plus noise, ImageNet-normalised), not white noise.
-        from tritonkit.build.data import synthetic_images
-
         seed = int(rng.integers(0, 2**31))
         return synthetic_images(shape[0], shape[1:], seed).astype(dtype_of(spec.datatype))  # type: ignore[arg-type]
     dtype = dtype_of(spec.datatype)
@@ -289,18 +283,12 @@ def make_payloads(
 
 def request_body(model: str, version: str, inputs: dict[str, Any], outputs: Sequence[str] = ()) -> bytes:
     """A serialized ``ModelInferRequest`` with raw (binary) input contents, built once per payload."""
-    from tritonkit.client.codec import grpc_request
-
     return bytes(grpc_request(model, version, _typed(inputs), list(outputs) or None).SerializeToString())
 
 
 def http_request(payload: Payload) -> tuple[list[Any], list[Any], bytes, int]:
     """``tritonclient.http`` inputs and requested outputs of one payload (for the ``tritonclient``
     transport), and the body and JSON-header length the client library sends for it (binary tensors)."""
-    import tritonclient.http as httpclient
-
-    from tritonkit.client.codec import http_body
-
     inputs = []
     for name, array in payload.inputs.items():
         infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))

@@ -35,15 +35,6 @@ from typing import Any
 from tritonkit.config import ModelConfig, load, save, validate
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 
-__all__ = [
-    "CONFIG_FILE",
-    "MANIFEST_FILE",
-    "STAGING_PREFIX",
-    "Manifest",
-    "ModelRepository",
-    "validate_model_name",
-]
-
 CONFIG_FILE = "config.pbtxt"
 MANIFEST_FILE = "build.json"
 #: Prefix of the temporary directories a write assembles a version in (removed before it returns).
