@@ -229,7 +229,8 @@ def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
         _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
     )
     process.send_signal(sig)
-    assert process.wait(timeout=60) == 0
+    process.communicate(timeout=60)  # also closes the pipes
+    assert process.returncode == 0
 
 
 def test_cli_serve_busy_port_is_one_line_and_nonzero(tmp_path: Path) -> None:
