@@ -19,20 +19,8 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.config import model_config as mc
 from tritonkit.config.dtypes import to_proto_dtype
-from tritonkit.config.model_config import (
-    Accelerator,
-    DynamicBatching,
-    EnsembleStep,
-    InstanceGroup,
-    ModelConfig,
-    ModelWarmup,
-    Optimization,
-    QueuePolicy,
-    TensorConfig,
-    VersionPolicy,
-    WarmupInput,
-)
 from tritonkit.config.parser import proto_from_dict
 from tritonkit.config.validator import validate
 from tritonkit.errors import ConfigError
@@ -58,7 +46,7 @@ def _when_set(**fields: Any) -> Dict:
     return {key: value for key, value in fields.items() if value is not None and value is not False}
 
 
-def _tensor_to_dict(t: TensorConfig) -> Dict:
+def _tensor_to_dict(t: mc.TensorConfig) -> Dict:
     d: Dict = {"name": t.name, "dims": list(t.dims)}
     if t.data_type:
         d["data_type"] = to_proto_dtype(t.data_type)
@@ -75,7 +63,7 @@ def _tensor_to_dict(t: TensorConfig) -> Dict:
     return _merge(t.extra, d)
 
 
-def _queue_to_dict(q: QueuePolicy) -> Dict:
+def _queue_to_dict(q: mc.QueuePolicy) -> Dict:
     return _merge(
         q.extra,
         {
@@ -87,7 +75,7 @@ def _queue_to_dict(q: QueuePolicy) -> Dict:
     )
 
 
-def _batching_to_dict(b: DynamicBatching) -> Dict:
+def _batching_to_dict(b: mc.DynamicBatching) -> Dict:
     d: Dict = {
         "max_queue_delay_microseconds": b.max_queue_delay_microseconds,
         "preferred_batch_size": list(b.preferred_batch_size),
@@ -102,7 +90,7 @@ def _batching_to_dict(b: DynamicBatching) -> Dict:
     return _merge(b.extra, d)
 
 
-def _group_to_dict(g: InstanceGroup) -> Dict:
+def _group_to_dict(g: mc.InstanceGroup) -> Dict:
     d: Dict = {"kind": g.kind, "count": g.count, "gpus": list(g.gpus), "profile": list(g.profile)}
     if g.name is not None:
         d["name"] = g.name
@@ -111,11 +99,11 @@ def _group_to_dict(g: InstanceGroup) -> Dict:
     return _merge(g.extra, d)
 
 
-def _accel_to_dict(a: Accelerator) -> Dict:
+def _accel_to_dict(a: mc.Accelerator) -> Dict:
     return _merge(a.extra, {"name": a.name, "parameters": dict(a.parameters)})
 
 
-def _optimization_to_dict(o: Optimization) -> Dict:
+def _optimization_to_dict(o: mc.Optimization) -> Dict:
     d: Dict = {}
     if o.cuda is not None:
         c = o.cuda
@@ -146,7 +134,7 @@ def _optimization_to_dict(o: Optimization) -> Dict:
     return _merge(o.extra, d)
 
 
-def _warmup_input_to_dict(w: WarmupInput) -> Dict:
+def _warmup_input_to_dict(w: mc.WarmupInput) -> Dict:
     d: Dict = {"dims": list(w.dims)}
     if w.data_type:
         d["data_type"] = to_proto_dtype(w.data_type)
@@ -155,7 +143,7 @@ def _warmup_input_to_dict(w: WarmupInput) -> Dict:
     return _merge(w.extra, d)
 
 
-def _warmup_to_dict(w: ModelWarmup) -> Dict:
+def _warmup_to_dict(w: mc.ModelWarmup) -> Dict:
     return _merge(
         w.extra,
         {
@@ -167,7 +155,7 @@ def _warmup_to_dict(w: ModelWarmup) -> Dict:
     )
 
 
-def _policy_to_dict(p: VersionPolicy) -> Dict:
+def _policy_to_dict(p: mc.VersionPolicy) -> Dict:
     if p.kind == "latest":
         return {"latest": {"num_versions": p.num_versions}}
     if p.kind == "all":
@@ -177,7 +165,7 @@ def _policy_to_dict(p: VersionPolicy) -> Dict:
     raise ConfigError(f"`version_policy.kind` is {p.kind!r}; expected one of latest, all, specific")
 
 
-def _step_to_dict(s: EnsembleStep) -> Dict:
+def _step_to_dict(s: mc.EnsembleStep) -> Dict:
     return _merge(
         s.extra,
         {
@@ -189,7 +177,7 @@ def _step_to_dict(s: EnsembleStep) -> Dict:
     )
 
 
-def to_dict(cfg: ModelConfig) -> Dict:
+def to_dict(cfg: mc.ModelConfig) -> Dict:
     """``json_format`` dict (proto field names) of ``cfg``; unmodelled ``extra`` fields included."""
     d: Dict = {"name": cfg.name, "max_batch_size": cfg.max_batch_size}
     if cfg.platform is not None:
@@ -223,17 +211,17 @@ def to_dict(cfg: ModelConfig) -> Dict:
     return _merge(cfg.extra, d)
 
 
-def to_proto(cfg: ModelConfig) -> model_config_pb2.ModelConfig:
+def to_proto(cfg: mc.ModelConfig) -> model_config_pb2.ModelConfig:
     """``model_config_pb2.ModelConfig`` for ``cfg``; ConfigError when the schema rejects a value."""
     return proto_from_dict(to_dict(cfg))
 
 
-def to_pbtxt(cfg: ModelConfig) -> str:
+def to_pbtxt(cfg: mc.ModelConfig) -> str:
     """``config.pbtxt`` text: the schema's own printer, short ``dims: [1, 2]`` lists."""
     return str(text_format.MessageToString(to_proto(cfg), use_short_repeated_primitives=True))
 
 
-def save(cfg: ModelConfig, path: str | os.PathLike[str], *, check: bool = True) -> Path:
+def save(cfg: mc.ModelConfig, path: str | os.PathLike[str], *, check: bool = True) -> Path:
     """Write ``cfg`` as ``config.pbtxt`` atomically (temp file + rename in the same directory).
 
     With ``check`` (default) the config is validated first, so an invalid config writes nothing; on

@@ -18,22 +18,8 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.config import model_config as mc
 from tritonkit.config.dtypes import from_proto_dtype
-from tritonkit.config.model_config import (
-    Accelerator,
-    CudaOptimization,
-    DynamicBatching,
-    EnsembleStep,
-    ExecutionAccelerators,
-    InstanceGroup,
-    ModelConfig,
-    ModelWarmup,
-    Optimization,
-    QueuePolicy,
-    TensorConfig,
-    VersionPolicy,
-    WarmupInput,
-)
 from tritonkit.errors import ConfigError
 
 __all__ = ["from_dict", "from_pbtxt", "from_proto", "load", "proto_from_dict"]
@@ -51,11 +37,11 @@ def _pop_dtype(d: Dict) -> str:
     return from_proto_dtype(data_type) if data_type else ""
 
 
-def _tensor_from_dict(d: Dict) -> TensorConfig:
+def _tensor_from_dict(d: Dict) -> mc.TensorConfig:
     d = dict(d)
     reshape = d.pop("reshape", None)
     label = d.pop("label_filename", None)
-    return TensorConfig(
+    return mc.TensorConfig(
         name=d.pop("name", ""),
         data_type=_pop_dtype(d),
         dims=_ints(d.pop("dims", [])),
@@ -68,9 +54,9 @@ def _tensor_from_dict(d: Dict) -> TensorConfig:
     )
 
 
-def _queue_from_dict(d: Dict) -> QueuePolicy:
+def _queue_from_dict(d: Dict) -> mc.QueuePolicy:
     d = dict(d)
-    return QueuePolicy(
+    return mc.QueuePolicy(
         max_queue_size=int(d.pop("max_queue_size", 0)),
         default_timeout_microseconds=int(d.pop("default_timeout_microseconds", 0)),
         allow_timeout_override=bool(d.pop("allow_timeout_override", False)),
@@ -79,10 +65,10 @@ def _queue_from_dict(d: Dict) -> QueuePolicy:
     )
 
 
-def _batching_from_dict(d: Dict) -> DynamicBatching:
+def _batching_from_dict(d: Dict) -> mc.DynamicBatching:
     d = dict(d)
     default_policy = d.pop("default_queue_policy", None)
-    return DynamicBatching(
+    return mc.DynamicBatching(
         max_queue_delay_microseconds=int(d.pop("max_queue_delay_microseconds", 0)),
         preferred_batch_size=_ints(d.pop("preferred_batch_size", [])),
         preserve_ordering=bool(d.pop("preserve_ordering", False)),
@@ -96,9 +82,9 @@ def _batching_from_dict(d: Dict) -> DynamicBatching:
     )
 
 
-def _group_from_dict(d: Dict) -> InstanceGroup:
+def _group_from_dict(d: Dict) -> mc.InstanceGroup:
     d = dict(d)
-    return InstanceGroup(
+    return mc.InstanceGroup(
         kind=str(d.pop("kind", "KIND_AUTO")),
         # count 0 (unset) means one instance to Triton; read it as what it means.
         count=int(d.pop("count", 0)) or 1,
@@ -110,21 +96,21 @@ def _group_from_dict(d: Dict) -> InstanceGroup:
     )
 
 
-def _accel_from_dict(d: Dict) -> Accelerator:
+def _accel_from_dict(d: Dict) -> mc.Accelerator:
     d = dict(d)
-    return Accelerator(
+    return mc.Accelerator(
         name=d.pop("name", ""),
         parameters={str(k): str(v) for k, v in d.pop("parameters", {}).items()},
         extra=d,
     )
 
 
-def _optimization_from_dict(d: Dict) -> Optimization:
+def _optimization_from_dict(d: Dict) -> mc.Optimization:
     d = dict(d)
     cuda = execution = None
     if (c := d.pop("cuda", None)) is not None:
         c = dict(c)
-        cuda = CudaOptimization(
+        cuda = mc.CudaOptimization(
             graphs=bool(c.pop("graphs", False)),
             busy_wait_events=bool(c.pop("busy_wait_events", False)),
             output_copy_stream=bool(c.pop("output_copy_stream", False)),
@@ -133,7 +119,7 @@ def _optimization_from_dict(d: Dict) -> Optimization:
         )
     if (e := d.pop("execution_accelerators", None)) is not None:
         e = dict(e)
-        execution = ExecutionAccelerators(
+        execution = mc.ExecutionAccelerators(
             gpu_execution_accelerator=[_accel_from_dict(a) for a in e.pop("gpu_execution_accelerator", [])],
             cpu_execution_accelerator=[_accel_from_dict(a) for a in e.pop("cpu_execution_accelerator", [])],
             extra=e,
@@ -141,7 +127,7 @@ def _optimization_from_dict(d: Dict) -> Optimization:
     in_pinned = d.pop("input_pinned_memory", None)
     out_pinned = d.pop("output_pinned_memory", None)
     graph = d.pop("graph", None)
-    return Optimization(
+    return mc.Optimization(
         cuda=cuda,
         execution_accelerators=execution,
         input_pinned_memory=None if in_pinned is None else bool(in_pinned.get("enable", False)),
@@ -151,9 +137,9 @@ def _optimization_from_dict(d: Dict) -> Optimization:
     )
 
 
-def _warmup_input_from_dict(d: Dict) -> WarmupInput:
+def _warmup_input_from_dict(d: Dict) -> mc.WarmupInput:
     d = dict(d)
-    return WarmupInput(
+    return mc.WarmupInput(
         data_type=_pop_dtype(d),
         dims=_ints(d.pop("dims", [])),
         zero_data=bool(d.pop("zero_data", False)),
@@ -163,9 +149,9 @@ def _warmup_input_from_dict(d: Dict) -> WarmupInput:
     )
 
 
-def _warmup_from_dict(d: Dict) -> ModelWarmup:
+def _warmup_from_dict(d: Dict) -> mc.ModelWarmup:
     d = dict(d)
-    return ModelWarmup(
+    return mc.ModelWarmup(
         name=d.pop("name", ""),
         batch_size=int(d.pop("batch_size", 0)),
         inputs={k: _warmup_input_from_dict(v) for k, v in d.pop("inputs", {}).items()},
@@ -174,20 +160,20 @@ def _warmup_from_dict(d: Dict) -> ModelWarmup:
     )
 
 
-def _policy_from_dict(d: Dict) -> VersionPolicy:
+def _policy_from_dict(d: Dict) -> mc.VersionPolicy:
     if "latest" in d:
-        return VersionPolicy.latest(int(d["latest"].get("num_versions", 0)))
+        return mc.VersionPolicy.latest(int(d["latest"].get("num_versions", 0)))
     if "specific" in d:
-        return VersionPolicy.specific(_ints(d["specific"].get("versions", [])))
+        return mc.VersionPolicy.specific(_ints(d["specific"].get("versions", [])))
     if "all" in d:
-        return VersionPolicy.all()
+        return mc.VersionPolicy.all()
     # `version_policy {}` with no choice: Triton applies its default, latest 1.
-    return VersionPolicy.latest(1)
+    return mc.VersionPolicy.latest(1)
 
 
-def _step_from_dict(d: Dict) -> EnsembleStep:
+def _step_from_dict(d: Dict) -> mc.EnsembleStep:
     d = dict(d)
-    return EnsembleStep(
+    return mc.EnsembleStep(
         model_name=d.pop("model_name", ""),
         model_version=int(d.pop("model_version", 0)),
         input_map=dict(d.pop("input_map", {})),
@@ -208,16 +194,16 @@ def proto_from_dict(data: Dict) -> model_config_pb2.ModelConfig:
     return pb
 
 
-def from_dict(data: Dict) -> ModelConfig:
+def from_dict(data: Dict) -> mc.ModelConfig:
     """Dataclasses from a ``json_format`` dict; the dict is checked against the schema first."""
     return from_proto(proto_from_dict(data))
 
 
-def _from_message_dict(d: Dict) -> ModelConfig:
+def _from_message_dict(d: Dict) -> mc.ModelConfig:
     d = dict(d)
     extra: Dict = {}
     ensemble = d.pop("ensemble_scheduling", None)
-    steps: list[EnsembleStep] = []
+    steps: list[mc.EnsembleStep] = []
     if ensemble is not None:
         ensemble = dict(ensemble)
         steps = [_step_from_dict(s) for s in ensemble.pop("step", [])]
@@ -230,7 +216,7 @@ def _from_message_dict(d: Dict) -> ModelConfig:
     policy = d.pop("version_policy", None)
     batching = d.pop("dynamic_batching", None)
     optimization = d.pop("optimization", None)
-    cfg = ModelConfig(
+    cfg = mc.ModelConfig(
         name=d.pop("name", ""),
         backend=d.pop("backend", None),
         platform=d.pop("platform", None),
@@ -253,7 +239,7 @@ def _from_message_dict(d: Dict) -> ModelConfig:
     return cfg
 
 
-def from_proto(pb: Any) -> ModelConfig:
+def from_proto(pb: Any) -> mc.ModelConfig:
     if not isinstance(pb, model_config_pb2.ModelConfig):
         raise ConfigError(
             f"expected a tritonclient.grpc.model_config_pb2.ModelConfig, given {type(pb).__name__}"
@@ -273,7 +259,7 @@ def _enum_hint(message: str) -> str:
     return "; expected one of " + ", ".join(v.name for v in enum.values)
 
 
-def from_pbtxt(text: str) -> ModelConfig:
+def from_pbtxt(text: str) -> mc.ModelConfig:
     pb = model_config_pb2.ModelConfig()
     try:
         text_format.Parse(text, pb)
@@ -290,7 +276,7 @@ def from_pbtxt(text: str) -> ModelConfig:
     return from_proto(pb)
 
 
-def load(path: str | os.PathLike[str]) -> ModelConfig:
+def load(path: str | os.PathLike[str]) -> mc.ModelConfig:
     """Read and parse a ``config.pbtxt`` file (or a model directory containing one)."""
     target = Path(path)
     if target.is_dir():
