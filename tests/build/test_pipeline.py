@@ -13,6 +13,7 @@ import pytest
 from tritonkit.build.pipeline import build_from_spec
 from tritonkit.build.precision import UnsupportedOpError
 from tritonkit.build.spec import apply_overrides, parse_spec
+from tritonkit.config import validate
 from tritonkit.errors import AccuracyError, CalibrationError, GpuProfileError, ModelImportError, SpecError
 from tritonkit.repository.store import ModelRepository
 
@@ -251,7 +252,7 @@ def test_onnxruntime_accelerators(tiny_onnx: Path, accelerator: str, expected: o
         {"name": "t", "source": {"onnx": str(tiny_onnx)}, "onnxruntime": {"accelerator": accelerator}}
     )
     config = onnxruntime_config(spec, tiny_onnx, "t_fp32_ort", 8, "fp32")
-    config.validate()
+    validate(config)
     if expected is None:
         assert config.optimization is None
     else:

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit.build.portable import DEFAULT_MAX_BATCH_SIZE, import_onnx
 from tritonkit.cli import main
-from tritonkit.config import ModelConfig
+from tritonkit.config import from_pbtxt
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.runners import runner_path
@@ -32,7 +32,7 @@ def test_batchable_graph_gets_batching_and_golden_config(
     path = import_onnx(onnx_file("two_in"), tmp_path / "repo", "two_in")
     text = (path.parent / "config.pbtxt").read_text()
     assert text == (GOLDEN / "two_in.pbtxt").read_text()
-    cfg = ModelConfig.from_pbtxt(text)
+    cfg = from_pbtxt(text)
     assert cfg.max_batch_size == DEFAULT_MAX_BATCH_SIZE
     assert [t.dims for t in cfg.inputs] == [[4], [4]]
     assert cfg.dynamic_batching is not None

@@ -21,8 +21,10 @@ from tritonkit.build.tensorrt import (
     require_tensorrt,
     tensorrt_config,
 )
+from tritonkit.config import to_pbtxt, validate
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
-from tritonkit.repository.onnx_io import GraphIO, TensorSpec
+from tritonkit.repository.onnx_io import GraphIO
 
 T4 = PROFILES["T4"]
 TEXT_PROFILES = [
@@ -71,8 +73,8 @@ def test_profiles_share_one_max_batch_and_map_to_instance_groups() -> None:
     assert config.cc_model_filenames == {"7.5": PLAN_FILE}
     assert config.dynamic_batching is not None and config.dynamic_batching.preferred_batch_size == [8, 16]
     assert [t.dims for t in config.inputs] == [[-1]] and [t.dims for t in config.outputs] == [[384]]
-    config.validate()
-    assert 'platform: "tensorrt_plan"' in config.to_pbtxt()
+    validate(config)
+    assert 'platform: "tensorrt_plan"' in to_pbtxt(config)
     # The full shapes handed to Polygraphy's Profile().add(...)
     assert plan.profiles[1].full("ids", "max") == (32, 512)
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from tritonkit.build.portable import import_onnx
 from tritonkit.client import Client
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, save
 from tritonkit.serve.embedded import EmbeddedServer
 
 PROTOCOLS = ("http", "grpc")
@@ -61,7 +61,7 @@ class TritonPythonModel:
 def _python_model(repo: Path, config: ModelConfig, source: str) -> None:
     (repo / config.name / "1").mkdir(parents=True)
     (repo / config.name / "1" / "model.py").write_text(source)
-    config.save(repo / config.name / "config.pbtxt")
+    save(config, repo / config.name / "config.pbtxt")
 
 
 def _save(graph: onnx.GraphProto, path: Path) -> Path:

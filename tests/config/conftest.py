@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonkit import config
 from tritonkit.config import (
     Accelerator,
     CudaOptimization,
@@ -205,7 +206,7 @@ def add_model() -> Callable[[Path, ModelConfig], Path]:
         model_dir = repo / cfg.name
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "1" / "model.py").write_text(ADD_ONE_MODEL_PY)
-        cfg.save(model_dir / "config.pbtxt", check=False)
+        config.save(cfg, model_dir / "config.pbtxt", check=False)
         return model_dir
 
     return write

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tritonkit import config
 from tritonkit.config import (
     DynamicBatching,
     InstanceGroup,
@@ -55,7 +56,7 @@ def served_config() -> ModelConfig:
 
 def test_server_reports_the_config_it_was_given(tmp_path: Path, add_model: AddModel) -> None:
     cfg = served_config()
-    assert cfg.problems() == []
+    assert config.problems(cfg) == []
     add_model(tmp_path, cfg)
     with EmbeddedServer(tmp_path, response_cache_bytes=1 << 20) as server:
         client = httpclient.InferenceServerClient(server.http_url)
@@ -84,7 +85,7 @@ def test_server_reports_the_config_it_was_given(tmp_path: Path, add_model: AddMo
     assert seen["response_cache"] == {"enable": True}
     # Parsed back through this package, the server's view equals what was written, apart from the
     # fields Triton fills in itself (instance group names, defaults it states explicitly).
-    back = ModelConfig.from_dict(seen)
+    back = config.from_dict(seen)
     assert back.dynamic_batching == cfg.dynamic_batching
     assert back.inputs == cfg.inputs and back.outputs == cfg.outputs
     assert (back.max_batch_size, back.version_policy, back.parameters, back.response_cache) == (
@@ -127,7 +128,7 @@ REFUSED = [
 def test_server_refuses_what_validation_refuses(tmp_path: Path, add_model: AddModel) -> None:
     repo = tmp_path / "repo"
     for cfg in REFUSED:
-        assert len(cfg.problems()) == 1, (cfg.name, cfg.problems())
+        assert len(config.problems(cfg)) == 1, (cfg.name, config.problems(cfg))
         add_model(repo, cfg)
     log = tmp_path / "tritonserver.log"
     with pytest.raises(ModelLoadError):
@@ -141,4 +142,4 @@ def test_server_refuses_what_validation_refuses(tmp_path: Path, add_model: AddMo
             or f"failed to load '{cfg.name}'" in line
             or f"failed to load model '{cfg.name}'" in line
         ]
-        assert failed, f"Triton did not refuse {cfg.name}: {cfg.problems()}"
+        assert failed, f"Triton did not refuse {cfg.name}: {config.problems(cfg)}"

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tritonkit import config
 from tritonkit.config import (
     Accelerator,
     DynamicBatching,
@@ -396,14 +397,14 @@ CASES: list[tuple[str, Mutator, str]] = [
 
 
 def test_valid_config_has_no_problems(valid_config: ModelConfig) -> None:
-    assert valid_config.problems() == []
-    assert valid_config.validate() is valid_config
+    assert config.problems(valid_config) == []
+    assert config.validate(valid_config) is valid_config
 
 
 @pytest.mark.parametrize(("mutate", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_rule(valid_config: ModelConfig, mutate: Mutator, message: str) -> None:
     mutate(valid_config)
-    assert valid_config.problems() == [message]
+    assert config.problems(valid_config) == [message]
 
 
 def ensemble_config() -> ModelConfig:
@@ -491,7 +492,7 @@ ENSEMBLE_CASES: list[tuple[str, Mutator, str]] = [
 
 
 def test_valid_ensemble_has_no_problems() -> None:
-    assert ensemble_config().problems() == []
+    assert config.problems(ensemble_config()) == []
 
 
 @pytest.mark.parametrize(
@@ -500,7 +501,7 @@ def test_valid_ensemble_has_no_problems() -> None:
 def test_ensemble_rule(mutate: Mutator, message: str) -> None:
     cfg = ensemble_config()
     mutate(cfg)
-    assert cfg.problems() == [message]
+    assert config.problems(cfg) == [message]
 
 
 def test_validate_raises_every_problem_on_one_line(valid_config: ModelConfig) -> None:
@@ -508,7 +509,7 @@ def test_validate_raises_every_problem_on_one_line(valid_config: ModelConfig) ->
     valid_config.inputs[0].dims = [0]
     valid_config.instance_groups[0].count = 0
     with pytest.raises(ConfigError) as info:
-        valid_config.validate()
+        config.validate(valid_config)
     assert str(info.value) == (
         "model `bad`: `input[0].dims` [0] has 0; expected every dim -1 or >= 1; "
         "`instance_group[0].count` is 0; expected >= 1"
@@ -517,7 +518,7 @@ def test_validate_raises_every_problem_on_one_line(valid_config: ModelConfig) ->
 
 def test_problems_are_single_lines_naming_fields_in_backticks() -> None:
     cfg = ModelConfig("", platform="x", backend="y", max_batch_size=-1)
-    found = cfg.problems()
+    found = config.problems(cfg)
     assert len(found) >= 4
     for line in found:
         assert "\n" not in line and "`" in line and "expected" in line

@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
 
+from tritonkit.config import TensorSpec
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import (
     ModelSpec,
-    TensorSpec,
     make_payloads,
     parse_batch_mix,
     raw_bytes,
     sample_sentences,
 )
 
-TEXT = ModelSpec(
+TEXT = ModelSpec.describe(
     "minilm", "1", 64, (TensorSpec("TEXT", "BYTES", (-1, 1)),), (TensorSpec("EMB", "FP32", (-1, 384)),)
 )
-TOKENS = ModelSpec(
+TOKENS = ModelSpec.describe(
     "bert",
     "2",
     8,
     (TensorSpec("input_ids", "INT64", (-1, -1)), TensorSpec("attention_mask", "INT64", (-1, -1))),
     (TensorSpec("logits", "FP16", (-1, 2)),),
 )
-IMAGE = ModelSpec(
+IMAGE = ModelSpec.describe(
     "resnet", "1", 0, (TensorSpec("x", "FP32", (1, 3, 32, 32)),), (TensorSpec("y", "FP32", (1, 10)),)
 )
 
@@ -93,3 +94,14 @@ def test_bad_batch_mix(text: str) -> None:
 def test_batch_mix_parsing() -> None:
     assert parse_batch_mix("1") == {1: 1.0}
     assert parse_batch_mix("1:0.8, 8:0.2") == {1: 0.8, 8: 0.2}
+
+
+def test_spec_survives_the_json_hand_off_to_locust_processes() -> None:
+    # The plan file carries each spec as JSON into every Locust worker; what comes out must describe
+    # the same model and build the same payloads.
+    back = ModelSpec.from_json(json.loads(json.dumps(TOKENS.to_json())))
+    assert (back.name, back.version, back.label, back.max_batch_size) == ("bert", "2", "bert:2", 8)
+    assert back.metadata == TOKENS.metadata
+    a = make_payloads(TOKENS, {4: 1.0}, seed=3).payloads[0]
+    b = make_payloads(back, {4: 1.0}, seed=3).payloads[0]
+    assert a.checks == b.checks and all((a.inputs[k] == b.inputs[k]).all() for k in a.inputs)

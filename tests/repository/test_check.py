@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonkit import config
 from tritonkit.build.portable import import_onnx
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
@@ -16,9 +17,9 @@ from tritonkit.repository.store import STAGING_PREFIX
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:
-    cfg = ModelConfig.load(model_dir / "config.pbtxt")
+    cfg = config.load(model_dir / "config.pbtxt")
     change(cfg)
-    cfg.save(model_dir / "config.pbtxt", check=False)
+    config.save(cfg, model_dir / "config.pbtxt", check=False)
 
 
 @pytest.fixture
@@ -117,22 +118,28 @@ def test_other_platforms_need_their_artifacts(repo: Path, onnx_file: Callable[[s
     ort_model = repo / "ort"
     (ort_model / "1").mkdir(parents=True)
     shutil.copy(onnx_file("gemm_names"), ort_model / "1" / "model.onnx")
-    ModelConfig(
-        name="ort",
-        platform="onnxruntime_onnx",
-        max_batch_size=8,
-        inputs=[TensorConfig("input.1", "FP32", [4])],
-        outputs=[TensorConfig("onnx::Gemm_0", "FP32", [2])],
-    ).save(ort_model / "config.pbtxt")
+    config.save(
+        ModelConfig(
+            name="ort",
+            platform="onnxruntime_onnx",
+            max_batch_size=8,
+            inputs=[TensorConfig("input.1", "FP32", [4])],
+            outputs=[TensorConfig("onnx::Gemm_0", "FP32", [2])],
+        ),
+        ort_model / "config.pbtxt",
+    )
     plan_model = repo / "plan"
     (plan_model / "1").mkdir(parents=True)
-    ModelConfig(
-        name="plan",
-        platform="tensorrt_plan",
-        max_batch_size=8,
-        inputs=[TensorConfig("x", "FP16", [4])],
-        outputs=[TensorConfig("y", "FP16", [4])],
-    ).save(plan_model / "config.pbtxt")
+    config.save(
+        ModelConfig(
+            name="plan",
+            platform="tensorrt_plan",
+            max_batch_size=8,
+            inputs=[TensorConfig("x", "FP16", [4])],
+            outputs=[TensorConfig("y", "FP16", [4])],
+        ),
+        plan_model / "config.pbtxt",
+    )
     problems = check_repository(repo)
     assert problems == [
         "ort: version 1: output `onnx::Gemm_0`: config dims [2], graph has [3] (without the batch axis)",

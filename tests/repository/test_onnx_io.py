@@ -16,7 +16,7 @@ from tritonkit.repository.onnx_io import external_data_files, read_io
 
 def test_zoo_interfaces(onnx_file: Callable[[str], Path]) -> None:
     two = read_io(onnx_file("two_in"))
-    assert [(t.name, t.data_type, t.dims) for t in two.inputs] == [
+    assert [(t.name, t.datatype, t.shape) for t in two.inputs] == [
         ("x", "FP32", (-1, 4)),
         ("y", "FP32", (-1, 4)),
     ]
@@ -24,16 +24,16 @@ def test_zoo_interfaces(onnx_file: Callable[[str], Path]) -> None:
     assert two.batch_dynamic and two.opset == 17
 
     seq = read_io(onnx_file("seq_sum"))
-    assert seq.inputs[0].dims == (-1, -1)  # symbolic batch and an unnamed dim are both dynamic
-    assert (seq.outputs[0].data_type, seq.outputs[0].dims) == ("FP32", (-1,))
-    assert seq.outputs[1].data_type == "INT32"
+    assert seq.inputs[0].shape == (-1, -1)  # symbolic batch and an unnamed dim are both dynamic
+    assert (seq.outputs[0].datatype, seq.outputs[0].shape) == ("FP32", (-1,))
+    assert seq.outputs[1].datatype == "INT32"
 
     fixed = read_io(onnx_file("fixed"))
-    assert fixed.inputs[0].dims == (2, 3) and not fixed.batch_dynamic
+    assert fixed.inputs[0].shape == (2, 3) and not fixed.batch_dynamic
 
     half = read_io(onnx_file("half_bool"))
-    assert [t.data_type for t in half.inputs] == ["FP16", "BOOL"]
-    assert read_io(onnx_file("strings")).inputs[0].data_type == "BYTES"
+    assert [t.datatype for t in half.inputs] == ["FP16", "BOOL"]
+    assert read_io(onnx_file("strings")).inputs[0].datatype == "BYTES"
 
 
 def test_initializers_listed_as_inputs_are_not_inputs(onnx_file: Callable[[str], Path]) -> None:

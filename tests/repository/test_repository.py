@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, load
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import (
+    CONFIG_FILE,
     MANIFEST_FILE,
     STAGING_PREFIX,
     Manifest,
@@ -86,7 +89,7 @@ def test_write_version_lays_out_config_version_and_manifest(repo: ModelRepositor
     assert path == repo.root / "m" / "1"
     assert sorted(p.name for p in path.iterdir()) == ["build.json", "model.bin", "model.py"]
     assert (path / "model.bin").read_bytes() == b"weights"
-    assert repo.read_config("m") == ModelConfig.load(repo.root / "m" / "config.pbtxt")
+    assert repo.read_config("m") == load(repo.root / "m" / "config.pbtxt")
     assert repo.read_config("m").inputs[0].dims == [3]
     manifest = repo.read_manifest("m", 1)
     assert manifest.source == str(source.resolve())
@@ -256,13 +259,30 @@ def test_failed_rename_into_a_model_rolls_back(
 
 
 def test_failed_force_replace_restores_the_old_version(
-    unwritable: Unwritable, repo: ModelRepository, source: Path, snap: Snap
+    repo: ModelRepository, source: Path, snap: Snap, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The last step (replacing config.pbtxt) fails after the old version 1 was moved aside and the new
+    one renamed in: both renames must be undone, leaving the repository exactly as it was."""
     write(repo, source)
     before = snap(repo.root)
-    with unwritable(repo.root / "m"), pytest.raises(RepositoryError, match="cannot write"):
-        write(repo, source, version=1, force=True)
+    live_config = repo.root / "m" / CONFIG_FILE
+    real_replace = os.replace
+    seen: list[list[str]] = []
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst) == live_config:  # the staged config's own temp-file rename goes through
+            seen.append(sorted(p.name for p in live_config.parent.iterdir()))
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(RepositoryError, match=r"cannot write model `m` version 1 .*\(Input/output error\)"):
+        write(repo, source, files={"model.py": b"# new runner\n", "model.bin": source}, version=1, force=True)
+    # The failure came after the new version was in place (so the rollback had work to do) ...
+    assert seen == [["1", CONFIG_FILE]]
+    # ... and the rollback put the old version 1 (old runner bytes) back, with no staging left.
     assert snap(repo.root) == before
+    assert (repo.root / "m" / "1" / "model.py").read_bytes() == b"# runner\n"
 
 
 def test_staging_directories_are_hidden_and_listed_when_stale(repo: ModelRepository, source: Path) -> None:

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import (
     ModelLoadError,
     PortInUseError,
@@ -74,7 +74,7 @@ def write_python_model(repo: Path, name: str, source: str, *, max_batch_size: in
     version = repo / name / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_text(textwrap.dedent(source))
-    config.save(repo / name / "config.pbtxt")
+    save(config, repo / name / "config.pbtxt")
     return repo / name
 
 
@@ -229,7 +229,8 @@ def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
         _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
     )
     process.send_signal(sig)
-    assert process.wait(timeout=60) == 0
+    process.communicate(timeout=60)  # also closes the pipes
+    assert process.returncode == 0
 
 
 def test_cli_serve_busy_port_is_one_line_and_nonzero(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 
 __all__ = ["ERROR_TEXT", "write_probe_model"]
 
@@ -72,6 +72,6 @@ def write_probe_model(
         instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
         parameters={"mode": mode},
     )
-    config.save(folder / "config.pbtxt")
+    save(config, folder / "config.pbtxt")
     (folder / "1" / "model.py").write_text(_MODEL_PY % ERROR_TEXT)
     return folder

@@ -64,7 +64,7 @@ def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> dict
 def _check_array_shapes(arrays: dict[str, Any], source: Source, section: str) -> None:
     graph = {t.name: t for t in source.graph.inputs}
     for name, value in arrays.items():
-        dims = graph[name].dims
+        dims = graph[name].shape
         if value.ndim != len(dims) or any(
             d > 0 and d != s for d, s in zip(dims[1:], value.shape[1:], strict=False)
         ):

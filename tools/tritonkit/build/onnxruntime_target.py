@@ -44,8 +44,8 @@ def onnxruntime_config(
         name=name,
         platform="onnxruntime_onnx",
         max_batch_size=max_batch_size if batching else 0,
-        inputs=[TensorConfig(t.name, t.data_type, dims(t.dims)) for t in io.inputs],
-        outputs=[TensorConfig(t.name, t.data_type, dims(t.dims)) for t in io.outputs],
+        inputs=[TensorConfig(t.name, t.datatype, dims(t.shape)) for t in io.inputs],
+        outputs=[TensorConfig(t.name, t.datatype, dims(t.shape)) for t in io.outputs],
         dynamic_batching=DynamicBatching(
             max_queue_delay_microseconds=spec.batching.max_queue_delay_us,
             preferred_batch_size=list(spec.batching.preferred_batch_sizes),

@@ -16,8 +16,9 @@ from tritonkit.build.source import Source
 from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.build.text_models import text_ensemble, text_runner_config
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import ConfigError, ModelImportError
-from tritonkit.repository.onnx_io import GraphIO, TensorSpec
+from tritonkit.repository.onnx_io import GraphIO
 from tritonkit.serve.runners import ONNX_RUNNER
 
 __all__ = [
@@ -85,12 +86,12 @@ def check_settings(
 
 
 def _tensor(spec: TensorSpec, batching: bool) -> TensorConfig:
-    dims = list(spec.dims[1:] if batching else spec.dims)
+    dims = list(spec.shape[1:] if batching else spec.shape)
     if not dims:
         # Triton refuses empty dims; one value per batch element (or a scalar) is dims [1]
         # reshaped to [] for the model, the documented way to serve rank-1 batched tensors.
-        return TensorConfig(name=spec.name, data_type=spec.data_type, dims=[1], reshape=[])
-    return TensorConfig(name=spec.name, data_type=spec.data_type, dims=dims)
+        return TensorConfig(name=spec.name, data_type=spec.datatype, dims=[1], reshape=[])
+    return TensorConfig(name=spec.name, data_type=spec.datatype, dims=dims)
 
 
 def graph_config(
@@ -119,7 +120,7 @@ def graph_config(
     if max_batch_size is None:
         max_batch_size = DEFAULT_MAX_BATCH_SIZE if graph.batch_dynamic else 0
     if max_batch_size > 0 and not graph.batch_dynamic:
-        fixed = [f"{t.name}{list(t.dims)}" for t in graph.inputs + graph.outputs if not t.batch_dynamic]
+        fixed = [f"{t.name}{list(t.shape)}" for t in graph.inputs + graph.outputs if not t.batch_dynamic]
         raise ModelImportError(
             f"`max_batch_size` {max_batch_size} needs a dynamic first axis on every input and output; "
             f"fixed in: {', '.join(fixed)} (use --max-batch-size 0)"

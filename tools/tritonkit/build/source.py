@@ -94,8 +94,8 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
         raise SpecError("spec key `preprocessing.kind`: `text` needs a flagship text model (minilm)")
     if image_shape is None and spec.preprocessing.kind == "none":
         first = graph.inputs[0]
-        if len(first.dims) == 4 and all(d > 0 for d in first.dims[1:]):
-            image_shape = (first.dims[1], first.dims[2], first.dims[3])
+        if len(first.shape) == 4 and all(d > 0 for d in first.shape[1:]):
+            image_shape = (first.shape[1], first.shape[2], first.shape[3])
     return Source(
         onnx=clean,
         origin=origin,

@@ -212,9 +212,9 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
 def tensorrt_config(name: str, plan: EnginePlan, io: Any, spec: BuildSpec) -> ModelConfig:
     """``platform: tensorrt_plan`` config: max batch = the profiles' max, one instance group per profile."""
     for tensor in (*io.inputs, *io.outputs):
-        if not tensor.dims or tensor.dims[0] != -1:
+        if not tensor.shape or tensor.shape[0] != -1:
             raise SpecError(
-                f"tensor `{tensor.name}` has a fixed leading dim {list(tensor.dims)}; TensorRT batching needs a dynamic batch axis"
+                f"tensor `{tensor.name}` has a fixed leading dim {list(tensor.shape)}; TensorRT batching needs a dynamic batch axis"
             )
     several = len(plan.profiles) > 1
     groups = [
@@ -225,8 +225,8 @@ def tensorrt_config(name: str, plan: EnginePlan, io: Any, spec: BuildSpec) -> Mo
         name=name,
         platform="tensorrt_plan",
         max_batch_size=plan.max_batch,
-        inputs=[TensorConfig(t.name, t.data_type, list(t.dims[1:])) for t in io.inputs],
-        outputs=[TensorConfig(t.name, t.data_type, list(t.dims[1:])) for t in io.outputs],
+        inputs=[TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in io.inputs],
+        outputs=[TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in io.outputs],
         dynamic_batching=DynamicBatching(
             max_queue_delay_microseconds=spec.batching.max_queue_delay_us,
             preferred_batch_size=list(plan.preferred_batch_sizes),
@@ -241,7 +241,7 @@ def check_shapes(plan: EnginePlan, io: Any) -> None:
     """Every dynamic non-batch dim needs a range in every profile; fixed dims must match."""
     for index, profile in enumerate(plan.profiles):
         for tensor in io.inputs:
-            rest = tuple(tensor.dims[1:])
+            rest = tuple(tensor.shape[1:])
             if tensor.name in profile.shapes:
                 rng = profile.shapes[tensor.name]
                 if len(rng.min) != len(rest):
@@ -282,7 +282,7 @@ def polygraphy_profiles(plan: EnginePlan, io: Any) -> list[Any]:
     from polygraphy.backend.trt import Profile
 
     check_shapes(plan, io)
-    fixed = {t.name: tuple(t.dims[1:]) for t in io.inputs}
+    fixed = {t.name: tuple(t.shape[1:]) for t in io.inputs}
     profiles = []
     for profile in plan.profiles:
         tp = Profile()

@@ -48,7 +48,7 @@ def tokenizer_name(spec: BuildSpec) -> str:
 
 
 def _embedding_dim(source: Source) -> int:
-    return int(source.graph.outputs[0].dims[-1])
+    return int(source.graph.outputs[0].shape[-1])
 
 
 def tokenizer_config(spec: BuildSpec, source: Source, mbs: int) -> ModelConfig:

@@ -36,10 +36,9 @@ from tritonclient.utils import (
     InferenceServerException,
     deserialize_bytes_tensor,
     serialize_byte_tensor,
-    triton_to_np_dtype,
 )
 
-from tritonkit.config.dtypes import TRITON_DTYPES
+from tritonkit.config.dtypes import NUMPY_DTYPES
 
 __all__ = [
     "HEADER_LENGTH",
@@ -67,10 +66,8 @@ HTTP_HEADERS = {"Accept-Encoding": "identity"}
 #: An encoded HTTP infer call: (path, body, length of the body's JSON header).
 HttpRequest = tuple[str, bytes, int]
 
-#: Triton datatype -> NumPy dtype of every fixed-size type (``triton_to_np_dtype`` is a chain of ifs).
-_DTYPES: dict[str, np.dtype[Any]] = {
-    name: np.dtype(triton_to_np_dtype(name)) for name in TRITON_DTYPES if name != "BYTES"
-}
+#: Triton datatype -> NumPy dtype of every fixed-size type (a dict: ``triton_to_np_dtype`` is a chain of ifs).
+_DTYPES: dict[str, np.dtype[Any]] = NUMPY_DTYPES
 
 
 #: The ``InferTensorContents`` field of each datatype that has one (grpc_service.proto).

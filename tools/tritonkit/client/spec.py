@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from tritonkit.client.errors import InvalidInputError
-from tritonkit.config.dtypes import triton_to_numpy
+from tritonkit.config.tensors import TensorSpec
 
 __all__ = [
     "ModelInfo",
@@ -45,19 +45,6 @@ _OBJECT = np.dtype(object)
 
 
 @dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """One input or output as the server's metadata shows it: shape includes the batch dim (``-1``)."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-    @property
-    def numpy_dtype(self) -> np.dtype[Any]:
-        return triton_to_numpy(self.datatype)
-
-
-@dataclasses.dataclass(frozen=True)
 class ModelMetadata:
     """The server's metadata for a model: same fields whichever protocol fetched it."""
 
@@ -71,19 +58,23 @@ class ModelMetadata:
     def from_json(cls, data: Mapping[str, Any]) -> ModelMetadata:
         """From the KServe v2 JSON form (HTTP), or the gRPC message as ``MessageToDict`` gives it."""
 
-        def tensors(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
-            return tuple(
-                TensorSpec(str(t["name"]), str(t["datatype"]), tuple(int(d) for d in t.get("shape", ())))
-                for t in items
-            )
-
         return cls(
             name=str(data["name"]),
             versions=tuple(str(v) for v in data.get("versions", ())),
             platform=str(data.get("platform", "")),
-            inputs=tensors(data.get("inputs", ())),
-            outputs=tensors(data.get("outputs", ())),
+            inputs=tuple(TensorSpec.from_json(t) for t in data.get("inputs", ())),
+            outputs=tuple(TensorSpec.from_json(t) for t in data.get("outputs", ())),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The KServe v2 JSON form :meth:`from_json` reads."""
+        return {
+            "name": self.name,
+            "versions": list(self.versions),
+            "platform": self.platform,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,12 +201,23 @@ class _InputRule:
 
 
 class ModelSpec:
-    """Validation tables for one (model, version); build with :meth:`build`, then call :meth:`prepare`."""
+    """One served model version: its metadata and config, and the validation tables built from them.
 
-    def __init__(self, metadata: ModelMetadata, config: model_config_pb2.ModelConfig) -> None:
+    The client builds one per (model, version) and calls :meth:`prepare` on every request; load tests
+    use the same object (:meth:`to_json`/:meth:`from_json` carry it into Locust worker processes).
+    ``version`` is the version asked for, or the newest one the metadata lists when none was.
+    """
+
+    def __init__(
+        self, metadata: ModelMetadata, config: model_config_pb2.ModelConfig, version: str = ""
+    ) -> None:
         self.metadata = metadata
         self.config = config
         self.name = metadata.name
+        self.platform = metadata.platform
+        versions = metadata.versions
+        numeric = bool(versions) and all(v.isdigit() for v in versions)
+        self.version = version or (max(versions, key=int) if numeric else "1")
         self.max_batch_size = int(config.max_batch_size)
         optional = {t.name for t in config.input if t.optional}
         self.inputs: dict[str, _InputRule] = {}
@@ -238,6 +240,39 @@ class ModelSpec:
         self.required = frozenset(n for n, r in self.inputs.items() if not r.optional)
         self.output_names: tuple[str, ...] = tuple(t.name for t in metadata.outputs)
         self.outputs: dict[str, TensorSpec] = {t.name: t for t in metadata.outputs}
+
+    @classmethod
+    def describe(
+        cls,
+        name: str,
+        version: str,
+        max_batch_size: int,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        platform: str = "",
+    ) -> ModelSpec:
+        """A spec from a plain description, for code that has no server to ask (nothing is optional)."""
+        metadata = ModelMetadata(name, (version,), platform, tuple(inputs), tuple(outputs))
+        return cls(metadata, model_config_pb2.ModelConfig(name=name, max_batch_size=max_batch_size), version)
+
+    @property
+    def label(self) -> str:
+        """``model:version``, the name load-test reports give this model's requests."""
+        return f"{self.name}:{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (metadata in KServe v2 form, config with proto field names) for :meth:`from_json`."""
+        return {
+            "version": self.version,
+            "metadata": self.metadata.to_json(),
+            "config": json_format.MessageToDict(self.config, preserving_proto_field_name=True),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelSpec:
+        return cls(
+            ModelMetadata.from_json(data["metadata"]), config_from_json(data["config"]), str(data["version"])
+        )
 
     def _where(self) -> str:
         return f"model `{self.name}`"

@@ -1,8 +1,9 @@
-"""Triton model configuration: typed dataclasses, ``config.pbtxt`` conversion through the protobuf
-schema, validation, and the data-type table.
+"""Triton model configuration: plain dataclasses mirroring ``model_config.proto``, a generator (to
+``config.pbtxt``/proto), a parser (from them), a validator, and the data-type table.
 
 Typical use::
 
+    from tritonkit import config
     from tritonkit.config import ModelConfig, TensorConfig, DynamicBatching, InstanceGroup
 
     cfg = ModelConfig("embed", backend="python", max_batch_size=16,
@@ -10,18 +11,12 @@ Typical use::
                       outputs=[TensorConfig("EMBEDDING", "FP32", [384])],
                       dynamic_batching=DynamicBatching(max_queue_delay_microseconds=2000),
                       instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)])
-    cfg.validate().save(model_dir / "config.pbtxt")
+    config.problems(cfg)                         # every rule it breaks, one line each
+    config.save(cfg, model_dir / "config.pbtxt")  # validates, then writes atomically
+    same = config.load(model_dir)
 """
 
 from tritonkit.config import dtypes
-from tritonkit.config.convert import (
-    config_from_dict,
-    config_from_pbtxt,
-    config_from_proto,
-    config_to_dict,
-    config_to_pbtxt,
-    config_to_proto,
-)
 from tritonkit.config.dtypes import (
     TRITON_DTYPES,
     normalize_dtype,
@@ -30,6 +25,7 @@ from tritonkit.config.dtypes import (
     triton_to_numpy,
     triton_to_onnx,
 )
+from tritonkit.config.generator import save, to_dict, to_pbtxt, to_proto
 from tritonkit.config.model_config import (
     Accelerator,
     CudaOptimization,
@@ -45,7 +41,9 @@ from tritonkit.config.model_config import (
     VersionPolicy,
     WarmupInput,
 )
-from tritonkit.config.validate import config_problems
+from tritonkit.config.parser import from_dict, from_pbtxt, from_proto, load
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.config.validator import problems, validate
 
 __all__ = [
     "TRITON_DTYPES",
@@ -60,19 +58,23 @@ __all__ = [
     "Optimization",
     "QueuePolicy",
     "TensorConfig",
+    "TensorSpec",
     "VersionPolicy",
     "WarmupInput",
-    "config_from_dict",
-    "config_from_pbtxt",
-    "config_from_proto",
-    "config_problems",
-    "config_to_dict",
-    "config_to_pbtxt",
-    "config_to_proto",
     "dtypes",
+    "from_dict",
+    "from_pbtxt",
+    "from_proto",
+    "load",
     "normalize_dtype",
     "numpy_to_triton",
     "onnx_to_triton",
+    "problems",
+    "save",
+    "to_dict",
+    "to_pbtxt",
+    "to_proto",
     "triton_to_numpy",
     "triton_to_onnx",
+    "validate",
 ]

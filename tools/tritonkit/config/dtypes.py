@@ -17,6 +17,8 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from tritonkit.errors import ConfigError
 
 __all__ = [
+    "FLOAT_DTYPES",
+    "NUMPY_DTYPES",
     "TRITON_DTYPES",
     "from_proto_dtype",
     "is_dtype",
@@ -45,6 +47,15 @@ TRITON_DTYPES: tuple[str, ...] = (
     "BYTES",
     "BF16",
 )
+
+#: Triton name -> NumPy dtype of every fixed-size type (BYTES, whose elements are length-prefixed, is not
+#: here); BF16 is ``ml_dtypes.bfloat16``, as ``tritonclient`` decodes it. The one table the client's codec
+#: and the load tests' answer checks read.
+NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(triton_to_np_dtype(name)) for name in TRITON_DTYPES if name != "BYTES"
+}
+#: Floating-point types, whose values are checked for NaN/inf (``bfloat16``'s NumPy kind is "V", not "f").
+FLOAT_DTYPES: tuple[str, ...] = ("FP16", "FP32", "FP64", "BF16")
 
 # The proto calls the variable-length byte type TYPE_STRING; every other name is "TYPE_" + short.
 _PROTO_NAMES: dict[str, str] = {d: ("TYPE_STRING" if d == "BYTES" else f"TYPE_{d}") for d in TRITON_DTYPES}
@@ -105,10 +116,7 @@ def from_proto_dtype(proto_name: str) -> str:
 def triton_to_numpy(name: str) -> np.dtype[Any]:
     """Short (or proto) name -> NumPy dtype; BYTES is ``object`` and BF16 is ``ml_dtypes.bfloat16``."""
     short = normalize_dtype(name)
-    np_type = triton_to_np_dtype(short)
-    if np_type is None:  # pragma: no cover - tritonclient knows every type in the table
-        raise ConfigError(f"data type {short!r} has no NumPy equivalent in tritonclient")
-    return np.dtype(np_type)
+    return NUMPY_DTYPES.get(short) or np.dtype(object)
 
 
 def numpy_to_triton(dtype: Any) -> str:
@@ -129,7 +137,7 @@ def numpy_to_triton(dtype: Any) -> str:
 
 @functools.cache
 def _onnx_tables() -> tuple[dict[str, int], dict[int, str]]:
-    from onnx import TensorProto
+    from onnx import TensorProto  # noqa: PLC0415  # onnx is heavy; the client and load tests never need it
 
     to_onnx = {short: int(getattr(TensorProto, onnx_name)) for short, onnx_name in _ONNX_NAMES.items()}
     return to_onnx, {v: k for k, v in to_onnx.items()}
@@ -144,7 +152,7 @@ def onnx_to_triton(elem_type: int) -> str:
     """``onnx.TensorProto`` element type number -> short Triton name; ConfigError for types Triton lacks."""
     table = _onnx_tables()[1]
     if elem_type not in table:
-        from onnx import TensorProto
+        from onnx import TensorProto  # noqa: PLC0415  # as in _onnx_tables
 
         try:
             onnx_name = TensorProto.DataType.Name(elem_type)  # type: ignore[arg-type]

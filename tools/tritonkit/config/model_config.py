@@ -8,36 +8,21 @@ are short ("FP32"); see :mod:`tritonkit.config.dtypes`.
 
 Every class has an ``extra`` dict: the proto fields at that level this package does not model, in
 ``json_format`` form (proto field names). They are filled by the parser and merged back on the way out,
-so a config read and saved again never loses a field. Conversion lives in
-:mod:`tritonkit.config.convert`, rules in :mod:`tritonkit.config.validate`.
+so a config read and saved again never loses a field.
+
+These are plain data, as in PyTriton's ``model_config`` package: writing lives in
+:mod:`tritonkit.config.generator`, reading in :mod:`tritonkit.config.parser`, the rules in
+:mod:`tritonkit.config.validator`; each imports this module, never the other way.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from tritonkit.errors import ConfigError
 
-__all__ = [
-    "Accelerator",
-    "CudaOptimization",
-    "DynamicBatching",
-    "EnsembleStep",
-    "ExecutionAccelerators",
-    "InstanceGroup",
-    "ModelConfig",
-    "ModelWarmup",
-    "Optimization",
-    "QueuePolicy",
-    "TensorConfig",
-    "VersionPolicy",
-    "WarmupInput",
-]
-
+#: Proto fields at one level that the dataclasses do not model, in ``json_format`` form.
 Extra = dict[str, Any]
 
 
@@ -214,104 +199,6 @@ class ModelConfig:
     response_cache: bool = False
     runtime: str | None = None
     extra: Extra = field(default_factory=dict)
-
-    # --- conversion (see tritonkit.config.convert) -------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """``json_format`` dict of the proto (proto field names, proto enum names)."""
-        from tritonkit.config.convert import config_to_dict
-
-        return config_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        from tritonkit.config.convert import config_from_dict
-
-        return config_from_dict(data)
-
-    def to_proto(self) -> Any:
-        """``tritonclient.grpc.model_config_pb2.ModelConfig``; ConfigError if the schema rejects a value."""
-        from tritonkit.config.convert import config_to_proto
-
-        return config_to_proto(self)
-
-    @classmethod
-    def from_proto(cls, pb: Any) -> ModelConfig:
-        from tritonkit.config.convert import config_from_proto
-
-        return config_from_proto(pb)
-
-    def to_pbtxt(self) -> str:
-        """The ``config.pbtxt`` text, printed by ``google.protobuf.text_format``."""
-        from tritonkit.config.convert import config_to_pbtxt
-
-        return config_to_pbtxt(self)
-
-    @classmethod
-    def from_pbtxt(cls, text: str) -> ModelConfig:
-        """Parse ``config.pbtxt`` text; ConfigError with line/column on a syntax or schema error."""
-        from tritonkit.config.convert import config_from_pbtxt
-
-        return config_from_pbtxt(text)
-
-    # --- files ----------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str], *, check: bool = True) -> Path:
-        """Write ``config.pbtxt`` atomically (temp file + rename in the same directory).
-
-        With ``check`` (default) the config is validated first, so an invalid config writes nothing.
-        """
-        if check:
-            self.validate()
-        text = self.to_pbtxt()
-        target = Path(path)
-        if not target.parent.is_dir():
-            raise ConfigError(f"cannot write `config.pbtxt`: directory {str(target.parent)!r} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            # mkstemp creates 0600; a config is no secret and the server may run as another user.
-            os.chmod(tmp, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ModelConfig:
-        """Read and parse a ``config.pbtxt`` file (or a model directory containing one)."""
-        target = Path(path)
-        if target.is_dir():
-            target = target / "config.pbtxt"
-        try:
-            text = target.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(
-                f"model config not found: {str(target)!r}; expected a config.pbtxt file"
-            ) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read model config {str(target)!r}: {exc}") from None
-        try:
-            return cls.from_pbtxt(text)
-        except ConfigError as exc:
-            raise ConfigError(f"{target}: {exc}") from None
-
-    # --- validation (see tritonkit.config.validate) -------------------------------------------
-    def problems(self) -> list[str]:
-        """Every rule this config breaks, one line each (empty when valid)."""
-        from tritonkit.config.validate import config_problems
-
-        return config_problems(self)
-
-    def validate(self) -> ModelConfig:
-        """Raise ConfigError listing every problem (joined by "; "); return self when valid."""
-        found = self.problems()
-        if found:
-            subject = f"model `{self.name}`" if self.name else "model config"
-            raise ConfigError(f"{subject}: " + "; ".join(found))
-        return self
 
     # --- small conveniences for callers ---------------------------------------------------------
     def full_shape(self, tensor: TensorConfig) -> list[int]:

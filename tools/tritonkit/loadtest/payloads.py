@@ -1,7 +1,7 @@
 """Request payloads for load tests: what a model takes (from Triton's metadata) and seeded data for it.
 
-A :class:`ModelSpec` is read once from the server (``/v2/models/<m>`` metadata plus the config's
-``max_batch_size``). :func:`make_payloads` builds a small pool of requests per batch size of the
+A :class:`~tritonkit.client.spec.ModelSpec` (the client's) is read once from the server
+(``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` builds a small pool of requests per batch size of the
 *batch mix* (random data of the right dtype and shape from a seeded generator, or real text for
 ``BYTES`` inputs), and users draw from the pool by the mix's weights, so a run is repeatable and
 no time is spent generating data while load is on.
@@ -14,12 +14,21 @@ import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
+from pydoc_data.topics import topics
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
 
-from tritonkit.errors import LoadTestError
+from tritonkit.build.data import synthetic_images
+from tritonkit.client.codec import grpc_request, http_body, tensor_bytes
+from tritonkit.client.spec import ModelMetadata, ModelSpec, config_from_json
+from tritonkit.config.dtypes import numpy_to_triton
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.errors import ConfigError, LoadTestError
 from tritonkit.loadtest.validation import OutputCheck, dtype_of
 
 __all__ = [
@@ -28,9 +37,9 @@ __all__ = [
     "ModelSpec",
     "Payload",
     "PayloadSet",
-    "TensorSpec",
     "fetch_model_spec",
     "make_payloads",
+    "output_checks",
     "parse_batch_mix",
     "raw_bytes",
     "request_body",
@@ -41,88 +50,29 @@ __all__ = [
 #: batch size → relative weight
 BatchMix = Mapping[int, float]
 
-_NUMPY_TO_TRITON = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
-
 
 def triton_dtype(array: NDArray[Any]) -> str:
     """Triton data type of an array (object/bytes arrays are ``BYTES``)."""
-    if array.dtype.kind in "OSU":
-        return "BYTES"
     try:
-        return _NUMPY_TO_TRITON[array.dtype.name]
-    except KeyError:
+        return numpy_to_triton(array.dtype)
+    except ConfigError:
         raise LoadTestError(f"arrays of dtype {array.dtype} cannot be sent to Triton") from None
 
 
 def raw_bytes(array: NDArray[Any]) -> bytes:
     """Triton's binary wire form: little-endian C order, ``BYTES`` elements with a u32 length prefix."""
-    from tritonkit.client.codec import tensor_bytes
-
     return tensor_bytes(triton_dtype(array), array)
 
 
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]  # as the metadata says: -1 for variable axes, batch axis included
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A served model version as load tests see it."""
-
-    name: str
-    version: str
-    max_batch_size: int
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    platform: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ModelSpec:
-        def specs(items: Sequence[Any]) -> tuple[TensorSpec, ...]:
-            return tuple(TensorSpec(i["name"], i["datatype"], tuple(i["shape"])) for i in items)
-
-        return cls(
-            name=data["name"],
-            version=str(data["version"]),
-            max_batch_size=int(data["max_batch_size"]),
-            inputs=specs(data["inputs"]),
-            outputs=specs(data["outputs"]),
-            platform=str(data.get("platform", "")),
-        )
-
-    @property
-    def label(self) -> str:
-        """The Locust request name: ``model:version``."""
-        return f"{self.name}:{self.version}"
-
-    def output_checks(self, batch: int) -> list[OutputCheck]:
-        """What the answer to a request of ``batch`` rows must look like."""
-        checks = []
-        for out in self.outputs:
-            shape = list(out.shape)
-            if self.max_batch_size > 0 and shape:
-                shape[0] = batch
-            checks.append(OutputCheck(out.name, out.datatype, tuple(shape)))
-        return checks
+def output_checks(spec: ModelSpec, batch: int) -> list[OutputCheck]:
+    """What the answer to a request of ``batch`` rows must look like."""
+    checks = []
+    for out in spec.metadata.outputs:
+        shape = list(out.shape)
+        if spec.max_batch_size > 0 and shape:
+            shape[0] = batch
+        checks.append(OutputCheck(out.name, out.datatype, tuple(shape)))
+    return checks
 
 
 def fetch_model_spec(
@@ -133,18 +83,12 @@ def fetch_model_spec(
     Raises :class:`LoadTestError` naming the model and the server when it is unknown or not ready,
     and when the server cannot be reached, so that no load is sent to a wrong target.
     """
-    from tritonclient.utils import InferenceServerException
-
     host = re.sub(r"^[a-z]+://", "", url).rstrip("/")
     client: Any
     try:
         if protocol == "grpc":
-            import tritonclient.grpc as grpcclient
-
             client = grpcclient.InferenceServerClient(host)
         else:
-            import tritonclient.http as httpclient
-
             client = httpclient.InferenceServerClient(
                 host, connection_timeout=timeout, network_timeout=timeout
             )
@@ -173,20 +117,7 @@ def fetch_model_spec(
     finally:
         client.close()
     config = config.get("config", config)  # gRPC wraps the config in {"config": ...}
-    versions = [str(v) for v in metadata.get("versions", [])]
-    resolved = version or (max(versions, key=int) if versions and all(v.isdigit() for v in versions) else "1")
-
-    def specs(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
-        return tuple(TensorSpec(i["name"], i["datatype"], tuple(int(d) for d in i["shape"])) for i in items)
-
-    return ModelSpec(
-        name=model,
-        version=resolved,
-        max_batch_size=int(config.get("max_batch_size", 0) or 0),
-        inputs=specs(metadata.get("inputs", [])),
-        outputs=specs(metadata.get("outputs", [])),
-        platform=str(metadata.get("platform", "")),
-    )
+    return ModelSpec(ModelMetadata.from_json(metadata), config_from_json(config), version)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -224,8 +155,6 @@ def parse_batch_mix(text: str) -> dict[int, float]:
 @functools.cache
 def sample_sentences() -> tuple[str, ...]:
     """Real English sentences that ship with CPython (the language reference topics)."""
-    from pydoc_data.topics import topics
-
     sentences: list[str] = []
     for text in topics.values():
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
@@ -284,8 +213,6 @@ def _random_tensor(
     ):
         # An image classifier's input (N, C, H, W): the converter's seeded, image-like pictures
         # (smooth structure plus noise, ImageNet-normalised), not white noise.
-        from tritonkit.build.data import synthetic_images
-
         seed = int(rng.integers(0, 2**31))
         return synthetic_images(shape[0], shape[1:], seed).astype(dtype_of(spec.datatype))  # type: ignore[arg-type]
     dtype = dtype_of(spec.datatype)
@@ -343,31 +270,25 @@ def make_payloads(
     for batch, weight in sorted(mix.items()):
         for _ in range(per_batch):
             inputs = {}
-            for tensor in spec.inputs:
+            for tensor in spec.metadata.inputs:
                 dims = list(tensor.shape)
                 if spec.max_batch_size > 0 and dims:
                     dims[0] = batch
                 shape = tuple(variable_dim if d < 0 else d for d in dims)
                 inputs[tensor.name] = _random_tensor(tensor, shape, rng, source)
-            payloads.append(Payload(inputs, batch, tuple(spec.output_checks(batch))))
+            payloads.append(Payload(inputs, batch, tuple(output_checks(spec, batch))))
             weights.append(weight / total / per_batch)
     return PayloadSet(spec, payloads, weights)
 
 
 def request_body(model: str, version: str, inputs: dict[str, Any], outputs: Sequence[str] = ()) -> bytes:
     """A serialized ``ModelInferRequest`` with raw (binary) input contents, built once per payload."""
-    from tritonkit.client.codec import grpc_request
-
     return bytes(grpc_request(model, version, _typed(inputs), list(outputs) or None).SerializeToString())
 
 
 def http_request(payload: Payload) -> tuple[list[Any], list[Any], bytes, int]:
     """``tritonclient.http`` inputs and requested outputs of one payload (for the ``tritonclient``
     transport), and the body and JSON-header length the client library sends for it (binary tensors)."""
-    import tritonclient.http as httpclient
-
-    from tritonkit.client.codec import http_body
-
     inputs = []
     for name, array in payload.inputs.items():
         infer_input = httpclient.InferInput(name, list(array.shape), triton_dtype(array))

@@ -16,28 +16,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tritonkit.config.dtypes import FLOAT_DTYPES, NUMPY_DTYPES
+
 __all__ = ["OutputCheck", "check_outputs", "dtype_of"]
 
-_NUMPY_DTYPES: dict[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-}
 
-
-def dtype_of(triton_dtype: str) -> np.dtype[np.generic] | None:
+def dtype_of(triton_dtype: str) -> np.dtype[Any] | None:
     """NumPy dtype of a Triton data type (``None`` for BYTES, whose elements are length-prefixed)."""
-    name = _NUMPY_DTYPES.get(triton_dtype)
-    return np.dtype(name) if name is not None else None
+    return NUMPY_DTYPES.get(triton_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +77,7 @@ def check_outputs(
                     f"expected {count * dtype.itemsize} for shape {list(shape)} {datatype}"
                 )
             array = np.frombuffer(data, dtype=dtype)
-        if array.dtype.kind != "f":
+        if datatype not in FLOAT_DTYPES:
             continue
         if array.size <= 4096:  # small answers: the exact test is cheapest
             finite = bool(np.isfinite(array).all())

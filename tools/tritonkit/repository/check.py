@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tritonkit.config import ModelConfig, TensorConfig
+from tritonkit.config import ModelConfig, TensorConfig, load
+from tritonkit.config import problems as config_problems
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-from tritonkit.repository.onnx_io import TensorSpec, read_io
+from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.serve.runners import ONNX_RUNNER, runner_path
 
@@ -88,19 +90,19 @@ def compare_tensors(
                 f"config {kind} `{tensor.name}` is not a graph {kind}; graph has: {', '.join(by_name) or 'none'}"
             )
             continue
-        if tensor.data_type != spec.data_type:
+        if tensor.data_type != spec.datatype:
             problems.append(
-                f"{kind} `{tensor.name}`: config data type {tensor.data_type}, graph has {spec.data_type}"
+                f"{kind} `{tensor.name}`: config data type {tensor.data_type}, graph has {spec.datatype}"
             )
-        graph_dims = spec.dims
+        graph_dims = spec.shape
         if max_batch_size > 0:
             if not spec.batch_dynamic:
                 problems.append(
                     f"{kind} `{tensor.name}`: max_batch_size {max_batch_size} needs a dynamic first axis, "
-                    f"graph shape is {_fmt(spec.dims)}"
+                    f"graph shape is {_fmt(spec.shape)}"
                 )
                 continue
-            graph_dims = spec.dims[1:]
+            graph_dims = spec.shape[1:]
         # With `reshape`, the model sees the reshaped shape: that is what must match the graph.
         seen = tensor.reshape if tensor.reshape is not None else tensor.dims
         if len(seen) != len(graph_dims) or any(
@@ -155,11 +157,11 @@ def check_model(model_dir: Path) -> list[str]:
     if not config_path.is_file():
         return [f"no {CONFIG_FILE}; Triton cannot load this directory as a model"]
     try:
-        config = ModelConfig.load(config_path)
+        config = load(config_path)
     except ConfigError as exc:
         detail = str(exc).replace(str(config_path) + ": ", "")
         return [f"{CONFIG_FILE} does not parse ({detail})"]
-    problems = list(config.problems())
+    problems = list(config_problems(config))
     if config.name and config.name != model_dir.name:
         problems.append(f"config name `{config.name}` does not match the directory name `{model_dir.name}`")
     versions = sorted(

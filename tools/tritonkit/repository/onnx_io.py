@@ -1,4 +1,4 @@
-"""Reading an ONNX graph's interface: its inputs and outputs as tensor specs (dtype, dims, batch axis).
+"""Reading an ONNX graph's interface: its inputs and outputs as :class:`TensorSpec` (full ONNX shape, -1 dynamic).
 
 This module owns the boundary between ``onnx`` and the rest of tritonkit: it loads a file (graph
 only, external weights left on disk), wraps decode and checker failures into one-line
@@ -18,12 +18,12 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from tritonkit.config.dtypes import TRITON_DTYPES, onnx_to_triton
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import ConfigError, ModelImportError
 
 __all__ = [
     "SUPPORTED_DTYPES",
     "GraphIO",
-    "TensorSpec",
     "external_data_files",
     "load_model",
     "read_io",
@@ -32,20 +32,6 @@ __all__ = [
 #: Data types the portable runner (ONNX Runtime + NumPy inside the python backend) can carry.
 #: BF16 is left out on purpose: NumPy has no native bfloat16, so the python backend cannot hand it over.
 SUPPORTED_DTYPES: tuple[str, ...] = tuple(d for d in TRITON_DTYPES if d != "BF16")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One graph input or output. ``dims`` is the full ONNX shape; -1 marks a dynamic dimension."""
-
-    name: str
-    data_type: str
-    dims: tuple[int, ...]
-
-    @property
-    def batch_dynamic(self) -> bool:
-        """True when the leading axis exists and is dynamic (symbolic name or unnamed)."""
-        return len(self.dims) >= 1 and self.dims[0] == -1
 
 
 @dataclass(frozen=True)
@@ -129,7 +115,7 @@ def _tensor_spec(value: onnx.ValueInfoProto, where: str, source: Path) -> Tensor
     dims = tuple(
         int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor_type.shape.dim
     )
-    return TensorSpec(name=value.name, data_type=data_type, dims=dims)
+    return TensorSpec(name=value.name, datatype=data_type, shape=dims)
 
 
 def external_data_files(model: onnx.ModelProto) -> tuple[str, ...]:

@@ -32,17 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tritonkit.config import ModelConfig
+from tritonkit.config import ModelConfig, load, save, validate
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-
-__all__ = [
-    "CONFIG_FILE",
-    "MANIFEST_FILE",
-    "STAGING_PREFIX",
-    "Manifest",
-    "ModelRepository",
-    "validate_model_name",
-]
 
 CONFIG_FILE = "config.pbtxt"
 MANIFEST_FILE = "build.json"
@@ -309,7 +300,7 @@ class ModelRepository:
         path = self.model_dir(name) / CONFIG_FILE
         if not path.is_file():
             raise RepositoryError(f"model `{name}` has no {CONFIG_FILE} in {str(self.root)!r}")
-        return ModelConfig.load(path)
+        return load(path)
 
     def read_manifest(self, name: str, version: int) -> Manifest:
         path = self.version_dir(name, version) / MANIFEST_FILE
@@ -346,7 +337,7 @@ class ModelRepository:
         number = self.next_version(name) if version is None else _validate_version(version)
         if config.name != name:
             raise ConfigError(f"config name `{config.name}` does not match model name `{name}`")
-        config.validate()
+        validate(config)
         entries = {_relative_file_name(key): value for key, value in files.items()}
         model_dir = self.root / name
         target = model_dir / str(number)
@@ -362,7 +353,7 @@ class ModelRepository:
             staged_version.mkdir(parents=True)
             self._stage_files(staged_version, entries)
             (staged_version / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-            config.save(staged_model / CONFIG_FILE)
+            save(config, staged_model / CONFIG_FILE)
             _fsync_tree(staged_model)
             if model_dir.exists():
                 self._commit_into_existing(staging, staged_model, model_dir, target)
@@ -403,7 +394,7 @@ class ModelRepository:
             )
         others = [v for v in self.versions(name) if str(v) != target.name]
         if others and not force:
-            existing = ModelConfig.load(config_path)
+            existing = load(config_path)
             old, new = _signature(existing), _signature(config)
             if old != new:
                 raise RepositoryError(

@@ -30,6 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -199,7 +200,9 @@ class EmbeddedServer:
         self.response_cache_bytes = response_cache_bytes
         self.metrics = metrics
         self.extra_args = tuple(extra_args)
-        self._log_dir: tempfile.TemporaryDirectory[str] | None = None
+        #: removes the temporary log directory when this object goes (or at exit): the log stays
+        #: readable after stop() and in start-up error messages, and nothing is left behind
+        self._log_dir: weakref.finalize[..., object] | None = None
         self.log_file = Path(log_file) if log_file is not None else None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -307,8 +310,10 @@ class EmbeddedServer:
             else:
                 _check_port(self.host, self._port(role), role)
         if self.log_file is None:
-            self._log_dir = tempfile.TemporaryDirectory(prefix="tritonkit-server-")
-            self.log_file = Path(self._log_dir.name) / "tritonserver.log"
+            log_dir = tempfile.mkdtemp(prefix="tritonkit-server-")
+            # Not TemporaryDirectory: its implicit clean-up at garbage collection warns (ResourceWarning).
+            self._log_dir = weakref.finalize(self, shutil.rmtree, log_dir, ignore_errors=True)
+            self.log_file = Path(log_dir) / "tritonserver.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
         with open(self.log_file, "wb") as log:

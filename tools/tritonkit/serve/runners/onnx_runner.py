@@ -22,26 +22,31 @@ one bad request cannot fail its neighbours. Errors go back as error responses; t
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from numpy.typing import NDArray
+
+#: input name -> array, for one request or a concatenated group
+Feeds = dict[str, NDArray[Any]]
 
 _NUMPY_MAJOR = int(np.__version__.split(".")[0])
 
 
-def _param(params, key, default):
+def _param(params: dict[str, Any], key: str, default: str) -> str:
     value = params.get(key, {})
     text = value.get("string_value", "") if isinstance(value, dict) else ""
-    return text or default
+    return str(text or default)
 
 
-def _to_str_array(array):
+def _to_str_array(array: NDArray[Any]) -> NDArray[Any]:
     # Triton hands BYTES over as bytes objects; ORT string tensors want str.
     flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
-def _to_bytes_array(array):
+def _to_bytes_array(array: NDArray[Any]) -> NDArray[Any]:
     flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.ravel()]
     return np.array(flat, dtype=object).reshape(array.shape)
 
@@ -49,8 +54,8 @@ def _to_bytes_array(array):
 class TritonPythonModel:
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
-    def initialize(self, args):
-        import onnxruntime as ort
+    def initialize(self, args: dict[str, str]) -> None:
+        import onnxruntime as ort  # noqa: PLC0415  # the heavy runtime loads in the stub only, not on import
 
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
@@ -68,14 +73,14 @@ class TritonPythonModel:
             # rename, the stub writes "used_dlpack", and the stub dies (seen with NumPy 1.26).
             # torch <-> stub DLPack is the path verified on the NumPy-2 GPU host (ENVIRONMENT.md).
             try:
-                import torch
-                import torch.utils.dlpack as torch_dlpack
+                import torch  # noqa: PLC0415  # optional in the stub: only the DLPack exchange needs it
+                import torch.utils.dlpack as torch_dlpack  # noqa: PLC0415
             except ImportError as exc:
                 raise ValueError(
                     f"tensor exchange `dlpack` needs torch in the stub's environment ({exc})"
                 ) from None
-            self.torch = torch
-            self.torch_dlpack = torch_dlpack
+            self.torch: Any = torch
+            self.torch_dlpack: Any = torch_dlpack
 
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         onnx_path = os.path.join(version_dir, _param(params, "onnx_file", "model.onnx"))
@@ -101,7 +106,7 @@ class TritonPythonModel:
         self.bytes_inputs = {n for n, dt in self.inputs if dt == "TYPE_STRING"}
 
     @staticmethod
-    def _providers(ort, args, params):
+    def _providers(ort: Any, args: dict[str, str], params: dict[str, Any]) -> list[Any]:
         wanted = _param(params, "execution_provider", "auto")
         available = ort.get_available_providers()
         has_cuda = "CUDAExecutionProvider" in available
@@ -119,8 +124,8 @@ class TritonPythonModel:
         return ["CPUExecutionProvider"]
 
     # --- tensors in and out -------------------------------------------------------------------------
-    def _read_inputs(self, request):
-        feeds = {}
+    def _read_inputs(self, request: Any) -> Feeds:
+        feeds: Feeds = {}
         for name, _ in self.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is None:
@@ -134,7 +139,7 @@ class TritonPythonModel:
                 feeds[name] = tensor.as_numpy()
         return feeds
 
-    def _make_response(self, outputs):
+    def _make_response(self, outputs: list[NDArray[Any]]) -> Any:
         tensors = []
         for name, value in zip(self.output_names, outputs, strict=True):
             if name in self.bytes_outputs:
@@ -149,15 +154,15 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
-    def _error(exc):
+    def _error(exc: BaseException) -> Any:
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
     # --- execution -------------------------------------------------------------------------------
-    def _run(self, feeds):
-        return self.session.run(self.output_names, feeds)
+    def _run(self, feeds: Feeds) -> list[NDArray[Any]]:
+        return list(self.session.run(self.output_names, feeds))
 
-    def _run_group(self, members):
+    def _run_group(self, members: list[tuple[int, Feeds]]) -> list[list[NDArray[Any]]]:
         """Run requests that share non-batch shapes as one batch; return one output list per request."""
         if len(members) == 1:
             return [self._run(members[0][1])]
@@ -177,15 +182,16 @@ class TritonPythonModel:
         per_output = [np.split(value, cuts, axis=0) for value in outputs]
         return [[parts[i] for parts in per_output] for i in range(len(members))]
 
-    def execute(self, requests):
-        responses = [None] * len(requests)
-        groups = {}
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        groups: dict[tuple[Any, ...], list[tuple[int, Feeds]]] = {}
         for index, request in enumerate(requests):
             try:
                 feeds = self._read_inputs(request)
             except Exception as exc:  # every failure becomes that request's error response
                 responses[index] = self._error(exc)
                 continue
+            key: tuple[Any, ...]
             if self.max_batch_size > 0:
                 key = tuple((name, feeds[name].shape[1:], feeds[name].dtype.str) for name, _ in self.inputs)
             else:
@@ -193,8 +199,9 @@ class TritonPythonModel:
             groups.setdefault(key, []).append((index, feeds))
 
         for members in groups.values():
+            results: list[list[NDArray[Any]] | None]
             try:
-                results = self._run_group(members)
+                results = list(self._run_group(members))
             except Exception as exc:  # retried alone below: one bad request fails only itself
                 if len(members) == 1:
                     responses[members[0][0]] = self._error(exc)
@@ -207,5 +214,5 @@ class TritonPythonModel:
                     responses[index] = self._error(exc)
         return responses
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.session = None

@@ -27,25 +27,27 @@ Config ``parameters`` it reads (all optional, string values):
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from numpy.typing import NDArray
 
 _NUMPY_MAJOR = int(np.__version__.split(".")[0])
 
 
-def _param(params, key, default):
+def _param(params: dict[str, Any], key: str, default: str) -> str:
     value = params.get(key, {})
     text = value.get("string_value", "") if isinstance(value, dict) else ""
-    return text or default
+    return str(text or default)
 
 
 class TritonPythonModel:
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
-    def initialize(self, args):
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+    def initialize(self, args: dict[str, str]) -> None:
+        import onnxruntime as ort  # noqa: PLC0415  # heavy runtimes load in the stub only, not on import
+        from tokenizers import Tokenizer  # noqa: PLC0415
 
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
@@ -69,14 +71,14 @@ class TritonPythonModel:
             pad_token=padding.get("pad_token", "[PAD]"),
             pad_to_multiple_of=multiple,
         )
+        self.session: Any = None
         if self.mode == "tokenize":
-            self.session = None
             return
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(_param(params, "intra_op_threads", "1"))
         options.inter_op_num_threads = 1
-        providers = ["CPUExecutionProvider"]
+        providers: list[Any] = ["CPUExecutionProvider"]
         wanted = _param(params, "execution_provider", "auto")
         if (
             wanted == "auto"
@@ -93,14 +95,14 @@ class TritonPythonModel:
         self.graph_inputs = {i.name for i in self.session.get_inputs()}
         self.graph_output = self.session.get_outputs()[0].name
 
-    def _sentences(self, request):
+    def _sentences(self, request: Any) -> list[str]:
         tensor = pb_utils.get_input_tensor_by_name(request, self.input_name)
         if tensor is None:
             raise ValueError(f"request lacks input `{self.input_name}`")
         values = tensor.as_numpy().reshape(-1)
         return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
 
-    def _embed(self, sentences):
+    def _embed(self, sentences: list[str]) -> NDArray[np.float32]:
         encodings = self.tokenizer.encode_batch(sentences)
         feeds = {
             "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
@@ -108,24 +110,27 @@ class TritonPythonModel:
         }
         if "token_type_ids" in self.graph_inputs:
             feeds["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
-        return self.session.run([self.graph_output], feeds)[0].astype(np.float32, copy=False)
+        embeddings: NDArray[Any] = self.session.run([self.graph_output], feeds)[0]
+        return embeddings.astype(np.float32, copy=False)
 
     @staticmethod
-    def _tensor(name, array):
+    def _tensor(name: str, array: NDArray[Any]) -> Any:
         array = np.ascontiguousarray(array)
         if _NUMPY_MAJOR >= 2:
             # This stub release rejects NumPy-2 arrays as outputs; DLPack through torch works.
-            import torch
-            import torch.utils.dlpack as torch_dlpack
+            import torch  # noqa: PLC0415  # only NumPy-2 stubs need it, and it is heavy
+            import torch.utils.dlpack as torch_dlpack  # noqa: PLC0415
 
-            return pb_utils.Tensor.from_dlpack(name, torch_dlpack.to_dlpack(torch.from_numpy(array)))
+            # torch.utils.dlpack leaves to_dlpack out of its __all__, so mypy sees it as private.
+            capsule = torch_dlpack.to_dlpack(torch.from_numpy(array))  # type: ignore[attr-defined]
+            return pb_utils.Tensor.from_dlpack(name, capsule)
         return pb_utils.Tensor(name, array)
 
-    def _response(self, array):
+    def _response(self, array: NDArray[Any]) -> Any:
         return pb_utils.InferenceResponse(output_tensors=[self._tensor(self.output_name, array)])
 
-    def _tokenize(self, requests):
-        responses = []
+    def _tokenize(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = []
         for request in requests:
             try:
                 encodings = self.tokenizer.encode_batch(self._sentences(request))
@@ -141,16 +146,17 @@ class TritonPythonModel:
         return responses
 
     @staticmethod
-    def _error(exc):
+    def _error(exc: BaseException) -> Any:
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any]:
         if self.mode == "tokenize":
             # Per request: each keeps its own padded length (one response per request anyway).
             return self._tokenize(requests)
-        responses = [None] * len(requests)
-        batch, owners = [], []
+        responses: list[Any] = [None] * len(requests)
+        batch: list[str] = []
+        owners: list[tuple[int, int, int]] = []
         for index, request in enumerate(requests):
             try:
                 sentences = self._sentences(request)
@@ -170,5 +176,5 @@ class TritonPythonModel:
                 responses[index] = self._response(embeddings[start : start + count])
         return responses
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.session = None

@@ -1,6 +1,7 @@
-"""Validation rules for :class:`ModelConfig`, checked before a config is written or served.
+"""Validator: the rules a :class:`ModelConfig` must keep, checked before a config is written or served.
 
-Each rule adds one line to the list :func:`config_problems` returns; the line names the field in
+Each rule adds one line to the list :func:`problems` returns (:func:`validate` raises them as one
+:class:`ConfigError`); the line names the field in
 backticks (proto field names, e.g. ```input[0].dims```) and says what was expected and what was given.
 The rules mirror what Triton itself refuses at load time (or silently mis-serves), so a config that
 passes here is worth starting a server for.
@@ -23,8 +24,9 @@ from tritonkit.config.model_config import (
     TensorConfig,
     VersionPolicy,
 )
+from tritonkit.errors import ConfigError
 
-__all__ = ["INSTANCE_KINDS", "PLATFORM_BACKENDS", "TIMEOUT_ACTIONS", "config_problems"]
+__all__ = ["INSTANCE_KINDS", "PLATFORM_BACKENDS", "TIMEOUT_ACTIONS", "problems", "validate"]
 
 #: Triton's platforms and the backend each one implies (ensemble has no backend).
 PLATFORM_BACKENDS: dict[str, str | None] = {
@@ -70,7 +72,7 @@ def _fmt(values: Iterable[object]) -> str:
     return ", ".join(str(v) for v in values) or "none"
 
 
-def config_problems(cfg: ModelConfig) -> list[str]:
+def problems(cfg: ModelConfig) -> list[str]:
     """Every rule ``cfg`` breaks, one line each; an empty list means valid."""
     out: list[str] = []
     if not cfg.name or not cfg.name.strip():
@@ -111,6 +113,15 @@ def config_problems(cfg: ModelConfig) -> list[str]:
         # The modelled value would silently win over (or merge into) the extra one.
         out.append(f"`extra` has {key!r}, a field ModelConfig models; expected it set through its attribute")
     return out
+
+
+def validate(cfg: ModelConfig) -> ModelConfig:
+    """Raise ConfigError listing every problem (joined by "; "); return ``cfg`` when valid."""
+    found = problems(cfg)
+    if found:
+        subject = f"model `{cfg.name}`" if cfg.name else "model config"
+        raise ConfigError(f"{subject}: " + "; ".join(found))
+    return cfg
 
 
 def _check_platform(cfg: ModelConfig, out: list[str]) -> bool:
