@@ -1,0 +1,278 @@
+"""Every client operation, written once for :class:`Client` and :class:`AsyncClient` (sans-I/O).
+
+An operation (:data:`~tritonkit.client.core.Op`) is a generator: it checks the arguments, prepares
+the request and reads the answer, and where it needs I/O it yields a *step* ``(fn, args)``: a
+transport method (``call``, ``infer``, ``close``) or the client's ``_sleep``. The client runs the
+step and resumes the operation with its result, or throws in what it raised. The blocking
+:class:`~tritonkit.client.Client` runs steps with ``fn(*args)`` (``sync.drive``); the asyncio
+:class:`~tritonkit.client.AsyncClient` awaits them (``aio.adrive``). So the retry loop, deadlines,
+the metadata cache, readiness probes, shared memory and closing exist once; the clients only name
+their transports and sleep, and drive.
+
+Cost on the hot path: one generator per ``infer`` and one resume per step (about 1 µs), no more.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from numpy.typing import NDArray
+from tritonclient.grpc import model_config_pb2
+
+from tritonkit.client.core import (
+    ClientCore,
+    Op,
+    Transport,
+    Where,
+    batch_length,
+    chunk_size,
+    send,
+    split_batch,
+)
+from tritonkit.client.errors import (
+    InferenceTimeoutError,
+    InvalidArgumentError,
+    ModelNotFoundError,
+    ServerUnavailableError,
+    UnexpectedAnswerError,
+    map_error,
+)
+from tritonkit.client.protocol import CONFIG, INDEX, IS_LIVE, IS_MODEL_READY, IS_READY, METADATA, STATISTICS
+from tritonkit.client.retry import RetryPolicy
+from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelSpec, ModelStatistics
+from tritonkit.errors import ClientError
+
+__all__ = ["ClientOps"]
+
+T = TypeVar("T")
+
+#: How a client makes its transport: (url, headers, network timeout) -> transport.
+TransportFactory = Callable[[str, Mapping[str, str] | None, float | None], Transport]
+
+
+class ClientOps:
+    """State and operations of a client; a subclass names its transports and its sleep, and drives.
+
+    See :class:`tritonkit.client.Client` for the arguments.
+    """
+
+    #: (HTTP, gRPC) transport classes.
+    _transports: ClassVar[tuple[TransportFactory, TransportFactory]]
+
+    def __init__(
+        self,
+        url: str,
+        protocol: str = "http",
+        timeout: float | None = None,
+        retries: int | RetryPolicy | None = RetryPolicy(),  # noqa: B008 - frozen dataclass, never mutated
+        *,
+        headers: Mapping[str, str] | None = None,
+        safe_cast: bool = False,
+        shared_memory: str = "none",
+    ) -> None:
+        self._core = core = ClientCore(url, protocol, timeout, retries, safe_cast)
+        self.url = core.url
+        self.protocol = core.protocol
+        self.stats = core.stats
+        http, grpc = self._transports
+        self._transport = (http if protocol == "http" else grpc)(core.url, headers, timeout)
+        self._shm: Any = None
+        if shared_memory != "none":
+            from tritonkit.client.shm import ShmPool
+
+            self._shm = ShmPool(shared_memory, self._transport)
+        self._closed = False
+
+    @staticmethod
+    def _sleep(seconds: float) -> Any:
+        """The pause between attempts, a step like any other: ``time.sleep`` or ``asyncio.sleep``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r}, protocol={self.protocol!r})"
+
+    # -- the call loop -----------------------------------------------------------------------------
+    def _call(
+        self,
+        where: Where,
+        timeout: float | None,
+        attempt: Callable[..., Op[T]],
+        *args: Any,
+        failed: tuple[Exception, float] | None = None,
+    ) -> Op[T]:
+        """``attempt(*args, per-attempt timeout)`` with error mapping and retries, within the call's deadline.
+
+        ``failed`` is (the error, the call's start) of a first attempt the caller made inline
+        (:meth:`_infer` does, without a deadline): the loop goes on from there.
+        """
+        core = self._core
+        error: Exception | None = None
+        if failed is None:
+            if self._closed:
+                raise ClientError(f"{core.describe(where)}: the client is closed")
+            started = time.monotonic()
+            number = 0
+        else:
+            (error, started), number = failed, 1
+        deadline, per_attempt = core.deadline(timeout, started)
+        while True:
+            if error is None:
+                number += 1
+                remaining = core.attempt(where, number, started, deadline)
+                try:
+                    result: T = yield from attempt(*args, remaining if per_attempt else None)
+                    return result
+                except Exception as exc:  # mapped (or re-raised as is) by after_failure
+                    error = exc
+            pause = core.after_failure(error, where, number, started, deadline)
+            error = None
+            yield self._sleep, (pause,)
+
+    # -- model knowledge ----------------------------------------------------------------------------
+    def _fetch(self, model: str, version: str, remaining: float | None) -> Op[ModelSpec]:
+        t = self._transport
+        metadata: ModelMetadata = yield t.call, (METADATA, (model, version), remaining)
+        config: model_config_pb2.ModelConfig = yield t.call, (CONFIG, (model, version), remaining)
+        return ModelSpec(metadata, config)
+
+    def _spec(self, model: str, version: str, timeout: float | None) -> Op[ModelSpec]:
+        spec = self._core.specs.get((model, version))
+        if spec is None:
+            spec = yield from self._call(
+                ("metadata of", model, version), timeout, self._fetch, model, version
+            )
+            self._core.specs[(model, version)] = spec
+        return spec
+
+    def _metadata(self, model: str, version: int | str | None, timeout: float | None) -> Op[ModelMetadata]:
+        return (yield from self._spec(model, self._core.version(version), timeout)).metadata
+
+    def _config(
+        self, model: str, version: int | str | None, timeout: float | None
+    ) -> Op[model_config_pb2.ModelConfig]:
+        return (yield from self._spec(model, self._core.version(version), timeout)).config
+
+    def _statistics(
+        self, model: str, version: int | str | None, timeout: float | None
+    ) -> Op[list[ModelStatistics]]:
+        v = self._core.version(version)
+        where = ("statistics of", model or "*", v)
+        stats: list[ModelStatistics] = yield from self._call(
+            where, timeout, send, self._transport.call, STATISTICS, (model, v)
+        )
+        return stats
+
+    def _models(self, timeout: float | None) -> Op[list[ModelInfo]]:
+        where = ("repository index", None, "")
+        index: list[ModelInfo] = yield from self._call(where, timeout, send, self._transport.call, INDEX, ())
+        return index
+
+    # -- health --------------------------------------------------------------------------------------
+    def _is_live(self, timeout: float | None) -> Op[bool]:
+        return (yield from self._probe(IS_LIVE, (), "liveness", timeout))
+
+    def _is_ready(self, model: str | None, version: int | str | None, timeout: float | None) -> Op[bool]:
+        if model is None:
+            return (yield from self._probe(IS_READY, (), "readiness", timeout))
+        v = self._core.version(version)
+        return (yield from self._probe(IS_MODEL_READY, (model, v), f"readiness of `{model}`", timeout))
+
+    def _probe(self, method: str, args: tuple[Any, ...], what: str, timeout: float | None) -> Op[bool]:
+        budget = timeout if timeout is not None else (self._core.timeout or 5.0)
+        try:
+            answer = yield self._transport.call, (method, args, budget)
+            return bool(answer)
+        except Exception as exc:
+            err = map_error(exc, self._core.describe((what, None, "")))
+            if err is None:
+                raise
+            if isinstance(err, (ServerUnavailableError, ModelNotFoundError, InferenceTimeoutError)):
+                return False
+            raise err from None
+
+    def _wait_until_ready(self, timeout: float, model: str | None, version: int | str | None) -> Op[None]:
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            if (yield from self._is_ready(model, version, max(min(remaining, 5.0), 0.05))):
+                return
+            if time.monotonic() + pause >= deadline:
+                target = f"model `{model}`" if model else "server"
+                raise ServerUnavailableError(
+                    f"{target} at {self.protocol}://{self.url} not ready after {timeout:g} s "
+                    "(expected the readiness endpoint to answer true)"
+                )
+            yield self._sleep, (pause,)
+            pause = min(pause * 2, 0.5)
+
+    # -- inference ------------------------------------------------------------------------------------
+    def _infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None,
+        version: int | str | None,
+        timeout: float | None,
+    ) -> Op[dict[str, NDArray[Any]]]:
+        core = self._core
+        v = "" if version is None else core.version(version)
+        spec = core.specs.get((model, v)) or (yield from self._spec(model, v, timeout))
+        prepared, _ = spec.prepare(inputs, core.safe_cast)
+        requested = None if outputs is None else core.outputs(spec, v, outputs)  # None: every output
+        names = spec.output_names if requested is None else requested
+        out: dict[str, NDArray[Any]]
+        if self._shm is not None:
+            out = yield from self._shm.infer(self._call, core, model, v, spec, prepared, names, timeout)
+            return out
+        t = self._transport
+        request = t.encode(model, v, prepared, requested)
+        where = ("infer", model, v)
+        try:
+            if timeout is not None or core.timeout is not None or self._closed:
+                out = yield from self._call(where, timeout, send, t.infer, request, names)
+                return out
+            # No deadline: the first attempt is this operation's own step (the usual case, and the
+            # benchmark's); a failure continues in _call's retry loop.
+            started = time.monotonic()
+            core.attempt(where, 1, started, None)
+            try:
+                out = yield t.infer, (request, names, None)
+                return out
+            except Exception as exc:  # mapped and maybe retried by _call
+                failed = (exc, started)
+            out = yield from self._call(where, None, send, t.infer, request, names, failed=failed)
+            return out
+        except (ModelNotFoundError, InvalidArgumentError, UnexpectedAnswerError):
+            core.forget(model, v)  # the server disagrees with what we cached: re-read next time
+            raise
+
+    def _chunks(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        version: int | str | None,
+        timeout: float | None,
+        batch_size: int | None,
+    ) -> Op[list[dict[str, Any]] | None]:
+        """The chunks ``infer_batch`` sends, or None when one ``infer`` does (no batching, or a batch
+        within ``max_batch_size`` or ``batch_size``)."""
+        spec = yield from self._spec(model, self._core.version(version), timeout)
+        if spec.max_batch_size == 0:
+            return None
+        chunk = chunk_size(spec, batch_size)
+        size = batch_length(spec, inputs)
+        return None if size <= chunk else split_batch(inputs, size, chunk)
+
+    # -- life cycle -------------------------------------------------------------------------------------
+    def _close(self) -> Op[None]:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._shm is not None:
+                yield from self._shm.close()
+        finally:
+            yield self._transport.close, ()
