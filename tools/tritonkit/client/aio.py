@@ -10,21 +10,19 @@ which awaits their I/O steps: only the waiting differs (``asyncio.sleep`` betwee
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
-
-from numpy.typing import NDArray
-from tritonclient.grpc import model_config_pb2
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from tritonkit.client.aio_transport import AsyncGrpcTransport, AsyncHttpTransport
-from tritonkit.client.core import Op, join_batches
-from tritonkit.client.ops import ClientOps
-from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelStatistics
+from tritonkit.client.core import Op
+from tritonkit.client.ops import ClientOps, public
 
-__all__ = ["AsyncClient", "adrive"]
+__all__ = ["AsyncClient", "adrive", "awaited"]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 
 async def adrive(op: Op[T]) -> T:
@@ -44,6 +42,15 @@ async def adrive(op: Op[T]) -> T:
             value, failed = exc, True
 
 
+def awaited(op: Callable[Concatenate[S, P], Op[T]]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The coroutine method that runs operation ``op`` with :func:`adrive`."""
+
+    async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await adrive(op(self, *args, **kwargs))
+
+    return public(method, op)
+
+
 class AsyncClient(ClientOps):
     """asyncio twin of :class:`tritonkit.client.Client`; see it for the arguments.
 
@@ -52,75 +59,31 @@ class AsyncClient(ClientOps):
 
     _transports = (AsyncHttpTransport, AsyncGrpcTransport)
 
+    metadata = awaited(ClientOps._metadata)
+    config = awaited(ClientOps._config)
+    statistics = awaited(ClientOps._statistics)
+    models = awaited(ClientOps._models)
+    is_live = awaited(ClientOps._is_live)
+    is_ready = awaited(ClientOps._is_ready)
+    wait_until_ready = awaited(ClientOps._wait_until_ready)
+    infer = awaited(ClientOps._infer)
+    infer_batch = awaited(ClientOps._infer_batch)
+    close = awaited(ClientOps._close)
+
     @staticmethod
     def _sleep(seconds: float) -> Awaitable[None]:
         return asyncio.sleep(seconds)
 
-    async def metadata(
-        self, model: str, version: int | str | None = None, timeout: float | None = None
-    ) -> ModelMetadata:
-        return await adrive(self._metadata(model, version, timeout))
+    _concurrent = True
 
-    async def config(
-        self, model: str, version: int | str | None = None, timeout: float | None = None
-    ) -> model_config_pb2.ModelConfig:
-        return await adrive(self._config(model, version, timeout))
-
-    async def statistics(
-        self, model: str = "", version: int | str | None = None, timeout: float | None = None
-    ) -> list[ModelStatistics]:
-        return await adrive(self._statistics(model, version, timeout))
-
-    async def models(self, timeout: float | None = None) -> list[ModelInfo]:
-        return await adrive(self._models(timeout))
-
-    async def is_live(self, timeout: float | None = None) -> bool:
-        return await adrive(self._is_live(timeout))
-
-    async def is_ready(
-        self, model: str | None = None, version: int | str | None = None, timeout: float | None = None
-    ) -> bool:
-        return await adrive(self._is_ready(model, version, timeout))
-
-    async def wait_until_ready(
-        self, timeout: float = 60.0, model: str | None = None, version: int | str | None = None
-    ) -> None:
-        await adrive(self._wait_until_ready(timeout, model, version))
-
-    async def infer(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None = None,
-        version: int | str | None = None,
-        timeout: float | None = None,
-    ) -> dict[str, NDArray[Any]]:
-        return await adrive(self._infer(model, inputs, outputs, version, timeout))
-
-    async def infer_batch(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None = None,
-        version: int | str | None = None,
-        timeout: float | None = None,
-        batch_size: int | None = None,
-    ) -> dict[str, NDArray[Any]]:
-        chunks = await adrive(self._chunks(model, inputs, version, timeout, batch_size))
-        if chunks is None:
-            return await self.infer(model, inputs, outputs, version, timeout)
-        # Chunks run concurrently; every chunk shares the call's one deadline.
-        # return_exceptions: wait for every chunk, so none is left running unobserved, then raise the first error.
-        results = await asyncio.gather(
-            *(self.infer(model, c, outputs, version, timeout) for c in chunks), return_exceptions=True
-        )
+    async def _gather(self, *ops: Op[T]) -> list[T]:
+        # return_exceptions: wait for every operation, so none is left running unobserved, then
+        # raise the first error.
+        results = await asyncio.gather(*(adrive(op) for op in ops), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        return join_batches([r for r in results if not isinstance(r, BaseException)])
-
-    async def close(self) -> None:
-        await adrive(self._close())
+        return [r for r in results if not isinstance(r, BaseException)]
 
     async def __aenter__(self) -> AsyncClient:
         return self

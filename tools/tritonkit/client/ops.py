@@ -14,6 +14,7 @@ Cost on the hot path: one generator per ``infer`` and one resume per step (about
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -28,6 +29,7 @@ from tritonkit.client.core import (
     Where,
     batch_length,
     chunk_size,
+    join_batches,
     send,
     split_batch,
 )
@@ -44,12 +46,22 @@ from tritonkit.client.retry import RetryPolicy
 from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelSpec, ModelStatistics
 from tritonkit.errors import ClientError
 
-__all__ = ["ClientOps"]
+__all__ = ["ClientOps", "public"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: How a client makes its transport: (url, headers, network timeout) -> transport.
 TransportFactory = Callable[[str, Mapping[str, str] | None, float | None], Transport]
+
+
+def public(method: F, op: Callable[..., Any]) -> F:
+    """``method``, the blocking or asyncio face of operation ``op``: named as ``op`` without its
+    underscore, with its docstring, and its signature (``inspect.signature`` follows ``__wrapped__``)."""
+    functools.update_wrapper(method, op)
+    method.__name__ = op.__name__.removeprefix("_")
+    method.__qualname__ = op.__qualname__.replace("._", ".")
+    return method
 
 
 class ClientOps:
@@ -58,6 +70,8 @@ class ClientOps:
     See :class:`tritonkit.client.Client` for the arguments.
     """
 
+    #: Whether infer_batch sends its chunks concurrently (with the ``_gather`` step).
+    _concurrent = False
     #: (HTTP, gRPC) transport classes.
     _transports: ClassVar[tuple[TransportFactory, TransportFactory]]
 
@@ -146,17 +160,22 @@ class ClientOps:
             self._core.specs[(model, version)] = spec
         return spec
 
-    def _metadata(self, model: str, version: int | str | None, timeout: float | None) -> Op[ModelMetadata]:
+    def _metadata(
+        self, model: str, version: int | str | None = None, timeout: float | None = None
+    ) -> Op[ModelMetadata]:
+        """The model's inputs, outputs, versions and platform (cached after the first call)."""
         return (yield from self._spec(model, self._core.version(version), timeout)).metadata
 
     def _config(
-        self, model: str, version: int | str | None, timeout: float | None
+        self, model: str, version: int | str | None = None, timeout: float | None = None
     ) -> Op[model_config_pb2.ModelConfig]:
+        """The model's configuration as the server completed it (a ``model_config_pb2.ModelConfig``)."""
         return (yield from self._spec(model, self._core.version(version), timeout)).config
 
     def _statistics(
-        self, model: str, version: int | str | None, timeout: float | None
+        self, model: str = "", version: int | str | None = None, timeout: float | None = None
     ) -> Op[list[ModelStatistics]]:
+        """Cumulative statistics per model version (all models when ``model`` is empty)."""
         v = self._core.version(version)
         where = ("statistics of", model or "*", v)
         stats: list[ModelStatistics] = yield from self._call(
@@ -164,16 +183,21 @@ class ClientOps:
         )
         return stats
 
-    def _models(self, timeout: float | None) -> Op[list[ModelInfo]]:
+    def _models(self, timeout: float | None = None) -> Op[list[ModelInfo]]:
+        """The repository index: every model version the server knows, with its state."""
         where = ("repository index", None, "")
         index: list[ModelInfo] = yield from self._call(where, timeout, send, self._transport.call, INDEX, ())
         return index
 
     # -- health --------------------------------------------------------------------------------------
-    def _is_live(self, timeout: float | None) -> Op[bool]:
+    def _is_live(self, timeout: float | None = None) -> Op[bool]:
+        """True when the server answers live; False when it cannot be reached."""
         return (yield from self._probe(IS_LIVE, (), "liveness", timeout))
 
-    def _is_ready(self, model: str | None, version: int | str | None, timeout: float | None) -> Op[bool]:
+    def _is_ready(
+        self, model: str | None = None, version: int | str | None = None, timeout: float | None = None
+    ) -> Op[bool]:
+        """True when the server (and ``model``, if given) is ready; False when unreachable or not ready."""
         if model is None:
             return (yield from self._probe(IS_READY, (), "readiness", timeout))
         v = self._core.version(version)
@@ -192,7 +216,10 @@ class ClientOps:
                 return False
             raise err from None
 
-    def _wait_until_ready(self, timeout: float, model: str | None, version: int | str | None) -> Op[None]:
+    def _wait_until_ready(
+        self, timeout: float = 60.0, model: str | None = None, version: int | str | None = None
+    ) -> Op[None]:
+        """Poll readiness (of the server, and of ``model`` if given) until it holds or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         pause = 0.05
         while True:
@@ -213,10 +240,11 @@ class ClientOps:
         self,
         model: str,
         inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None,
-        version: int | str | None,
-        timeout: float | None,
+        outputs: Sequence[str] | None = None,
+        version: int | str | None = None,
+        timeout: float | None = None,
     ) -> Op[dict[str, NDArray[Any]]]:
+        """Validate ``inputs`` against the model, send one request, return ``{output name: array}``."""
         core = self._core
         v = "" if version is None else core.version(version)
         spec = core.specs.get((model, v)) or (yield from self._spec(model, v, timeout))
@@ -249,25 +277,68 @@ class ClientOps:
             core.forget(model, v)  # the server disagrees with what we cached: re-read next time
             raise
 
-    def _chunks(
+    def _infer_batch(
         self,
         model: str,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, Sequence[Any] | NDArray[Any]],
+        outputs: Sequence[str] | None = None,
+        version: int | str | None = None,
+        timeout: float | None = None,
+        batch_size: int | None = None,
+    ) -> Op[dict[str, NDArray[Any]]]:
+        """Like ``infer``, but a batch above ``max_batch_size`` (or ``batch_size``) is sent as chunks and
+        the outputs joined along the batch axis; ``timeout`` bounds all chunks. :class:`Client` sends
+        the chunks one after the other, :class:`AsyncClient` concurrently."""
+        spec = yield from self._spec(model, self._core.version(version), timeout)
+        chunks = None
+        if spec.max_batch_size > 0:
+            chunk = chunk_size(spec, batch_size)
+            size = batch_length(spec, inputs)
+            if size > chunk:
+                chunks = split_batch(inputs, size, chunk)
+        out: dict[str, NDArray[Any]]
+        if chunks is None:  # one request does
+            out = yield from self._infer(model, inputs, outputs, version, timeout)
+            return out
+        if not self._concurrent:
+            parts = yield from self._one_by_one(model, chunks, outputs, version, timeout)
+            return join_batches(parts)
+        # Every chunk at once, each within the call's timeout; see _gather for errors.
+        ops = [self._infer(model, c, outputs, version, timeout) for c in chunks]
+        out = join_batches((yield self._gather, tuple(ops)))
+        return out
+
+    def _one_by_one(
+        self,
+        model: str,
+        chunks: list[dict[str, Any]],
+        outputs: Sequence[str] | None,
         version: int | str | None,
         timeout: float | None,
-        batch_size: int | None,
-    ) -> Op[list[dict[str, Any]] | None]:
-        """The chunks ``infer_batch`` sends, or None when one ``infer`` does (no batching, or a batch
-        within ``max_batch_size`` or ``batch_size``)."""
-        spec = yield from self._spec(model, self._core.version(version), timeout)
-        if spec.max_batch_size == 0:
-            return None
-        chunk = chunk_size(spec, batch_size)
-        size = batch_length(spec, inputs)
-        return None if size <= chunk else split_batch(inputs, size, chunk)
+    ) -> Op[list[dict[str, NDArray[Any]]]]:
+        # Each chunk within what is left of the call's one deadline.
+        core = self._core
+        budget = core.timeout if timeout is None else timeout
+        deadline = None if budget is None else time.monotonic() + budget
+        parts: list[dict[str, NDArray[Any]]] = []
+        for chunk in chunks:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                where = ("infer_batch", model, core.version(version))
+                raise InferenceTimeoutError(
+                    f"{core.describe(where)}: deadline of {budget:g} s passed after "
+                    f"{len(parts)} of {len(chunks)} chunks"
+                )
+            parts.append((yield from self._infer(model, chunk, outputs, version, remaining)))
+        return parts
+
+    def _gather(self, *ops: Op[T]) -> Any:
+        """The step that runs ``ops`` concurrently, answering their results in order (asyncio only)."""
+        raise NotImplementedError
 
     # -- life cycle -------------------------------------------------------------------------------------
     def _close(self) -> Op[None]:
+        """Release shared-memory regions and connections; later calls raise :class:`ClientError`."""
         if self._closed:
             return
         self._closed = True

@@ -234,7 +234,12 @@ class ShmPool:
             for region in req.new:
                 yield region.register(t)
                 region.registered = True
-            args = (model, version, req.inputs, req.outputs)
+            args = (
+                model,
+                req.inputs,
+                version,
+                req.outputs,
+            )  # tritonclient's infer(model, inputs, version, outputs)
             result = yield from call(("infer", model, version), timeout, send, t.call, INFER_OBJECTS, args)
             values = self._results(req, result, names)
         except BaseException as exc:

@@ -11,22 +11,19 @@ connection per thread (see :mod:`tritonkit.client.transport`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from numpy.typing import NDArray
-from tritonclient.grpc import model_config_pb2
-
-from tritonkit.client.core import Op, join_batches
-from tritonkit.client.errors import InferenceTimeoutError
-from tritonkit.client.ops import ClientOps
-from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelStatistics
+from tritonkit.client.core import Op
+from tritonkit.client.ops import ClientOps, public
 from tritonkit.client.transport import GrpcTransport, HttpTransport
 
-__all__ = ["Client", "drive"]
+__all__ = ["Client", "blocking", "drive"]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 
 def drive(op: Op[T]) -> T:
@@ -44,6 +41,15 @@ def drive(op: Op[T]) -> T:
             value, failed = fn(*args), False
         except BaseException as exc:
             value, failed = exc, True
+
+
+def blocking(op: Callable[Concatenate[S, P], Op[T]]) -> Callable[Concatenate[S, P], T]:
+    """The blocking method that runs operation ``op`` with :func:`drive`."""
+
+    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return drive(op(self, *args, **kwargs))
+
+    return public(method, op)
 
 
 class Client(ClientOps):
@@ -65,95 +71,20 @@ class Client(ClientOps):
 
     _transports = (HttpTransport, GrpcTransport)
 
+    metadata = blocking(ClientOps._metadata)
+    config = blocking(ClientOps._config)
+    statistics = blocking(ClientOps._statistics)
+    models = blocking(ClientOps._models)
+    is_live = blocking(ClientOps._is_live)
+    is_ready = blocking(ClientOps._is_ready)
+    wait_until_ready = blocking(ClientOps._wait_until_ready)
+    infer = blocking(ClientOps._infer)
+    infer_batch = blocking(ClientOps._infer_batch)
+    close = blocking(ClientOps._close)
+
     @staticmethod
     def _sleep(seconds: float) -> None:
         time.sleep(seconds)
-
-    # -- model knowledge ----------------------------------------------------------------------------
-    def metadata(
-        self, model: str, version: int | str | None = None, timeout: float | None = None
-    ) -> ModelMetadata:
-        """The model's inputs, outputs, versions and platform (cached after the first call)."""
-        return drive(self._metadata(model, version, timeout))
-
-    def config(
-        self, model: str, version: int | str | None = None, timeout: float | None = None
-    ) -> model_config_pb2.ModelConfig:
-        """The model's configuration as the server completed it (a ``model_config_pb2.ModelConfig``)."""
-        return drive(self._config(model, version, timeout))
-
-    def statistics(
-        self, model: str = "", version: int | str | None = None, timeout: float | None = None
-    ) -> list[ModelStatistics]:
-        """Cumulative statistics per model version (all models when ``model`` is empty)."""
-        return drive(self._statistics(model, version, timeout))
-
-    def models(self, timeout: float | None = None) -> list[ModelInfo]:
-        """The repository index: every model version the server knows, with its state."""
-        return drive(self._models(timeout))
-
-    # -- health --------------------------------------------------------------------------------------
-    def is_live(self, timeout: float | None = None) -> bool:
-        """True when the server answers live; False when it cannot be reached."""
-        return drive(self._is_live(timeout))
-
-    def is_ready(
-        self, model: str | None = None, version: int | str | None = None, timeout: float | None = None
-    ) -> bool:
-        """True when the server (and ``model``, if given) is ready; False when unreachable or not ready."""
-        return drive(self._is_ready(model, version, timeout))
-
-    def wait_until_ready(
-        self, timeout: float = 60.0, model: str | None = None, version: int | str | None = None
-    ) -> None:
-        """Poll readiness (of the server, and of ``model`` if given) until it holds or ``timeout`` passes."""
-        drive(self._wait_until_ready(timeout, model, version))
-
-    # -- inference ------------------------------------------------------------------------------------
-    def infer(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None = None,
-        version: int | str | None = None,
-        timeout: float | None = None,
-    ) -> dict[str, NDArray[Any]]:
-        """Validate ``inputs`` against the model, send one request, return ``{output name: array}``."""
-        return drive(self._infer(model, inputs, outputs, version, timeout))
-
-    def infer_batch(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None = None,
-        version: int | str | None = None,
-        timeout: float | None = None,
-        batch_size: int | None = None,
-    ) -> dict[str, NDArray[Any]]:
-        """Like :meth:`infer`, but a batch above ``max_batch_size`` (or ``batch_size``) is sent as
-        consecutive chunks and the outputs joined along the batch axis. ``timeout`` bounds all chunks."""
-        chunks = drive(self._chunks(model, inputs, version, timeout, batch_size))
-        if chunks is None:
-            return self.infer(model, inputs, outputs, version, timeout)
-        core = self._core
-        budget = core.timeout if timeout is None else timeout
-        deadline = None if budget is None else time.monotonic() + budget
-        parts: list[dict[str, NDArray[Any]]] = []
-        for chunk in chunks:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                where = ("infer_batch", model, core.version(version))
-                raise InferenceTimeoutError(
-                    f"{core.describe(where)}: deadline of {budget:g} s passed after "
-                    f"{len(parts)} of {len(chunks)} chunks"
-                )
-            parts.append(self.infer(model, chunk, outputs, version, remaining))
-        return join_batches(parts)
-
-    # -- life cycle -------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Release shared-memory regions and connections; later calls raise :class:`ClientError`."""
-        drive(self._close())
 
     def __enter__(self) -> Client:
         return self
