@@ -1,8 +1,8 @@
 """asyncio protocol adapters: the only code of :class:`AsyncClient` that touches ``tritonclient``.
 
 The asyncio side of :mod:`tritonkit.client.transport`: the same ``call``, ``infer`` and ``close``,
-awaited, on what :mod:`tritonkit.client.protocol` says each protocol sends and reads, over ``tritonclient.http.aio``
-(aiohttp, a pooled connector: many concurrent requests share keep-alive connections) and
+awaited, on what :mod:`tritonkit.client.protocol` says each protocol sends and reads, over
+``tritonclient.http.aio`` (aiohttp, a pooled connector: many concurrent requests share keep-alive connections) and
 ``tritonclient.grpc.aio`` (one ``grpc.aio`` channel, calls multiplexed over HTTP/2). Both
 underlying clients belong to the event loop they were created in, so they are created lazily on
 first use inside the loop; one :class:`AsyncClient` serves any number of tasks of that loop.

@@ -15,6 +15,7 @@ Cost on the hot path: one generator per ``infer`` and one resume per step (about
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -57,10 +58,14 @@ TransportFactory = Callable[[str, Mapping[str, str] | None, float | None], Trans
 
 def public(method: F, op: Callable[..., Any]) -> F:
     """``method``, the blocking or asyncio face of operation ``op``: named as ``op`` without its
-    underscore, with its docstring, and its signature (``inspect.signature`` follows ``__wrapped__``)."""
+    underscore, with its docstring and signature, returning what the operation returns (``Op[X]``
+    shows as ``X``). So each public method's parameters are written once, for both clients."""
     functools.update_wrapper(method, op)
     method.__name__ = op.__name__.removeprefix("_")
     method.__qualname__ = op.__qualname__.replace("._", ".")
+    signature = inspect.signature(op)
+    returns = str(signature.return_annotation).removeprefix("Op[").removesuffix("]")
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return method
 
 

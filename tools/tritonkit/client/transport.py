@@ -18,7 +18,7 @@ tritonclient's own clients (``_client_stub``: geventhttpclient's ``HTTPClient`` 
 service stub on the client's channel). It is the one place that reaches past tritonclient's public
 API, to skip the per-call ``InferInput``/``InferResult`` objects; the supported tritonclient range
 is pinned in ``pyproject.toml`` and every infer test exercises it. The shared-memory path keeps
-tritonclient's ``infer`` (``infer_objects``).
+tritonclient's own ``infer`` (through ``call``).
 
 Per-call timeouts: gRPC takes ``client_timeout`` natively. The HTTP client only has a
 per-connection ``network_timeout``, so a call runs under ``gevent.Timeout``; a timed-out call
