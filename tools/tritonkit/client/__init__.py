@@ -4,9 +4,11 @@
 Thin: tritonclient does the wire work. This package adds validation before sending, one error
 hierarchy for both protocols, bounded retries with backoff, optional shared-memory transport, and
 documented thread safety. Modules: ``errors`` (classes and mapping), ``retry`` (policy), ``spec``
-(model knowledge and validation), ``core`` (shared state), ``transport``/``aio_transport``
-(protocol adapters), ``sync``/``aio`` (the clients), ``shm`` (shared memory), ``cli_args``
-(arguments of ``tritonkit infer``/``models``), ``bench`` (the ``make bench`` section).
+(model knowledge and validation), ``core`` (shared state, the shape of an I/O step), ``ops``
+(every operation written once, sans-I/O), ``protocol`` (what each protocol sends and reads),
+``transport``/``aio_transport`` (the blocking and asyncio sends), ``sync``/``aio`` (the clients:
+drivers of the operations), ``shm`` (shared memory), ``cli_args`` (arguments of ``tritonkit
+infer``/``models``), ``codec`` (the bytes of an infer call).
 """
 
 from __future__ import annotations

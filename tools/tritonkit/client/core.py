@@ -1,6 +1,7 @@
 """The protocol- and sync/async-neutral core shared by :class:`Client` and :class:`AsyncClient`.
 
-Owns: argument normalisation (url, protocol, version), the per-(model, version) :class:`ModelSpec`
+Owns: the shape of an I/O step (:data:`Step`, :data:`Op`, :class:`Transport`: see
+:mod:`tritonkit.client.ops`), argument normalisation (url, protocol, version), the per-(model, version) :class:`ModelSpec`
 cache and requested-output cache, deadlines, the retry bookkeeping (:class:`ClientStats`), the
 final error message of a call that gave up, and splitting/joining batches for ``infer_batch``.
 """
@@ -10,18 +11,62 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tritonkit.client.errors import InferenceTimeoutError, InvalidInputError, _CallError, map_error
 from tritonkit.client.retry import RetryPolicy, as_policy
-from tritonkit.client.spec import ModelSpec
+from tritonkit.client.spec import ModelSpec, PreparedInput
 from tritonkit.errors import ClientError
 
-__all__ = ["ClientCore", "ClientStats", "Where", "join_batches", "split_batch"]
+__all__ = [
+    "ClientCore",
+    "ClientStats",
+    "Op",
+    "Step",
+    "Transport",
+    "Where",
+    "join_batches",
+    "send",
+    "split_batch",
+]
+
+T = TypeVar("T")
+
+#: One I/O step of an operation: the client runs ``fn(*args)`` (blocking, or awaited) and resumes
+#: the operation with what it returned, or throws in what it raised.
+Step = tuple[Callable[..., Any], tuple[Any, ...]]
+#: An operation: a generator of steps whose return value is the operation's result.
+Op = Generator[Step, Any, T]
+
+
+def send(fn: Callable[..., Any], *args: Any) -> Op[Any]:
+    """The operation of one step, ``fn(*args)``: e.g. one attempt of a call that sends one request."""
+    return (yield fn, args)
+
+
+class Transport(Protocol):
+    """What operations use of a transport (:mod:`tritonkit.client.protocol`). The blocking
+    transports answer; the asyncio ones return awaitables, which the async client awaits."""
+
+    #: tritonclient's ``InferInput`` of the protocol (the shared-memory path builds them).
+    InferInput: Any
+
+    def call(self, method: str, args: tuple[Any, ...], timeout: float | None = None) -> Any: ...
+
+    def infer(self, request: Any, names: tuple[str, ...], timeout: float | None) -> Any: ...
+
+    def encode(
+        self, model: str, version: str, inputs: Sequence[PreparedInput], outputs: Sequence[str] | None
+    ) -> Any: ...
+
+    def make_output(self, name: str) -> Any: ...
+
+    def close(self) -> Any: ...
+
 
 PROTOCOLS = ("http", "grpc")
 

@@ -12,13 +12,14 @@ it: unregister + destroy, then create + register at the next power of two. Outpu
 known before the call (every dim fixed but the batch, not BYTES) come back through shared memory;
 others (BYTES, variable dims) come over the wire as usual.
 
-Cleanup: :meth:`ShmPool.close` / :meth:`ShmPool.aclose` (called by the clients' ``close``)
+Cleanup: :meth:`ShmPool.close` (run by the clients' ``close``)
 unregister and destroy every region. When a request fails, its region set is destroyed at once
 instead of going back to the pool, since the server may still write into it (a timed-out request
 keeps running server-side).
 
-The pool does only local work; the registrations it asks for are done by the caller, blocking
-(:meth:`ShmPool.infer`) or awaited (:meth:`ShmPool.ainfer`).
+The pool does only local work: :meth:`ShmPool.infer` and :meth:`ShmPool.close` are operations
+(:mod:`tritonkit.client.ops`) that yield their registrations and requests as steps, which the
+client performs blocking or awaited.
 """
 
 from __future__ import annotations
@@ -30,19 +31,18 @@ import os
 import secrets
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from tritonclient.utils import serialize_byte_tensor, serialized_byte_size
 
+from tritonkit.client.core import ClientCore, Op, Step, Transport, send
 from tritonkit.client.errors import InvalidArgumentError, ModelNotFoundError
+from tritonkit.client.protocol import INFER_OBJECTS
 from tritonkit.client.spec import ModelSpec, PreparedInput
 from tritonkit.errors import ClientError
-
-if TYPE_CHECKING:
-    from tritonkit.client.core import ClientCore
 
 __all__ = ["KINDS", "ShmPool"]
 
@@ -74,16 +74,15 @@ class _Region:
             self.key = ""
             self.handle = cudashm.create_shared_memory_region(name, size, 0)
 
-    def register(self, transport: Any) -> Any:
-        """Call (or, for an async transport, return the awaitable of) the registration."""
+    def register(self, transport: Transport) -> Step:
+        """The step that registers the region with the server."""
         if self.kind == "system":
-            return transport.register_system_shm(self.name, self.key, self.size)
-        return transport.register_cuda_shm(self.name, self._lib.get_raw_handle(self.handle), 0, self.size)
+            return transport.call, ("register_system_shared_memory", (self.name, self.key, self.size))
+        handle = self._lib.get_raw_handle(self.handle)
+        return transport.call, ("register_cuda_shared_memory", (self.name, handle, 0, self.size))
 
-    def unregister(self, transport: Any) -> Any:
-        if self.kind == "system":
-            return transport.unregister_system_shm(self.name)
-        return transport.unregister_cuda_shm(self.name)
+    def unregister(self, transport: Transport) -> Step:
+        return transport.call, (f"unregister_{self.kind}_shared_memory", (self.name,))
 
     def write(self, value: NDArray[Any]) -> None:
         self._lib.set_shared_memory_region(self.handle, [value])
@@ -110,7 +109,7 @@ class _Request:
 class ShmPool:
     """Region sets of one client; see the module docstring."""
 
-    def __init__(self, kind: str, transport: Any) -> None:
+    def __init__(self, kind: str, transport: Transport) -> None:
         if kind not in KINDS:
             raise ClientError(f"unknown shared_memory {kind!r}; expected one of none, {', '.join(KINDS)}")
         if kind == "cuda":
@@ -213,10 +212,10 @@ class ShmPool:
                 values[name] = result.as_numpy(name)
         return values
 
-    # -- blocking ----------------------------------------------------------------------------------
+    # -- operations (driven by the client: blocking or awaited) -------------------------------
     def infer(
         self,
-        call: Callable[[Any, Callable[[float | None], Any], float | None], Any],
+        call: Callable[..., Op[Any]],
         core: ClientCore,
         model: str,
         version: str,
@@ -224,42 +223,45 @@ class ShmPool:
         prepared: list[PreparedInput],
         names: tuple[str, ...],
         timeout: float | None,
-    ) -> dict[str, NDArray[Any]]:
+    ) -> Op[dict[str, NDArray[Any]]]:
         """Send one request through a region set; ``call`` is the client's retrying ``_call``."""
         t = self._transport
         regions = self._take()
         try:
             req = self._plan(regions, spec, prepared, names)
             for region in req.drop:
-                self._release(region)
+                yield from self._release(region)
             for region in req.new:
-                region.register(t)
+                yield region.register(t)
                 region.registered = True
-            result = call(
-                ("infer", model, version),
-                lambda r: t.infer_objects(model, version, req.inputs, req.outputs, r),
-                timeout,
-            )
+            args = (
+                model,
+                req.inputs,
+                version,
+                req.outputs,
+            )  # tritonclient's infer(model, inputs, version, outputs)
+            result = yield from call(("infer", model, version), timeout, send, t.call, INFER_OBJECTS, args)
             values = self._results(req, result, names)
         except BaseException as exc:
             if isinstance(exc, (ModelNotFoundError, InvalidArgumentError)):
                 core.forget(model, version)
             for region in self._forget(regions):  # the server may still write into them
                 with contextlib.suppress(Exception):
-                    self._release(region)
+                    yield from self._release(region)
             _raise_local(exc)
             raise
         self._give_back(regions)
         return values
 
-    def _release(self, region: _Region) -> None:
+    def _release(self, region: _Region) -> Op[None]:
         try:
             if region.registered:
-                region.unregister(self._transport)
+                yield region.unregister(self._transport)
         finally:
             region.destroy()
 
-    def close(self) -> None:
+    def close(self) -> Op[None]:
+        """Unregister and destroy every region."""
         with self._lock:
             sets = list(self._sets)
             self._sets.clear()
@@ -268,69 +270,8 @@ class ShmPool:
         for regions in sets:
             for region in regions.values():
                 try:
-                    self._release(region)
+                    yield from self._release(region)
                 except Exception as exc:  # keep releasing the others; report after
-                    errors.append(exc)
-        if errors:
-            raise ClientError(f"could not release {len(errors)} shared-memory region(s): {errors[0]}")
-
-    # -- asyncio -----------------------------------------------------------------------------------
-    async def ainfer(
-        self,
-        call: Callable[[Any, Callable[[float | None], Awaitable[Any]], float | None], Awaitable[Any]],
-        core: ClientCore,
-        model: str,
-        version: str,
-        spec: ModelSpec,
-        prepared: list[PreparedInput],
-        names: tuple[str, ...],
-        timeout: float | None,
-    ) -> dict[str, NDArray[Any]]:
-        """:meth:`infer` for :class:`AsyncClient`: registrations and the request are awaited."""
-        t = self._transport
-        regions = self._take()
-        try:
-            req = self._plan(regions, spec, prepared, names)
-            for region in req.drop:
-                await self._arelease(region)
-            for region in req.new:
-                await region.register(t)
-                region.registered = True
-            result = await call(
-                ("infer", model, version),
-                lambda r: t.infer_objects(model, version, req.inputs, req.outputs, r),
-                timeout,
-            )
-            values = self._results(req, result, names)
-        except BaseException as exc:
-            if isinstance(exc, (ModelNotFoundError, InvalidArgumentError)):
-                core.forget(model, version)
-            for region in self._forget(regions):
-                with contextlib.suppress(Exception):
-                    await self._arelease(region)
-            _raise_local(exc)
-            raise
-        self._give_back(regions)
-        return values
-
-    async def _arelease(self, region: _Region) -> None:
-        try:
-            if region.registered:
-                await region.unregister(self._transport)
-        finally:
-            region.destroy()
-
-    async def aclose(self) -> None:
-        with self._lock:
-            sets = list(self._sets)
-            self._sets.clear()
-            self._free.clear()
-        errors = []
-        for regions in sets:
-            for region in regions.values():
-                try:
-                    await self._arelease(region)
-                except Exception as exc:
                     errors.append(exc)
         if errors:
             raise ClientError(f"could not release {len(errors)} shared-memory region(s): {errors[0]}")

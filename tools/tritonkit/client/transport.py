@@ -1,8 +1,10 @@
 """Blocking protocol adapters: the only code of the sync client that touches ``tritonclient``.
 
-:class:`HttpTransport` and :class:`GrpcTransport` have the same methods and return the same
-protocol-neutral types (:mod:`tritonkit.client.spec`); errors pass through unmapped (the client
-maps them, once, in its retry loop).
+:class:`HttpTransport` and :class:`GrpcTransport` add the connection and the blocking send to what
+:mod:`tritonkit.client.protocol` says each protocol sends and reads: ``call`` (any ``tritonclient``
+method by name, its answer read into the types of :mod:`tritonkit.client.spec`), ``infer`` (an
+encoded request) and ``close``. Errors pass through unmapped (the client maps them, once, in its
+retry loop).
 
 Thread safety, verified in tritonclient's code: ``tritonclient.http.InferenceServerClient`` is "not
 thread safe" (its docstring) and its geventhttpclient sockets belong to the gevent hub of the
@@ -16,7 +18,7 @@ tritonclient's own clients (``_client_stub``: geventhttpclient's ``HTTPClient`` 
 service stub on the client's channel). It is the one place that reaches past tritonclient's public
 API, to skip the per-call ``InferInput``/``InferResult`` objects; the supported tritonclient range
 is pinned in ``pyproject.toml`` and every infer test exercises it. The shared-memory path keeps
-tritonclient's ``infer`` (``infer_objects``).
+tritonclient's own ``infer`` (through ``call``).
 
 Per-call timeouts: gRPC takes ``client_timeout`` natively. The HTTP client only has a
 per-connection ``network_timeout``, so a call runs under ``gevent.Timeout``; a timed-out call
@@ -27,78 +29,31 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import gevent
 import grpc
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.grpc import service_pb2
 
-from tritonkit.client.codec import (
-    HEADER_LENGTH,
-    HTTP_HEADERS,
-    HttpRequest,
-    grpc_error,
-    grpc_request,
-    grpc_result,
-    http_answer,
-    http_request,
-)
-from tritonkit.client.spec import (
-    ModelInfo,
-    ModelMetadata,
-    ModelStatistics,
-    config_from_json,
-    index_from_json,
-    index_from_proto,
-    metadata_from_proto,
-    statistics_from_json,
-    statistics_from_proto,
-)
+from tritonkit.client.codec import HEADER_LENGTH, HttpRequest, grpc_error, grpc_result, http_answer
+from tritonkit.client.protocol import GrpcProtocol, HttpProtocol
 
-__all__ = ["GRPC_RESTRICTED_PREFIX", "GrpcTransport", "HttpTransport", "grpc_headers"]
-
-#: Triton reads a restricted gRPC protocol's key header with this prefix (server: grpc_server.cc).
-GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
-_NETWORK_TIMEOUT_S = 60.0
+__all__ = ["GrpcTransport", "HttpTransport"]
 
 
-def grpc_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
-    """gRPC metadata for ``headers``: lower-case keys, plus the prefixed twin restricted APIs look for.
-
-    Lets ``Client(headers=server.admin_headers)`` unlock restricted APIs on both protocols alike.
-    """
-    if not headers:
-        return None
-    out: dict[str, str] = {}
-    for key, value in headers.items():
-        k = key.lower()
-        out[k] = value
-        if not k.startswith(GRPC_RESTRICTED_PREFIX):
-            out[GRPC_RESTRICTED_PREFIX + k] = value
-    return out
-
-
-class HttpTransport:
+class HttpTransport(HttpProtocol):
     """KServe v2 over HTTP/1.1 (``tritonclient.http``): one tritonclient client per thread."""
-
-    protocol = "http"
-    InferInput = httpclient.InferInput
 
     def __init__(
         self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
-    ):
-        self.url = url
-        self._headers = dict(headers) if headers else None
-        # infer's headers: the caller's, then the codec's (which must win), then the length per call
-        self._infer_headers = {**(self._headers or {}), **HTTP_HEADERS}
-        self._network_timeout = network_timeout or _NETWORK_TIMEOUT_S
+    ) -> None:
+        super().__init__(url, headers, network_timeout)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._clients: list[httpclient.InferenceServerClient] = []
-        self._closed = False
 
     # -- per-thread clients -----------------------------------------------------------------
     def _client(self) -> httpclient.InferenceServerClient:
@@ -124,10 +79,6 @@ class HttpTransport:
                     self._clients.remove(client)
             client.close()
 
-    def _h(self) -> dict[str, str] | None:
-        # tritonclient adds keys to the dict it is given: hand it a fresh one every call.
-        return dict(self._headers) if self._headers else None
-
     def _run(self, timeout: float | None, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if timeout is None:
             return fn(*args, **kwargs)
@@ -145,42 +96,10 @@ class HttpTransport:
             timer.cancel()
 
     # -- API ------------------------------------------------------------------------------------
-    def is_live(self, timeout: float | None = None) -> bool:
-        return bool(self._run(timeout, self._client().is_server_live, headers=self._h()))
-
-    def is_ready(self, timeout: float | None = None) -> bool:
-        return bool(self._run(timeout, self._client().is_server_ready, headers=self._h()))
-
-    def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
-        c = self._client()
-        return bool(self._run(timeout, c.is_model_ready, model, version, headers=self._h()))
-
-    def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
-        c = self._client()
-        return ModelMetadata.from_json(
-            self._run(timeout, c.get_model_metadata, model, version, headers=self._h())
-        )
-
-    def config(self, model: str, version: str, timeout: float | None = None) -> model_config_pb2.ModelConfig:
-        c = self._client()
-        return config_from_json(self._run(timeout, c.get_model_config, model, version, headers=self._h()))
-
-    def index(self, timeout: float | None = None) -> list[ModelInfo]:
-        return index_from_json(
-            self._run(timeout, self._client().get_model_repository_index, headers=self._h())
-        )
-
-    def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
-        c = self._client()
-        return statistics_from_json(
-            self._run(timeout, c.get_inference_statistics, model, version, headers=self._h())
-        )
-
-    def make_output(self, name: str) -> httpclient.InferRequestedOutput:
-        return httpclient.InferRequestedOutput(name, binary_data=True)
-
-    #: The request of one infer call, built once and sent as is by every attempt.
-    encode = staticmethod(http_request)
+    def call(self, method: str, args: tuple[Any, ...], timeout: float | None = None) -> Any:
+        """``tritonclient`` method ``method(*args)`` on this thread's client; its answer, read."""
+        answer = self._run(timeout, getattr(self._client(), method), *args, headers=self._h())
+        return self._read(method, answer)
 
     def infer(self, request: HttpRequest, names: tuple[str, ...], timeout: float | None) -> dict[str, Any]:
         """Send an encoded request on this thread's connection; ``{name: array}`` of the answer."""
@@ -196,35 +115,9 @@ class HttpTransport:
         response = stub.post(path, body=body, headers=headers)
         return http_answer(response.status_code, response.read(), response.get, names)
 
-    def infer_objects(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[httpclient.InferInput],
-        outputs: Sequence[httpclient.InferRequestedOutput] | None,
-        timeout: float | None,
-    ) -> httpclient.InferResult:
-        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
-        c = getattr(self._local, "client", None) or self._client()
-        return self._run(timeout, c.infer, model, inputs, version, outputs, headers=self._h())
-
-    # -- shared memory ----------------------------------------------------------------------
-    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
-        self._client().register_system_shared_memory(name, key, byte_size, headers=self._h())
-
-    def unregister_system_shm(self, name: str) -> None:
-        self._client().unregister_system_shared_memory(name, headers=self._h())
-
-    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        self._client().register_cuda_shared_memory(name, raw_handle, device_id, byte_size, headers=self._h())
-
-    def unregister_cuda_shm(self, name: str) -> None:
-        self._client().unregister_cuda_shared_memory(name, headers=self._h())
-
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
-            self._closed = True
         for client in clients:
             # Clients made by other threads hold sockets of those threads' hubs: closing them
             # from here only closes file descriptors, which is all that is left to do.
@@ -233,56 +126,21 @@ class HttpTransport:
         self._local = threading.local()
 
 
-class GrpcTransport:
+class GrpcTransport(GrpcProtocol):
     """KServe v2 over gRPC (``tritonclient.grpc``): one thread-safe client and channel."""
-
-    protocol = "grpc"
-    InferInput = grpcclient.InferInput
 
     def __init__(
         self, url: str, headers: Mapping[str, str] | None = None, network_timeout: float | None = None
-    ):
-        self.url = url
-        self._headers = grpc_headers(headers)
-        self._metadata = tuple(self._headers.items()) if self._headers else None
+    ) -> None:
+        super().__init__(url, headers, network_timeout)
         self._client = grpcclient.InferenceServerClient(url)
         # tritonclient's stub of the channel: infer sends encoded requests on it (see codec).
         self._stub = self._client._client_stub
 
-    def is_live(self, timeout: float | None = None) -> bool:
-        return bool(self._client.is_server_live(headers=self._headers, client_timeout=timeout))
-
-    def is_ready(self, timeout: float | None = None) -> bool:
-        return bool(self._client.is_server_ready(headers=self._headers, client_timeout=timeout))
-
-    def is_model_ready(self, model: str, version: str, timeout: float | None = None) -> bool:
-        return bool(
-            self._client.is_model_ready(model, version, headers=self._headers, client_timeout=timeout)
-        )
-
-    def metadata(self, model: str, version: str, timeout: float | None = None) -> ModelMetadata:
-        pb = self._client.get_model_metadata(model, version, headers=self._headers, client_timeout=timeout)
-        return metadata_from_proto(pb)
-
-    def config(self, model: str, version: str, timeout: float | None = None) -> model_config_pb2.ModelConfig:
-        pb = self._client.get_model_config(model, version, headers=self._headers, client_timeout=timeout)
-        return pb.config
-
-    def index(self, timeout: float | None = None) -> list[ModelInfo]:
-        pb = self._client.get_model_repository_index(headers=self._headers, client_timeout=timeout)
-        return index_from_proto(pb)
-
-    def statistics(self, model: str, version: str, timeout: float | None = None) -> list[ModelStatistics]:
-        pb = self._client.get_inference_statistics(
-            model, version, headers=self._headers, client_timeout=timeout
-        )
-        return statistics_from_proto(pb)
-
-    def make_output(self, name: str) -> grpcclient.InferRequestedOutput:
-        return grpcclient.InferRequestedOutput(name)
-
-    #: The request of one infer call, built once and sent as is by every attempt.
-    encode = staticmethod(grpc_request)
+    def call(self, method: str, args: tuple[Any, ...], timeout: float | None = None) -> Any:
+        """``tritonclient`` method ``method(*args)`` with a gRPC deadline; its answer, read."""
+        answer = getattr(self._client, method)(*args, headers=self._headers, client_timeout=timeout)
+        return self._read(method, answer)
 
     def infer(
         self, request: service_pb2.ModelInferRequest, names: tuple[str, ...], timeout: float | None
@@ -293,33 +151,6 @@ class GrpcTransport:
         except grpc.RpcError as exc:
             raise grpc_error(exc) from None
         return grpc_result(response, names)
-
-    def infer_objects(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[grpcclient.InferInput],
-        outputs: Sequence[grpcclient.InferRequestedOutput] | None,
-        timeout: float | None,
-    ) -> grpcclient.InferResult:
-        """``tritonclient``'s own infer with its input objects (the shared-memory path uses it)."""
-        return self._client.infer(
-            model, inputs, version, outputs, headers=self._headers, client_timeout=timeout
-        )
-
-    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
-        self._client.register_system_shared_memory(name, key, byte_size, headers=self._headers)
-
-    def unregister_system_shm(self, name: str) -> None:
-        self._client.unregister_system_shared_memory(name, headers=self._headers)
-
-    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        self._client.register_cuda_shared_memory(
-            name, raw_handle, device_id, byte_size, headers=self._headers
-        )
-
-    def unregister_cuda_shm(self, name: str) -> None:
-        self._client.unregister_cuda_shared_memory(name, headers=self._headers)
 
     def close(self) -> None:
         self._client.close()
