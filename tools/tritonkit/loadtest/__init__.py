@@ -8,8 +8,7 @@ Entry point for Python callers (``tritonkit loadtest``, ``make demo``)::
                                   duration="30s", slo=SLO(p95_ms=250)))
 
 Modules: ``payloads`` (model metadata → seeded requests), ``validation`` (answer checks),
-``users`` (Locust users), ``grpc_wire`` / ``grpc_h2`` (on ``grpc_hub``) / ``grpc_engine`` + ``engine_client`` + ``engine_protocol`` (the gRPC
-transports),
+``users`` (Locust users and their clients), ``transports`` (``wire`` on ``hub``: the gRPC transport),
 ``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms), ``metrics`` (Triton's
 ``/metrics``), ``report`` / ``plots`` (summary files), ``wrk`` (C cross-check), ``run``
 (orchestration), ``bench`` (benchmark section), ``locustfile`` (what ``tritonkit loadtest`` runs).
