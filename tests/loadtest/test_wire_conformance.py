@@ -1,0 +1,570 @@
+"""The ``wire`` gRPC transport against a scripted HTTP/2 server: the RFC 9113 paths Triton does not
+produce on demand (stream limits, GOAWAY, RST_STREAM, CONTINUATION, padding, flow control, frame
+sizes) and gRPC's ``grpc-timeout`` and status names.
+
+The server is real HTTP/2 on a loopback socket, built from ``hyperframe`` (frames) and ``hpack``
+(header blocks) in a thread per connection; each test scripts what it sends and records what the
+client sent. The client runs on gevent's hub in the test's own thread (no monkey-patching).
+Answers echo the request's message, so every call can check it got its own answer.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import grpc
+import hpack
+import pytest
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+
+from tritonkit.loadtest.transports.hub import HubConnection
+from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError, grpc_timeout
+
+MAX_STREAMS, INITIAL_WINDOW = SettingsFrame.MAX_CONCURRENT_STREAMS, SettingsFrame.INITIAL_WINDOW_SIZE
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def grpc_message(body: bytes) -> bytes:
+    assert body[0] == 0 and int.from_bytes(body[1:5], "big") == len(body) - 5
+    return body[5:]
+
+
+class Conn:
+    """One accepted connection: reads frames (answering SETTINGS and PING), records requests."""
+
+    def __init__(self, sock: socket.socket, index: int, settled: threading.Event) -> None:
+        self.sock, self.index, self.settled = sock, index, settled
+        sock.settimeout(10)
+        self.buffer = b""
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.frames: list[Frame] = []  # every frame received, in order
+        self.headers: dict[int, dict[bytes, bytes]] = {}
+        self.bodies: dict[int, bytearray] = {}
+        self.complete: list[int] = []  # streams whose request ended, not yet handed out
+        self.open: set[int] = set()  # streams with a request, not answered or reset
+        self.max_open = 0
+        self.block = b""
+        assert self._exact(24) == PREFACE
+
+    def _exact(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise EOFError
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+    def send(self, *frames: Frame | bytes) -> None:
+        self.sock.sendall(b"".join(f if isinstance(f, bytes) else f.serialize() for f in frames))
+
+    def start(self, **settings: int) -> None:
+        self.send(
+            SettingsFrame(0, settings={getattr(SettingsFrame, k.upper()): v for k, v in settings.items()})
+        )
+
+    def read(self) -> Frame | None:
+        """The next frame (None at the end of the connection); bookkeeping done."""
+        try:
+            frame, length = Frame.parse_frame_header(memoryview(self._exact(9)))
+            frame.parse_body(memoryview(self._exact(length)))
+        except (EOFError, ConnectionResetError):
+            return None
+        self.frames.append(frame)
+        sid = frame.stream_id
+        if isinstance(frame, SettingsFrame):
+            if "ACK" in frame.flags:
+                self.settled.set()
+            else:
+                self.send(SettingsFrame(0, flags=["ACK"]))
+        elif isinstance(frame, PingFrame) and "ACK" not in frame.flags:
+            self.send(PingFrame(0, frame.opaque_data, flags=["ACK"]))
+        elif isinstance(frame, HeadersFrame | ContinuationFrame):
+            self.block += frame.data
+            if "END_HEADERS" in frame.flags:
+                self.headers[sid] = {bytes(k): bytes(v) for k, v in self.decoder.decode(self.block, raw=True)}
+                self.block = b""
+                self.bodies[sid] = bytearray()
+                self.open.add(sid)
+                self.max_open = max(self.max_open, len(self.open))
+        elif isinstance(frame, DataFrame):
+            self.bodies[sid] += frame.data
+            if "END_STREAM" in frame.flags:
+                self.complete.append(sid)
+        return frame
+
+    def request(self) -> int:
+        """The next stream whose request is complete (in the order they completed)."""
+        while not self.complete:
+            assert self.read() is not None, "the client closed the connection"
+        return self.complete.pop(0)
+
+    def requests(self, count: int) -> list[int]:
+        return [self.request() for _ in range(count)]
+
+    def quiet(self, seconds: float = 0.1) -> None:
+        """Read whatever the client sends within ``seconds`` (nothing more is expected)."""
+        self.sock.settimeout(seconds)
+        try:
+            while self.read() is not None:
+                pass
+        except TimeoutError:
+            pass
+        finally:
+            self.sock.settimeout(10)
+
+    def until_eof(self) -> list[Frame]:
+        start = len(self.frames)
+        while self.read() is not None:
+            pass
+        return self.frames[start:]
+
+    def message(self, sid: int) -> bytes:
+        return grpc_message(bytes(self.bodies[sid]))
+
+    def answer(self, sid: int, message: bytes | None = None, **trailers: str) -> None:
+        """200, the message (the request's own by default) in frames of 16 kB, then the trailers."""
+        message = self.message(sid) if message is None else message
+        body = b"\x00" + len(message).to_bytes(4, "big") + message
+        frames: list[Frame] = [
+            self.headers_frame(sid, {":status": "200", "content-type": "application/grpc"})
+        ]
+        frames += [DataFrame(sid, body[at : at + 16_384]) for at in range(0, len(body), 16_384)]
+        fields = {"grpc-status": "0", **{k.replace("_", "-"): v for k, v in trailers.items()}}
+        frames.append(self.headers_frame(sid, fields, end_stream=True))
+        self.send(*frames)
+        self.open.discard(sid)
+
+    def headers_frame(self, sid: int, fields: dict[str, str], end_stream: bool = False) -> HeadersFrame:
+        flags = ["END_HEADERS"] + (["END_STREAM"] if end_stream else [])
+        return HeadersFrame(sid, self.encoder.encode(list(fields.items())), flags=flags)
+
+
+class Peer:
+    """A scripted HTTP/2 server: ``script(conn)`` runs in a thread per accepted connection."""
+
+    def __init__(self, script: Callable[[Conn], None], connections: int = 1) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.settled = [threading.Event() for _ in range(connections)]
+        self.conns: list[Conn] = []
+        self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+        self.script = script
+        self.acceptor = threading.Thread(target=self._accept, args=(connections,), daemon=True)
+        self.acceptor.start()
+
+    def _accept(self, connections: int) -> None:
+        self.listener.settimeout(20)
+        for index in range(connections):
+            sock, _ = self.listener.accept()
+            thread = threading.Thread(target=self._serve, args=(sock, index), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _serve(self, sock: socket.socket, index: int) -> None:
+        try:
+            conn = Conn(sock, index, self.settled[index])
+            self.conns.append(conn)
+            self.script(conn)
+        except BaseException as exc:
+            self.errors.append(exc)
+        finally:  # FIN after our last frame; read what the client still sends, so the close is no RST
+            try:
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(0.3)
+                while sock.recv(1 << 16):
+                    pass
+            except OSError:
+                pass
+            sock.close()
+
+    def wait_settled(self, index: int = 0) -> None:
+        """Cooperatively wait until the client acknowledged connection ``index``'s SETTINGS."""
+        deadline = time.monotonic() + 10
+        while not self.settled[index].is_set():
+            assert time.monotonic() < deadline, "the client never acknowledged our SETTINGS"
+            gevent.sleep(0.005)
+
+    def join(self) -> None:
+        deadline = time.monotonic() + 20
+        self.acceptor.join(20)
+        for thread in self.threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                gevent.sleep(0.01)
+            assert not thread.is_alive(), "the scripted server is still running"
+        self.listener.close()
+        if self.errors:
+            raise self.errors[0]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared() -> Any:
+    HubConnection._shared.clear()
+    yield
+    for connection in list(HubConnection._shared.values()):
+        connection.close()
+    HubConnection._shared.clear()
+
+
+def calls(connection: WireGrpcConnection, messages: list[bytes], timeout: float = 10) -> list[Any]:
+    """Each message in its own greenlet, in order; their results (or exceptions)."""
+    greenlets = [gevent.spawn(connection.infer, m, timeout) for m in messages]
+    gevent.joinall(greenlets, timeout=20)
+    assert all(g.ready() for g in greenlets)
+    return [g.value if g.successful() else g.exception for g in greenlets]
+
+
+def answered(results: list[Any], messages: list[bytes]) -> None:
+    for result, message in zip(results, messages, strict=True):
+        assert not isinstance(result, BaseException), result
+        assert (result.status, result.error, result.message) == (0, None, message)
+
+
+MESSAGES = [f"call-{i}".encode() for i in range(8)]
+
+
+def test_max_concurrent_streams_queues_calls_beyond_the_limit() -> None:
+    def script(conn: Conn) -> None:
+        conn.start(max_concurrent_streams=2)
+        for _ in range(6):
+            sid = conn.request()
+            conn.quiet(0.05)  # a client ignoring the limit has sent more HEADERS by now
+            conn.answer(sid)
+        assert conn.max_open == 2
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    answered(calls(connection, MESSAGES[:6]), MESSAGES[:6])
+    peer.join()
+
+
+def test_settings_change_the_stream_limit_mid_run() -> None:
+    def script(conn: Conn) -> None:
+        conn.start(max_concurrent_streams=1)
+        for _ in range(2):
+            sid = conn.request()
+            conn.quiet(0.05)
+            conn.answer(sid)
+        assert conn.max_open == 1
+        conn.start(max_concurrent_streams=3)  # raised: three open at once
+        raised = conn.requests(3)
+        conn.quiet(0.05)
+        assert len(conn.open) == 3
+        conn.start(max_concurrent_streams=1)  # lowered before the three close: one at a time again
+        conn.max_open = 0
+        for sid in raised:
+            conn.answer(sid)
+        for _ in range(3):
+            sid = conn.request()
+            conn.quiet(0.05)
+            conn.answer(sid)
+        assert conn.max_open == 1
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    answered(calls(connection, MESSAGES), MESSAGES)
+    peer.join()
+
+
+def test_graceful_goaway_finishes_streams_up_to_last_id_and_resends_the_rest() -> None:
+    drained = threading.Event()
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        if conn.index == 0:
+            assert conn.requests(4) == [1, 3, 5, 7]
+            conn.send(GoAwayFrame(0, last_stream_id=3, error_code=0))  # 5 and 7: never processed
+            assert drained.wait(10)
+            conn.answer(1)
+            conn.answer(3)
+            after = conn.until_eof()  # the client closes once 1 and 3 are done
+            assert not [f for f in after if isinstance(f, HeadersFrame)]  # nothing new on this one
+            assert isinstance(after[-1], GoAwayFrame) and after[-1].error_code == 0
+        else:
+            for sid in conn.requests(3):  # 5 and 7 sent again, and the call made while draining
+                conn.answer(sid)
+
+    peer = Peer(script, connections=2)
+    first = WireGrpcConnection.shared(peer.url)
+    peer.wait_settled()
+    greenlets = [gevent.spawn(first.infer, m, 10) for m in MESSAGES[:4]]
+    while first.usable():  # until the GOAWAY is read
+        gevent.sleep(0.005)
+    second = WireGrpcConnection.shared(peer.url)  # new work goes to a fresh connection
+    assert second is not first
+    late = gevent.spawn(first.infer, MESSAGES[4], 10)  # a user still holding the old one
+    gevent.sleep(0.05)
+    drained.set()
+    gevent.joinall([*greenlets, late], timeout=20)
+    answered([g.get() for g in [*greenlets, late]], MESSAGES[:5])
+    peer.join()
+    old, new = sorted(peer.conns, key=lambda c: c.index)
+    assert {old.message(1), old.message(3)} == set(MESSAGES[:2])
+    assert sorted(new.message(sid) for sid in new.headers) == sorted(MESSAGES[2:5])
+    assert first.closed == "the connection was closed"  # by the client, once 1 and 3 were done
+
+
+def test_goaway_with_an_error_code_fails_open_streams_and_resends_unprocessed() -> None:
+    def script(conn: Conn) -> None:
+        conn.start()
+        if conn.index == 0:
+            assert conn.requests(2) == [1, 3]
+            conn.send(GoAwayFrame(0, last_stream_id=1, error_code=0xB, additional_data=b"too many pings"))
+        else:
+            conn.answer(conn.request())
+
+    peer = Peer(script, connections=2)
+    connection = WireGrpcConnection.shared(peer.url)
+    peer.wait_settled()
+    failed, resent = calls(connection, MESSAGES[:2])
+    assert isinstance(failed, WireGrpcError)
+    assert "GOAWAY ENHANCE_YOUR_CALM: too many pings" in str(failed)
+    answered([resent], MESSAGES[1:2])
+    peer.join()
+
+
+def test_close_sends_goaway_after_the_frames_already_queued() -> None:
+    frames: list[Frame] = []
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        frames.extend(conn.until_eof())
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    call = gevent.spawn(connection.infer, MESSAGES[0], 10)  # queues HEADERS and DATA, then waits
+    gevent.spawn(connection.close)  # runs before the queued frames' flush
+    gevent.joinall([call], timeout=10)
+    assert isinstance(call.exception, WireGrpcError) and "closed" in str(call.exception)
+    peer.join()
+    kinds = [type(f).__name__ for f in frames if not isinstance(f, SettingsFrame | WindowUpdateFrame)]
+    assert kinds == ["HeadersFrame", "DataFrame", "GoAwayFrame"]
+    assert (frames[-1].last_stream_id, frames[-1].error_code) == (0, 0)
+
+
+def test_rst_stream_fails_that_call_with_the_mapped_status_others_go_on() -> None:
+    codes = {1: 0x8, 3: 0x2, 5: 0xB}  # CANCEL, INTERNAL_ERROR, ENHANCE_YOUR_CALM
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        for sid in conn.requests(4):
+            if sid in codes:
+                conn.send(RstStreamFrame(sid, error_code=codes[sid]))
+                conn.open.discard(sid)
+            else:
+                conn.answer(sid)
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    results = calls(connection, MESSAGES[:4])
+    statuses = [(r.status, r.message) for r in results[:3]]
+    assert statuses == [(grpc.StatusCode.CANCELLED.value[0], None), (13, None), (8, None)]
+    assert [r.error for r in results[:3]] == [
+        f"Triton reset the stream (HTTP/2 {name})"
+        for name in ("CANCEL", "INTERNAL_ERROR", "ENHANCE_YOUR_CALM")
+    ]
+    answered(results[3:], MESSAGES[3:4])
+    peer.join()
+
+
+def test_continuation_frames_carry_header_blocks() -> None:
+    long_text = "x" * 20_000  # a header block larger than one 16 kB frame
+
+    def split(conn: Conn, sid: int, fields: dict[str, str], end_stream: bool, pieces: int) -> list[Frame]:
+        block = conn.encoder.encode(list(fields.items()))
+        size = -(-len(block) // pieces)
+        chunks = [block[at : at + size] for at in range(0, len(block), size)]
+        frames: list[Frame] = [HeadersFrame(sid, chunks[0], flags=["END_STREAM"] if end_stream else [])]
+        frames += [ContinuationFrame(sid, c) for c in chunks[1:-1]]
+        frames.append(ContinuationFrame(sid, chunks[-1], flags=["END_HEADERS"]))
+        return frames
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        ok, error = conn.requests(2)
+        message = conn.message(ok)
+        body = b"\x00" + len(message).to_bytes(4, "big") + message
+        conn.send(
+            *split(conn, ok, {":status": "200", "content-type": "application/grpc"}, False, 3),
+            DataFrame(ok, body),
+            *split(conn, ok, {"grpc-status": "0", "x-note": "trailers in pieces"}, True, 2),
+            *split(conn, error, {":status": "200", "grpc-status": "3", "grpc-message": long_text}, True, 3),
+        )
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    ok, error = calls(connection, MESSAGES[:2])
+    answered([ok], MESSAGES[:1])
+    assert (error.status, error.error) == (3, long_text)
+    peer.join()
+
+
+def test_padded_data_and_headers_are_unpadded() -> None:
+    def script(conn: Conn) -> None:
+        conn.start()
+        sid = conn.request()
+        message = conn.message(sid)
+        body = b"\x00" + len(message).to_bytes(4, "big") + message
+        head = conn.encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        tail = conn.encoder.encode([("grpc-status", "0")])
+        headers = HeadersFrame(sid, head, flags=["END_HEADERS", "PADDED", "PRIORITY"], pad_length=7)
+        headers.depends_on, headers.stream_weight = 0, 15
+        conn.send(
+            headers,
+            DataFrame(sid, body[:3], flags=["PADDED"], pad_length=100),
+            DataFrame(sid, body[3:], flags=["PADDED"], pad_length=0),
+            HeadersFrame(sid, tail, flags=["END_HEADERS", "END_STREAM", "PADDED"], pad_length=255),
+        )
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    answered(calls(connection, MESSAGES[:1]), MESSAGES[:1])
+    peer.join()
+
+
+@pytest.mark.parametrize("refill", ["window_update", "settings"])
+def test_window_refill_sends_a_body_beyond_the_initial_window(refill: str) -> None:
+    """A 200 kB body against the 65,535-byte initial windows: the client sends exactly what the
+    windows allow, in frames of at most 16 kB, and goes on when WINDOW_UPDATE (or a SETTINGS that
+    grows INITIAL_WINDOW_SIZE, plus connection credit) gives it room."""
+    big = bytes(range(256)) * 800
+    rounds: list[int] = []
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        granted, received = 65_535, 0
+        while True:
+            frame = conn.read()
+            assert frame is not None
+            if isinstance(frame, DataFrame):
+                assert len(frame.data) <= 16_384
+                received += len(frame.data)
+                assert received <= granted, "the client sent beyond its window"
+                if "END_STREAM" in frame.flags:
+                    break
+                if received == granted:
+                    conn.quiet(0.05)  # blocked: nothing more may come
+                    assert received == granted
+                    rounds.append(received)
+                    if refill == "settings":
+                        conn.start(initial_window_size=1 << 20)
+                        conn.send(WindowUpdateFrame(0, window_increment=1 << 20))
+                        granted += 1 << 20
+                    else:
+                        step = 50_000
+                        conn.send(
+                            WindowUpdateFrame(1, window_increment=step),
+                            WindowUpdateFrame(0, window_increment=step),
+                        )
+                        granted += step
+        conn.answer(1)
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    answered(calls(connection, [big]), [big])
+    peer.join()
+    assert rounds[0] == 65_535 and len(rounds) == (1 if refill == "settings" else 3)
+
+
+@pytest.mark.parametrize(
+    ("bad_frame", "expected"),
+    [
+        (DataFrame(1, b"\x00" * 16_385).serialize(), "a frame of 16385 bytes, over the 16384 allowed"),
+        (b"\x00\x00\x07\x06\x00\x00\x00\x00\x00" + b"\x00" * 7, "frame type 6 of 7 bytes"),
+    ],
+    ids=["over-max-frame-size", "ping-of-7-bytes"],
+)
+def test_a_wrongly_sized_frame_is_a_frame_size_connection_error(bad_frame: bytes, expected: str) -> None:
+    goaway: list[Frame] = []
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        conn.request()
+        conn.send(bad_frame)
+        goaway.extend(f for f in conn.until_eof() if isinstance(f, GoAwayFrame))
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    (result,) = calls(connection, MESSAGES[:1])
+    assert isinstance(result, WireGrpcError)
+    assert f"FRAME_SIZE_ERROR: {expected}" in str(result)
+    peer.join()
+    assert [g.error_code for g in goaway] == [0x6]  # FRAME_SIZE_ERROR, told to the server
+    assert connection.closed is not None
+
+
+def test_grpc_timeout_header_carries_the_request_timeout() -> None:
+    seen: list[bytes | None] = []
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        for _ in range(3):  # the client waits for each answer before the next call
+            sid = conn.request()
+            seen.append(conn.headers[sid].get(b"grpc-timeout"))
+            conn.answer(sid)
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    for timeout in (2.5, 60.0, None):
+        answered([connection.infer(MESSAGES[0], timeout)], MESSAGES[:1])
+    peer.join()
+    assert seen == [b"2500000u", b"60000000u", None]
+    # at most 8 digits, rounded up, the finest unit that fits (gRPC's PROTOCOL-HTTP2.md)
+    assert [grpc_timeout(s) for s in (1e-9, 0.0999, 99.9999999, 1e6, 1e9, 1e12)] == [
+        "1n",
+        "99900000n",
+        "100000m",
+        "1000000S",
+        "16666667M",
+        "99999999H",
+    ]
+
+
+def test_every_grpc_status_code_has_its_name() -> None:
+    codes = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        for code in [*codes, None]:  # the client waits for each answer before the next call
+            sid = conn.request()
+            if code is None:  # a message given: the server's own text, percent-decoded
+                fields = {":status": "200", "grpc-status": "3", "grpc-message": "bad%20input%25"}
+            else:  # trailers-only, no message: the status name
+                fields = {":status": "200", "grpc-status": str(code.value[0])}
+            conn.send(conn.headers_frame(sid, fields, end_stream=True))
+
+    peer = Peer(script)
+    connection = WireGrpcConnection(peer.url)
+    peer.wait_settled()
+    results = [connection.infer(MESSAGES[0], 10) for _ in range(len(codes) + 1)]
+    assert [(r.status, r.error, r.message) for r in results] == [
+        *[(c.value[0], c.name, None) for c in codes],
+        (3, "bad input%", None),
+    ]
+    assert len(codes) == 16
+    peer.join()
