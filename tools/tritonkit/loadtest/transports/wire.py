@@ -239,13 +239,17 @@ class WireGrpcConnection(HubConnection):
         self._send_body(stream)
 
     def _stream_closed(self) -> None:
+        if self._pending:
+            self._open_pending()
+
+    def _open_pending(self) -> None:
+        """Open queued calls while the peer's stream limit has room (§5.1.2)."""
         while self._pending and len(self._streams) < self._max_streams:
             if self._next_id > _MAX_STREAM_ID:
                 self._resend(self._queued())
-                return
+                break
             self._open(self._pending.popleft())
-        if self._outgoing:
-            self._schedule_flush()
+        self._schedule_flush()
 
     def _queued(self) -> list[Stream]:
         queued = list(self._pending)
@@ -410,7 +414,7 @@ class WireGrpcConnection(HubConnection):
         if self._blocked:
             self._resume_blocked()
         if self._pending:
-            self._stream_closed()
+            self._open_pending()
 
     def _on_goaway(self, last_id: int, code: int, detail: str) -> None:
         """The server stops taking streams (§6.8): those above ``last_id`` were never processed."""
