@@ -19,6 +19,7 @@ import contextlib
 import socket
 import time
 import urllib.parse
+from collections import deque
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from gevent.hub import Waiter, get_hub
@@ -82,6 +83,8 @@ class GrpcTransport(Protocol):
         """Close the connection; calls still waiting fail."""
 
 
+#: builds a result without NamedTuple's Python-level ``__new__`` (the answer path runs per request)
+_result = tuple.__new__
 C = TypeVar("C", bound="HubConnection")
 
 
@@ -136,6 +139,7 @@ class HubConnection:
         self._sock.setblocking(False)
         self.closed: str | None = None
         self._streams: dict[int, Stream] = {}
+        self._pending: deque[Stream] = deque()  # calls not sent yet (the peer's stream limit)
         self._outgoing = bytearray()
         self._flush_scheduled = False
         self._retiring = False
@@ -159,7 +163,7 @@ class HubConnection:
             self.close()
 
     def _busy(self) -> bool:
-        return bool(self._streams)
+        return bool(self._streams or self._pending)
 
     def close(self) -> None:
         raise NotImplementedError
@@ -251,13 +255,14 @@ class HubConnection:
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
             stream.done = True
-            self._stream_closed()
+            if self._pending:
+                self._open_pending()
             if self._retiring and not self._busy():
                 self._hub.loop.run_callback(self.close)
         return stream
 
-    def _stream_closed(self) -> None:
-        """A stream closed: room for one queued behind the peer's stream limit (subclass)."""
+    def _open_pending(self) -> None:
+        """A stream closed: room for calls queued behind the peer's stream limit (subclass)."""
 
     def _finish(self, stream_id: int) -> None:
         """The stream ended: wake its user with the answer or Triton's error."""
@@ -270,13 +275,10 @@ class HubConnection:
         if status == b"0":
             data = stream.data
             if len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
-                stream.waiter.switch(
-                    GrpcResult(
-                        seconds, None, INTERNAL, "malformed gRPC answer (expected one uncompressed message)"
-                    )
-                )
+                problem = "malformed gRPC answer (expected one uncompressed message)"
+                stream.waiter.switch(_result(GrpcResult, (seconds, None, INTERNAL, problem)))
             else:
-                stream.waiter.switch(GrpcResult(seconds, bytes(data[5:]), OK, None))
+                stream.waiter.switch(_result(GrpcResult, (seconds, bytes(data[5:]), OK, None)))
             return
         message = urllib.parse.unquote(headers.get(b"grpc-message", b"").decode(errors="replace"))
         if not status:
@@ -286,12 +288,14 @@ class HubConnection:
         else:
             code = int(status) if status.isdigit() else UNKNOWN
             message = message or status_name(code)
-        stream.waiter.switch(GrpcResult(seconds, None, code, message))
+        stream.waiter.switch(_result(GrpcResult, (seconds, None, code, message)))
 
     def _fail(self, stream_id: int, code: int, reason: str) -> None:
         stream = self._forget(stream_id)
         if stream is not None:
-            stream.waiter.switch(GrpcResult(time.perf_counter() - stream.start, None, code, reason))
+            stream.waiter.switch(
+                _result(GrpcResult, (time.perf_counter() - stream.start, None, code, reason))
+            )
 
     def _resend(self, streams: list[Stream]) -> None:
         """Calls the server never processed: their users send them again on a fresh connection."""
@@ -306,8 +310,10 @@ class HubConnection:
             self._hub.loop.run_callback(wake)
 
     def _queued(self) -> list[Stream]:
-        """Take the calls not sent yet (subclass: those behind the peer's stream limit)."""
-        return []
+        """Take the calls not sent yet (those behind the peer's stream limit)."""
+        queued = list(self._pending)
+        self._pending.clear()
+        return queued
 
     def _die(self, reason: str, *, linger: bool = False, resend_queued: bool = False) -> None:
         """The connection is unusable: close it and fail every waiting stream with ``reason``.

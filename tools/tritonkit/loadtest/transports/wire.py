@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import struct
 import time
-from collections import deque
 from typing import ClassVar
 
 from gevent.hub import Waiter
@@ -47,7 +46,6 @@ from tritonkit.loadtest.transports.hub import (
     GrpcResult,
     HubConnection,
     Stream,
-    grpc_body,
     parse_answer,
 )
 
@@ -150,7 +148,6 @@ class WireGrpcConnection(HubConnection):
         self._decoder.max_allowed_table_size = 1 << 16
         self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._next_id = 1
-        self._pending: deque[Stream] = deque()  # calls waiting for the peer's stream limit
         self._max_streams = 1 << 32  # SETTINGS_MAX_CONCURRENT_STREAMS: unlimited until told
         self._blocked: list[Stream] = []  # streams whose body waits for window
         self._send_window = _DEFAULT_WINDOW  # connection-level, for our DATA
@@ -173,8 +170,8 @@ class WireGrpcConnection(HubConnection):
         A call the server declined unprocessed (GOAWAY above its last-stream-id, REFUSED_STREAM)
         is sent again on the process's fresh connection, within the same timeout.
         """
-        body = grpc_body(message)
-        result = self._call(body, timeout, self._block(timeout))
+        body = b"\x00" + len(message).to_bytes(4, "big") + message  # one uncompressed gRPC message
+        result = self._call(body, timeout, self._blocks.get(timeout) or self._block(timeout))
         if result is not None:
             return result
         start = time.perf_counter()  # rare: the server went away before processing the call
@@ -238,10 +235,6 @@ class WireGrpcConnection(HubConnection):
                 )
         self._send_body(stream)
 
-    def _stream_closed(self) -> None:
-        if self._pending:
-            self._open_pending()
-
     def _open_pending(self) -> None:
         """Open queued calls while the peer's stream limit has room (§5.1.2)."""
         while self._pending and len(self._streams) < self._max_streams:
@@ -250,14 +243,6 @@ class WireGrpcConnection(HubConnection):
                 break
             self._open(self._pending.popleft())
         self._schedule_flush()
-
-    def _queued(self) -> list[Stream]:
-        queued = list(self._pending)
-        self._pending.clear()
-        return queued
-
-    def _busy(self) -> bool:
-        return bool(self._streams or self._pending)
 
     def _give_up(self, stream: Stream) -> None:
         if stream.id == 0:
@@ -330,6 +315,8 @@ class WireGrpcConnection(HubConnection):
         self._die(f"HTTP/2 protocol error reading Triton's answer: {error_name(code)}: {reason}", linger=True)
 
     def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytearray) -> None:
+        if self._continuation is not None and kind != _CONTINUATION:
+            raise _ConnectionError(_PROTOCOL_ERROR, f"frame type {kind} inside a header block")
         if kind == _DATA:
             self._received += len(payload)
             stream = self._streams.get(stream_id)
@@ -338,8 +325,6 @@ class WireGrpcConnection(HubConnection):
             if flags & _END_STREAM:
                 self._finish(stream_id)
             return
-        if kind in _FIXED_SIZE and len(payload) != _FIXED_SIZE[kind]:
-            raise _ConnectionError(_FRAME_SIZE_ERROR, f"frame type {kind} of {len(payload)} bytes")
         if kind == _HEADERS:
             block = _unpad(payload) if flags & _PADDED else payload
             if flags & _PRIORITY:
@@ -348,7 +333,10 @@ class WireGrpcConnection(HubConnection):
                 self._on_headers(stream_id, flags, bytes(block))
             else:
                 self._continuation = (stream_id, flags, bytearray(block))
-        elif kind == _CONTINUATION:
+            return
+        if kind in _FIXED_SIZE and len(payload) != _FIXED_SIZE[kind]:
+            raise _ConnectionError(_FRAME_SIZE_ERROR, f"frame type {kind} of {len(payload)} bytes")
+        if kind == _CONTINUATION:
             if self._continuation is None or self._continuation[0] != stream_id:
                 raise _ConnectionError(
                     _PROTOCOL_ERROR, "CONTINUATION frame without a HEADERS frame before it"
@@ -358,8 +346,6 @@ class WireGrpcConnection(HubConnection):
                 first_stream, first_flags, block = self._continuation
                 self._continuation = None
                 self._on_headers(first_stream, first_flags, bytes(block))
-        elif self._continuation is not None:
-            raise _ConnectionError(_PROTOCOL_ERROR, f"frame type {kind} inside a header block")
         elif kind == _WINDOW_UPDATE:
             (increment,) = struct.unpack_from(">L", payload)
             increment &= _MAX_WINDOW
