@@ -387,6 +387,25 @@ def test_rst_stream_fails_that_call_with_the_mapped_status_others_go_on() -> Non
     peer.join()
 
 
+def test_refused_stream_is_sent_again_not_failed() -> None:
+    """REFUSED_STREAM: the server did not process the stream (RFC 9113 §8.7), so the call is sent again."""
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        refused = conn.request()
+        conn.send(RstStreamFrame(refused, error_code=0x7))
+        conn.open.discard(refused)
+        again = conn.request()
+        assert (refused, again) == (1, 3) and conn.message(again) == conn.message(refused)
+        conn.answer(again)
+
+    peer = Peer(script)
+    connection = WireGrpcConnection.shared(peer.url)
+    peer.wait_settled()
+    answered(calls(connection, MESSAGES[:1]), MESSAGES[:1])
+    peer.join()
+
+
 def test_continuation_frames_carry_header_blocks() -> None:
     long_text = "x" * 20_000  # a header block larger than one 16 kB frame
 

@@ -22,6 +22,7 @@ import urllib.parse
 from collections import deque
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
+from gevent import Timeout
 from gevent.hub import Waiter, get_hub
 
 from tritonkit.errors import LoadTestError
@@ -171,14 +172,18 @@ class HubConnection:
     # --- user side ---------------------------------------------------------------------------
     def _wait(self, stream: Stream, timeout: float | None) -> GrpcResult | None:
         """Wait cooperatively for the stream's answer; a stream given up on is cancelled."""
-        import gevent
-
         self._schedule_flush()
+        timer = Timeout(timeout)  # the error is built only when it fires (the usual call needs none)
+        timer.start()
         try:
-            with gevent.Timeout(timeout, self.error(f"no answer from Triton within {timeout} s")):
-                result: GrpcResult | None = stream.waiter.get()
-                return result
+            result: GrpcResult | None = stream.waiter.get()
+            return result
+        except Timeout as fired:
+            if fired is not timer:
+                raise
+            raise self.error(f"no answer from Triton within {timeout} s") from None
         finally:
+            timer.close()
             if not stream.done and self.closed is None:  # given up (timeout, user stopped)
                 stream.done = True
                 with contextlib.suppress(Exception):

@@ -172,19 +172,17 @@ class WireGrpcConnection(HubConnection):
         """
         body = b"\x00" + len(message).to_bytes(4, "big") + message  # one uncompressed gRPC message
         result = self._call(body, timeout, self._blocks.get(timeout) or self._block(timeout))
-        if result is not None:
+        if not isinstance(result, float):
             return result
-        start = time.perf_counter()  # rare: the server went away before processing the call
-        connection: WireGrpcConnection = self
+        start = result  # rare: the server went away before processing the call
         for _ in range(_RESENDS):
             left = None if timeout is None else timeout - (time.perf_counter() - start)
             if left is not None and left <= 0:
-                break
+                raise WireGrpcError(f"no answer from Triton within {timeout} s")
             connection = type(self).shared(self.url)
-            block = connection._block(left, cache=False)
-            result = connection._call(body, left, block)
-            if result is not None:
-                return result._replace(seconds=time.perf_counter() - start + result.seconds)
+            result = connection._call(body, left, connection._block(left, cache=False))
+            if not isinstance(result, float):
+                return result._replace(seconds=time.perf_counter() - start)
         raise WireGrpcError(
             f"Triton declined the call unprocessed {_RESENDS + 1} times (GOAWAY or REFUSED_STREAM)"
         )
@@ -204,18 +202,20 @@ class WireGrpcConnection(HubConnection):
                 self._blocks[timeout] = block
         return block
 
-    def _call(self, body: bytes, timeout: float | None, block: bytes) -> GrpcResult | None:
+    def _call(self, body: bytes, timeout: float | None, block: bytes) -> GrpcResult | float:
+        """The call's result, or when it must be sent again on a fresh connection, its start time."""
         if self.closed is not None:
             raise WireGrpcError(self.closed)
         if self._retiring or self._next_id > _MAX_STREAM_ID:
-            return None  # draining after GOAWAY, or out of ids: a fresh connection takes it
+            return time.perf_counter()  # draining after GOAWAY, or out of ids: a fresh connection takes it
         waiter: Waiter[GrpcResult | None] = Waiter()
         stream = Stream(waiter, body, block)
         if len(self._streams) < self._max_streams and not self._pending:
             self._open(stream)
         else:
             self._pending.append(stream)
-        return self._wait(stream, timeout)
+        result = self._wait(stream, timeout)
+        return stream.start if result is None else result
 
     def _open(self, stream: Stream) -> None:
         stream_id = stream.id = self._next_id
