@@ -24,6 +24,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from gevent import Timeout
 from gevent.hub import Waiter, get_hub
+from gevent.lock import BoundedSemaphore
 
 from tritonkit.errors import LoadTestError
 
@@ -84,6 +85,7 @@ class GrpcTransport(Protocol):
         """Close the connection; calls still waiting fail."""
 
 
+_CONNECTING = BoundedSemaphore()
 #: builds a result without NamedTuple's Python-level ``__new__`` (the answer path runs per request)
 _result = tuple.__new__
 C = TypeVar("C", bound="HubConnection")
@@ -122,12 +124,17 @@ class HubConnection:
     def shared(cls: type[C], url: str) -> C:
         """The process's connection to ``url``, opened again once it died, wore out or drains."""
         connection = HubConnection._shared.get((cls, url))
-        if not isinstance(connection, cls) or not connection.usable():
-            if isinstance(connection, cls):
-                connection.retire()
-            connection = cls(url)
-            HubConnection._shared[(cls, url)] = connection
-        return connection
+        if isinstance(connection, cls) and connection.usable():
+            return connection
+        # One greenlet connects; the others (a GOAWAY wakes many at once) wait for its connection.
+        with _CONNECTING:
+            connection = HubConnection._shared.get((cls, url))
+            if not isinstance(connection, cls) or not connection.usable():
+                if isinstance(connection, cls):
+                    connection.retire()
+                connection = cls(url)
+                HubConnection._shared[(cls, url)] = connection
+            return connection
 
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         self.url = url
