@@ -10,6 +10,7 @@ Answers echo the request's message, so every call can check it got its own answe
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -73,6 +74,11 @@ class Conn:
     def send(self, *frames: Frame | bytes) -> None:
         self.sock.sendall(b"".join(f if isinstance(f, bytes) else f.serialize() for f in frames))
 
+    def reply(self, frame: Frame) -> None:
+        """An automatic answer; the client may have closed already (the test reads on to the end)."""
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.send(frame)
+
     def start(self, **settings: int) -> None:
         self.send(
             SettingsFrame(0, settings={getattr(SettingsFrame, k.upper()): v for k, v in settings.items()})
@@ -91,9 +97,9 @@ class Conn:
             if "ACK" in frame.flags:
                 self.settled.set()
             else:
-                self.send(SettingsFrame(0, flags=["ACK"]))
+                self.reply(SettingsFrame(0, flags=["ACK"]))
         elif isinstance(frame, PingFrame) and "ACK" not in frame.flags:
-            self.send(PingFrame(0, frame.opaque_data, flags=["ACK"]))
+            self.reply(PingFrame(0, frame.opaque_data, flags=["ACK"]))
         elif isinstance(frame, HeadersFrame | ContinuationFrame):
             self.block += frame.data
             if "END_HEADERS" in frame.flags:
@@ -338,6 +344,26 @@ def test_goaway_with_an_error_code_fails_open_streams_and_resends_unprocessed() 
     assert isinstance(failed, WireGrpcError)
     assert "GOAWAY ENHANCE_YOUR_CALM: too many pings" in str(failed)
     answered([resent], MESSAGES[1:2])
+    peer.join()
+
+
+def test_concurrent_users_share_one_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Users starting together (a connect yields to the others under Locust's monkey-patching, as
+    gevent's ``create_connection`` does here) get one connection, not one each."""
+    import gevent.socket
+
+    from tritonkit.loadtest.transports import hub
+
+    def script(conn: Conn) -> None:
+        conn.start()
+        conn.until_eof()
+
+    peer = Peer(script)
+    monkeypatch.setattr(hub.socket, "create_connection", gevent.socket.create_connection)
+    greenlets = [gevent.spawn(WireGrpcConnection.shared, peer.url) for _ in range(8)]
+    gevent.joinall(greenlets, timeout=10, raise_error=True)
+    assert len({id(g.value) for g in greenlets}) == 1
+    greenlets[0].value.close()
     peer.join()
 
 
