@@ -1,44 +1,33 @@
-"""The two gRPC transports at the wire level, against the real server: large bodies that need
-HTTP/2 flow control, answers checked value by value, Triton's error text on failures.
+"""The gRPC transport (``wire``) against the real server: large bodies that need HTTP/2 flow
+control, answers checked value by value, Triton's error text and status on failures, the
+``grpc-timeout`` the server enforces.
 
-The ``wire`` and ``h2`` connections run on gevent's hub without monkey-patching, so they are
-tested in-process;
-the ``engine`` transport's greenlet side needs Locust's patched process and is covered through
-Locust runs in ``test_users.py``.
+The connection runs on gevent's hub without monkey-patching, so it is tested in-process; the
+HTTP/2 corner cases Triton never produces on demand are in ``test_wire_conformance.py``.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pytest
 
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
-from tritonkit.loadtest.transports.h2 import H2GrpcConnection, H2GrpcError, parse_answer
+from tritonkit.loadtest.transports.hub import parse_answer
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
 from tritonkit.serve.embedded import EmbeddedServer
 
-CONNECTIONS = [
-    pytest.param(WireGrpcConnection, WireGrpcError, id="wire"),
-    pytest.param(H2GrpcConnection, H2GrpcError, id="h2"),
-]
 
-
-@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
-def test_large_bodies_right_answers_and_errors(
-    server: EmbeddedServer, connection_class: type[Any], error_class: type[Exception]
-) -> None:
+def test_large_bodies_right_answers_and_errors(server: EmbeddedServer) -> None:
     spec = fetch_model_spec(server.grpc_url, "probe_wide", protocol="grpc")
     payload = make_payloads(spec, {2: 1.0}, per_batch=1, seed=3).payloads[0]
     body = request_body(spec.name, spec.version, payload.inputs, [c.name for c in payload.checks])
     assert len(body) > 65_535  # larger than the initial stream window: flow control must kick in
-    connection = connection_class(server.grpc_url)
+    connection = WireGrpcConnection(server.grpc_url)
     try:
         for _ in range(3):  # several streams on one connection
-            seconds, message, error = connection.infer(body, timeout=60)
-            assert error is None and message is not None and seconds > 0
+            seconds, message, status, error = connection.infer(body, timeout=60)
+            assert error is None and message is not None and seconds > 0 and status == 0
             response = parse_answer(message)
             got = {
                 o.name: (o.datatype, tuple(o.shape), response.raw_output_contents[i])
@@ -48,20 +37,20 @@ def test_large_bodies_right_answers_and_errors(
             values = np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(2, 50_000)
             np.testing.assert_allclose(values, payload.inputs["INPUT0"] + 1, rtol=1e-6)
         unknown = request_body("nosuch", "", payload.inputs)
-        _, message, error = connection.infer(unknown, timeout=60)
+        _, message, status, error = connection.infer(unknown, timeout=60)
         assert message is None and error is not None and "Request for unknown model: 'nosuch'" in error
+        assert status != 0
     finally:
         connection.close()
-    with pytest.raises(error_class, match="closed"):
+    with pytest.raises(WireGrpcError, match="closed"):
         connection.infer(body)
 
 
-@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
-def test_unreachable_endpoint_is_one_line(connection_class: type[Any], error_class: type[Exception]) -> None:
+def test_unreachable_endpoint_is_one_line() -> None:
     from tritonkit.serve.embedded import free_port
 
-    with pytest.raises(error_class, match=r"cannot connect to Triton's gRPC endpoint 127\.0\.0\.1:\d+"):
-        connection_class(f"127.0.0.1:{free_port()}")
+    with pytest.raises(WireGrpcError, match=r"cannot connect to Triton's gRPC endpoint 127\.0\.0\.1:\d+"):
+        WireGrpcConnection(f"127.0.0.1:{free_port()}")
 
 
 def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
@@ -75,7 +64,7 @@ def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
 
     def one(index: int) -> None:
         for _ in range(20):
-            _, message, error = connection.infer(bodies[index], timeout=60)
+            _, message, _, error = connection.infer(bodies[index], timeout=60)
             assert error is None and message is not None
             out = parse_answer(message)
             values = np.frombuffer(out.raw_output_contents[0], dtype=np.float32)
@@ -89,33 +78,26 @@ def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
         connection.close()
 
 
-@pytest.mark.parametrize(("connection_class", "error_class"), CONNECTIONS)
-def test_shared_connection_timeouts_cancel_the_stream_only(
-    server: EmbeddedServer, connection_class: type[Any], error_class: type[Exception]
-) -> None:
-    """``shared`` keeps one connection per transport and URL; a request that times out is cancelled
-    (RST_STREAM) and the connection goes on serving; a closed connection is replaced."""
+def test_shared_connection_timeouts_cancel_the_stream_only(server: EmbeddedServer) -> None:
+    """``shared`` keeps one connection per URL; a request that times out is cancelled (RST_STREAM)
+    and the connection goes on serving; a closed connection is replaced."""
     spec = fetch_model_spec(server.grpc_url, "probe_wide", protocol="grpc")
     payload = make_payloads(spec, {2: 1.0}, per_batch=1, seed=9).payloads[0]
     body = request_body(spec.name, spec.version, payload.inputs, ["OUTPUT0"])
-    connection = connection_class.shared(server.grpc_url)
+    connection = WireGrpcConnection.shared(server.grpc_url)
     try:
-        assert connection_class.shared(server.grpc_url) is connection
-        other = WireGrpcConnection if connection_class is H2GrpcConnection else H2GrpcConnection
-        sibling = other.shared(server.grpc_url)
-        sibling.close()  # an idle open connection would hold up the server's shutdown
-        assert sibling is not connection  # one per transport
-        with pytest.raises(error_class, match=r"no answer from Triton within 0.0001 s"):
+        assert WireGrpcConnection.shared(server.grpc_url) is connection
+        with pytest.raises(WireGrpcError, match=r"no answer from Triton within 0.0001 s"):
             connection.infer(body, timeout=1e-4)  # 400 kB each way: no answer can be that quick
         assert connection._streams == {}
-        _, message, error = connection.infer(body, timeout=60)
+        _, message, _, error = connection.infer(body, timeout=60)
         assert error is None and message is not None
     finally:
         connection.close()
-    replacement = connection_class.shared(server.grpc_url)
+    replacement = WireGrpcConnection.shared(server.grpc_url)
     try:
         assert replacement is not connection and replacement.closed is None
-        assert replacement.infer(body, timeout=60)[2] is None
+        assert replacement.infer(body, timeout=60).error is None
     finally:
         replacement.close()
 
@@ -129,12 +111,12 @@ def test_a_worn_wire_connection_is_replaced_and_closed(server: EmbeddedServer) -
     body = request_body(spec.name, spec.version, payload.inputs, ["OUTPUT0"])
     old = WireGrpcConnection.shared(server.grpc_url)
     try:
-        assert old.infer(body, timeout=60)[2] is None
+        assert old.infer(body, timeout=60).error is None
         old._next_id = grpc_wire._MAX_STREAM_ID  # as after about a billion requests
         assert not old.usable()
         new = WireGrpcConnection.shared(server.grpc_url)
         assert new is not old and old.closed is not None  # nothing in flight: closed at once
-        assert new.infer(body, timeout=60)[2] is None
+        assert new.infer(body, timeout=60).error is None
     finally:
         for connection in (old, WireGrpcConnection.shared(server.grpc_url)):
             connection.close()

@@ -21,8 +21,6 @@ PROTOCOLS = [
     pytest.param("http", {"http_transport": "lean"}, id="http-lean"),
     pytest.param("http", {"http_transport": "tritonclient"}, id="http-tritonclient"),
     pytest.param("grpc", {"grpc_transport": "wire"}, id="grpc-wire"),
-    pytest.param("grpc", {"grpc_transport": "h2"}, id="grpc-h2"),
-    pytest.param("grpc", {"grpc_transport": "engine"}, id="grpc-engine"),
 ]
 
 

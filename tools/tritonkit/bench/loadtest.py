@@ -57,6 +57,12 @@ def _locust(
     }
 
 
+def _measure(
+    protocol: str, transport: str, workers: int, seconds: float
+) -> Callable[[Any, Path], dict[str, Any]]:
+    return lambda server, report: _locust(server, report, protocol, seconds, workers, transport)
+
+
 def _wrk(server: Any, report: Path, seconds: float) -> dict[str, Any]:
     from tritonkit.loadtest.payloads import fetch_model_spec
     from tritonkit.loadtest.wrk import cross_check
@@ -83,37 +89,22 @@ def run(quick: bool = False) -> str:
 
     rounds, seconds = (1, 3.0) if quick else (3, 8.0)
     cores = os.cpu_count() or 1
-    generators: list[tuple[str, str, Callable[[Any, Path], dict[str, Any]]]] = [
-        (
-            "http",
-            "Locust HTTP user, 1 process, `lean` transport",
-            lambda s, r: _locust(s, r, "http", seconds),
-        ),
+    # (key, title, protocol, transport, workers): every Locust generator, measured the same way
+    locust_runs = [
+        ("http", "Locust HTTP user, 1 process, `lean` transport", "http", "", 0),
         (
             "http_tritonclient",
             "Locust HTTP user, 1 process, `tritonclient` transport",
-            lambda s, r: _locust(s, r, "http", seconds, transport="tritonclient"),
+            "http",
+            "tritonclient",
+            0,
         ),
-        (
-            "grpc",
-            "Locust gRPC user, 1 process, `wire` transport",
-            lambda s, r: _locust(s, r, "grpc", seconds),
-        ),
-        (
-            "grpc_h2",
-            "Locust gRPC user, 1 process, `h2` transport",
-            lambda s, r: _locust(s, r, "grpc", seconds, transport="h2"),
-        ),
-        (
-            "grpc_engine",
-            "Locust gRPC user, 1 process + its `engine` process",
-            lambda s, r: _locust(s, r, "grpc", seconds, transport="engine"),
-        ),
-        (
-            "http_workers",
-            f"Locust HTTP user, --workers {cores}",
-            lambda s, r: _locust(s, r, "http", seconds, cores),
-        ),
+        ("grpc", "Locust gRPC user, 1 process, `wire` transport", "grpc", "", 0),
+        ("http_workers", f"Locust HTTP user, --workers {cores}", "http", "", cores),
+    ]
+    generators: list[tuple[str, str, Callable[[Any, Path], dict[str, Any]]]] = [
+        (key, title, _measure(protocol, transport, workers, seconds))
+        for key, title, protocol, transport, workers in locust_runs
     ]
     if wrk_available():
         generators.insert(
@@ -184,8 +175,6 @@ def _markdown(
             _ratio(results, "grpc", "http"),
             1.0,
         ),
-        ("gRPC user (`h2`) / HTTP user", _ratio(results, "grpc_h2", "http"), 1.0),
-        ("gRPC user (`engine`) / HTTP user", _ratio(results, "grpc_engine", "http"), 1.0),
         (
             "gRPC user (`wire`) / HTTP user (`tritonclient`)",
             _ratio(results, "grpc", "http_tritonclient"),
@@ -210,16 +199,15 @@ def _markdown(
         "`nv_inference_request_success` + `nv_inference_request_failure` deltas.",
         "",
         "Client CPU µs/request: CPU time of the load generator's processes while load was on (Locust "
-        "processes, workers and gRPC engines; wrk's own), divided by the requests: the cost of a request "
+        "processes and workers; wrk's own), divided by the requests: the cost of a request "
         "to the generator, which a busy neighbour on a shared machine disturbs far less than req/s.",
         "",
-        "gRPC transports: `wire` frames gRPC's unary calls by hand on one HTTP/2 connection per Locust process "
-        "(request frames built once per payload, header blocks decoded by `hpack` and cached while they hold "
-        "indexed fields only), driven by the gevent hub: frames queued in one loop turn leave in one send, one "
-        "I/O watcher wakes the finished greenlets. `h2` is the same design on the `h2` library's state machine. "
-        "`engine` runs `grpc.aio` in a gevent-free child process per Locust process and exchanges 9-byte frames "
-        "with it over pipes. All serialize request bodies once per payload and validate every answer. See "
-        "`tritonkit/loadtest/grpc_wire.py`, `grpc_h2.py`, `grpc_engine.py`.",
+        "gRPC transport: `wire` frames gRPC's unary calls by hand on one HTTP/2 connection per Locust process "
+        "(header blocks built once per connection, header blocks received decoded by `hpack` and cached while "
+        "they hold indexed fields only), driven by the gevent hub: frames queued in one loop turn leave in one "
+        "send, one I/O watcher wakes the finished greenlets. It honours the server's stream limit, flow control, "
+        "frame sizes and graceful GOAWAY, and sends `grpc-timeout`. Request bodies are serialized once per "
+        "payload and every answer is validated. See `tritonkit/loadtest/transports/wire.py`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -50,8 +50,7 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.add_argument(
         "--grpc-transport",
         default="wire",
-        help="wire (hand-framed HTTP/2 in the Locust process, default), h2 (the h2 library) "
-        "or engine (grpcio in a child process per Locust process)",
+        help="wire (hand-framed HTTP/2 in the Locust process; the only gRPC transport)",
     )
     parser.add_argument(
         "--http-transport",

@@ -17,12 +17,11 @@ from typing import Any
 
 import locust.stats
 from locust import events
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import WorkerRunner
 
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.shapes import RampShape, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
-from tritonkit.loadtest.transports.engine_client import GrpcEngineClient
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
 
 CONFIG_ENV = "TRITONKIT_LOADTEST_CONFIG"
@@ -100,15 +99,6 @@ if _CONFIG is not None:
         entry[3] = time.time()
         _HISTOGRAMS[name].add(response_time)
 
-    @events.init.add_listener  # type: ignore[untyped-decorator]
-    def _start_engines(environment: Any, **_: Any) -> None:
-        # The engine process takes a second or two to import gRPC: start it with Locust, not with
-        # the first user, so that the run's first seconds are not spent waiting for it.
-        assert _CONFIG is not None
-        engine = _CONFIG["protocol"] == "grpc" and _CONFIG.get("grpc_transport") == "engine"
-        if engine and not isinstance(environment.runner, MasterRunner):
-            GrpcEngineClient.shared(_CONFIG["grpc_url"])
-
     @events.test_start.add_listener  # type: ignore[untyped-decorator]
     def _cpu_start(**_: Any) -> None:
         _CPU.append(time.process_time())
@@ -116,9 +106,6 @@ if _CONFIG is not None:
     @events.quitting.add_listener  # type: ignore[untyped-decorator]
     def _write(environment: Any, **_: Any) -> None:
         cpu = time.process_time() - _CPU[0] if _CPU else None
-        engines_cpu = GrpcEngineClient.close_all()
-        if cpu is not None and engines_cpu is not None:
-            cpu += engines_cpu
         assert _CONFIG is not None
         report = Path(_CONFIG["report_dir"])
         if _HISTOGRAMS:

@@ -22,7 +22,7 @@ from tritonkit.loadtest.slo import SLO
 
 __all__ = ["GRPC_TRANSPORTS", "HTTP_TRANSPORTS", "LoadTestOptions", "ModelTarget", "parse_model"]
 
-GRPC_TRANSPORTS = ("wire", "h2", "engine")
+GRPC_TRANSPORTS = ("wire",)
 HTTP_TRANSPORTS = ("lean", "tritonclient")
 
 
@@ -75,8 +75,8 @@ class LoadTestOptions:
     metrics_url: str | None = None
     seed: int = 0
     request_timeout: float = 60.0
-    #: gRPC transport of the users: ``wire`` (hand-framed HTTP/2, default), ``h2`` (the h2 library)
-    #: or ``engine`` (grpcio in a child process); see :class:`~tritonkit.loadtest.users.TritonGrpcUser`
+    #: gRPC transport of the users: ``wire`` (hand-framed HTTP/2 in the gevent loop), the only one;
+    #: see :class:`~tritonkit.loadtest.users.TritonGrpcUser`
     grpc_transport: str = "wire"
     #: HTTP transport of the users: ``lean`` (pre-encoded bodies on geventhttpclient, default) or
     #: ``tritonclient`` (``InferenceServerClient.infer`` per request, as applications call it)

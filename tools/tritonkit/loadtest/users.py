@@ -1,10 +1,13 @@
 """Locust users that drive Triton: :class:`TritonHttpUser` and :class:`TritonGrpcUser`.
 
-Both report every request as one Locust request event (``request_type`` ``"http"``/``"grpc"``,
+Locust's "client class + abstract user" pattern: a client (:class:`HttpLeanClient`,
+:class:`HttpTritonClient`, :class:`GrpcClient`, all :class:`InferClient`) sends one request per
+call and fires exactly one Locust request event for it (``request_type`` ``"http"``/``"grpc"``,
 ``name`` ``"model:version"``, response time in ms, response bytes, and on failure an exception
-whose text is Triton's own), and both validate every answer (output names, dtypes, shapes, finite
-values): a wrong answer is a failure. Importing this module imports Locust (and so gevent's
-monkey-patching); only Locust processes import it.
+whose text is Triton's own); every answer is validated (output names, dtypes, shapes, finite
+values): a wrong answer is a failure. An abstract user (``abstract = True``) builds its client
+from its class attributes and its task sends one request. Importing this module imports Locust
+(and so gevent's monkey-patching); only Locust processes import it.
 
 Configure a user by subclassing (``model = "minilm_int8"``, ``url = "127.0.0.1:8000"``,
 ``batch_mix = {1: 0.8, 8: 0.2}``), or let :mod:`tritonkit.loadtest.locustfile` build the classes
@@ -18,7 +21,7 @@ import os
 import random
 import time
 import urllib.parse
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import gevent.lock
 from locust import User, constant, task
@@ -32,12 +35,26 @@ from tritonkit.loadtest.payloads import (
     make_payloads,
     request_body,
 )
-from tritonkit.loadtest.transports.engine_client import GrpcEngineClient
-from tritonkit.loadtest.transports.h2 import H2GrpcConnection, parse_answer
+from tritonkit.loadtest.transports.hub import GrpcTransport, parse_answer
 from tritonkit.loadtest.transports.wire import WireGrpcConnection
 from tritonkit.loadtest.validation import check_outputs
 
-__all__ = ["TritonGrpcUser", "TritonHttpUser", "TritonInferenceError", "TritonUser", "WrongAnswerError"]
+__all__ = [
+    "GrpcClient",
+    "HttpLeanClient",
+    "HttpTritonClient",
+    "InferClient",
+    "TritonGrpcUser",
+    "TritonHttpUser",
+    "TritonInferenceError",
+    "TritonUser",
+    "WrongAnswerError",
+]
+
+#: gRPC transports a :class:`TritonGrpcUser` can use (one: the hand-framed HTTP/2 ``wire``)
+GRPC_TRANSPORTS = ("wire",)
+#: HTTP transports a :class:`TritonHttpUser` can use
+HTTP_TRANSPORTS = ("lean", "tritonclient")
 
 
 class TritonInferenceError(LoadTestError):
@@ -52,8 +69,203 @@ _SETUP_LOCK = gevent.lock.RLock()
 _PAYLOADS: dict[tuple[Any, ...], PayloadSet] = {}
 
 
+class InferClient(Protocol):
+    """A client of one user: each :meth:`infer` sends one request and fires exactly one event."""
+
+    def infer(self, index: int) -> None:
+        """Send the payload ``index`` of the user's payload set; report it; never raise."""
+
+    def close(self) -> None:
+        """Release what the client holds (its connections)."""
+
+
+class _Client:
+    """What the clients share: the payloads, the request name and timeout, the one event per request."""
+
+    request_type: ClassVar[str] = ""
+
+    def __init__(self, environment: Any, payload_set: PayloadSet, timeout: float) -> None:
+        self.payload_set = payload_set
+        self.spec: ModelSpec = payload_set.spec
+        self.name = payload_set.spec.label
+        self.timeout = timeout
+        self._fire = environment.events.request.fire
+
+    def report(self, seconds: float, length: int, exception: BaseException | None) -> None:
+        self._fire(
+            request_type=self.request_type,
+            name=self.name,
+            response_time=seconds * 1000.0,
+            response_length=length,
+            exception=exception,
+            context={},
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class HttpLeanClient(_Client):
+    """HTTP/REST requests encoded once per payload by ``tritonclient.http`` and posted with
+    geventhttpclient (the HTTP library under ``tritonclient.http``) on one keep-alive connection;
+    answers are read as their JSON header plus raw output bytes."""
+
+    request_type = "http"
+
+    def __init__(self, environment: Any, url: str, payload_set: PayloadSet, timeout: float) -> None:
+        from geventhttpclient import HTTPClient
+
+        from tritonkit.loadtest.payloads import http_request
+
+        super().__init__(environment, payload_set, timeout)
+        self._path = f"/v2/models/{urllib.parse.quote(self.spec.name)}/versions/{self.spec.version}/infer"
+        # Inputs are encoded once per payload: the hot path only sends bytes and reads answers.
+        self._requests = []
+        for payload in payload_set.payloads:
+            _, _, body, json_size = http_request(payload)
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(json_size),
+            }
+            self._requests.append((payload, body, headers))
+        host, _, port = url.rpartition(":")
+        self._http = HTTPClient(  # connects on the first request
+            host, int(port), concurrency=1, connection_timeout=timeout, network_timeout=timeout
+        )
+
+    def infer(self, index: int) -> None:
+        payload, body, headers = self._requests[index]
+        start = time.perf_counter()
+        length = 0
+        exception: BaseException | None = None
+        try:
+            response = self._http.request("POST", self._path, body=body, headers=headers)
+            data = response.read()
+            seconds = time.perf_counter() - start
+            length = len(data)
+            if response.status_code != 200:
+                exception = TritonInferenceError(_http_error(data, response.status_code))
+            else:
+                header_length = response.get("Inference-Header-Content-Length")
+                got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
+                problem = check_outputs(payload.checks, got)
+                if problem:
+                    exception = WrongAnswerError(problem)
+        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
+            seconds = time.perf_counter() - start
+            exception = exc
+        self.report(seconds, length, exception)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class HttpTritonClient(_Client):
+    """Every request through ``tritonclient.http.InferenceServerClient.infer``, as applications
+    call it (about 1.5x the CPU per request of :class:`HttpLeanClient`)."""
+
+    request_type = "http"
+
+    def __init__(self, environment: Any, url: str, payload_set: PayloadSet, timeout: float) -> None:
+        import tritonclient.http as httpclient
+
+        from tritonkit.loadtest.payloads import http_request
+
+        super().__init__(environment, payload_set, timeout)
+        self.client = httpclient.InferenceServerClient(  # connects on the first request
+            url, connection_timeout=timeout, network_timeout=timeout
+        )
+        self._requests = [http_request(p)[:2] for p in payload_set.payloads]
+
+    def infer(self, index: int) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        inputs, outputs = self._requests[index]
+        payload = self.payload_set.payloads[index]
+        start = time.perf_counter()
+        length = 0
+        exception: BaseException | None = None
+        try:
+            result = self.client.infer(
+                self.spec.name, inputs, model_version=self.spec.version, outputs=outputs
+            )
+            seconds = time.perf_counter() - start
+            response = result.get_response()
+            got = {}
+            for out in response.get("outputs", []):
+                array = result.as_numpy(out["name"])
+                length += int(array.nbytes) if array is not None else 0
+                got[out["name"]] = (out["datatype"], out["shape"], array if array is not None else b"")
+            problem = check_outputs(payload.checks, got)
+            if problem:
+                exception = WrongAnswerError(problem)
+        except InferenceServerException as exc:
+            seconds = time.perf_counter() - start
+            exception = TritonInferenceError(exc.message() or str(exc))
+        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
+            seconds = time.perf_counter() - start
+            exception = exc
+        self.report(seconds, length, exception)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class GrpcClient(_Client):
+    """Unary ``ModelInfer`` calls on the process's shared gRPC connection (a :class:`GrpcTransport`:
+    :class:`~tritonkit.loadtest.transports.wire.WireGrpcConnection`, HTTP/2 framed by hand and
+    driven by the gevent hub); request bodies serialized once per payload, answers parsed and
+    validated here. The connection is taken on the first request (a connect failure is a failed
+    request) and replaced when it dies, wears out or drains after a GOAWAY."""
+
+    request_type = "grpc"
+
+    def __init__(self, environment: Any, url: str, payload_set: PayloadSet, timeout: float) -> None:
+        super().__init__(environment, payload_set, timeout)
+        self.url = url
+        bodies = _BODIES.get(id(payload_set))
+        if bodies is None:
+            bodies = _BODIES[id(payload_set)] = [
+                request_body(self.spec.name, self.spec.version, p.inputs, [c.name for c in p.checks])
+                for p in payload_set.payloads
+            ]
+        self.bodies = bodies
+        self.connection: GrpcTransport | None = None
+
+    def infer(self, index: int) -> None:
+        start = time.perf_counter()
+        try:
+            connection = self.connection
+            if connection is None or not connection.usable():  # closed, worn, draining: a fresh one
+                connection = self.connection = WireGrpcConnection.shared(self.url)
+            seconds, message, _, error = connection.infer(self.bodies[index], self.timeout)
+        except LoadTestError as exc:
+            self.report(time.perf_counter() - start, 0, exc)
+            return
+        exception: BaseException | None = None
+        if error is not None or message is None:
+            exception = TritonInferenceError(error or "empty answer")
+        else:
+            try:
+                response = parse_answer(message)
+                got = {
+                    out.name: (out.datatype, tuple(out.shape), response.raw_output_contents[i])
+                    for i, out in enumerate(response.outputs)
+                }
+                problem = check_outputs(self.payload_set.payloads[index].checks, got)
+            except Exception as exc:  # an answer that does not even parse is a wrong answer
+                problem = f"answer does not parse as ModelInferResponse: {exc}"
+            if problem:
+                exception = WrongAnswerError(problem)
+        self.report(seconds, len(message or b""), exception)
+
+
+#: request bodies per payload set (id), shared by the users of a process
+_BODIES: dict[int, list[bytes]] = {}
+
+
 class TritonUser(User):
-    """What both users share: model, addresses, payloads drawn by the batch mix, event reporting."""
+    """What both users share: model, addresses, payloads drawn by the batch mix, a client per user."""
 
     abstract = True
     wait_time = constant(0)
@@ -67,7 +279,7 @@ class TritonUser(User):
     payload_source: ClassVar[str] = "auto"
     payloads_per_batch: ClassVar[int] = 4
     seed: ClassVar[int] = 0
-    #: seconds a request may take before it counts as failed
+    #: seconds a request may take before it counts as failed (sent as gRPC's ``grpc-timeout``)
     request_timeout: ClassVar[float] = 60.0
     protocol: ClassVar[str] = ""
     #: the model's spec as JSON (``ModelSpec.to_json``); read from the server when left ``None``
@@ -84,6 +296,11 @@ class TritonUser(User):
         self.payload_set = self.shared_payloads()
         self.spec: ModelSpec = self.payload_set.spec
         self.request_name = self.spec.label
+        self.client: InferClient = self.make_client()
+
+    def make_client(self) -> InferClient:
+        """The user's client (each concrete protocol's)."""
+        raise NotImplementedError
 
     @classmethod
     def shared_payloads(cls) -> PayloadSet:
@@ -114,124 +331,49 @@ class TritonUser(User):
                 )
             return _PAYLOADS[key]
 
-    def report(self, seconds: float, length: int, exception: BaseException | None) -> None:
-        self.environment.events.request.fire(
-            request_type=self.protocol,
-            name=self.request_name,
-            response_time=seconds * 1000.0,
-            response_length=length,
-            exception=exception,
-            context={},
-        )
+    @task
+    def infer(self) -> None:
+        self.client.infer(self.payload_set.pick(self.rng))
+
+    def on_stop(self) -> None:
+        self.client.close()
 
 
 class TritonHttpUser(TritonUser):
     """A user calling Triton's HTTP/REST endpoint (KServe v2, binary tensor extension).
 
-    ``http_transport`` ``lean`` (default): request bodies are encoded once per payload by
-    ``tritonclient.http`` and posted with geventhttpclient (the HTTP library under
-    ``tritonclient.http``) on one keep-alive connection per user; answers are read as their JSON
-    header plus raw output bytes. ``tritonclient``: every request through
-    ``tritonclient.http.InferenceServerClient.infer``, as applications call it (about 1.5x the CPU
-    per request, see ``docs/benchmarks.md``).
+    ``http_transport`` ``lean`` (default): :class:`HttpLeanClient`; ``tritonclient``:
+    :class:`HttpTritonClient` (about 1.5x the CPU per request, see ``docs/benchmarks.md``).
     """
 
     abstract = True
     protocol = "http"
     http_transport: ClassVar[str] = os.environ.get("TRITONKIT_HTTP_TRANSPORT", "lean")
 
-    def on_start(self) -> None:
-        import tritonclient.http as httpclient
-
-        from tritonkit.loadtest.payloads import http_request
-
-        if self.http_transport not in ("lean", "tritonclient"):
+    def make_client(self) -> InferClient:
+        if self.http_transport not in HTTP_TRANSPORTS:
             raise LoadTestError(f"HTTP transport {self.http_transport!r}: expected lean or tritonclient")
-        self.client = httpclient.InferenceServerClient(
-            self.http_url, connection_timeout=self.request_timeout, network_timeout=self.request_timeout
-        )
-        self._path = f"/v2/models/{urllib.parse.quote(self.spec.name)}/versions/{self.spec.version}/infer"
-        # Inputs are encoded once per payload: the hot path only sends bytes and reads answers.
-        self._requests = []
-        for payload in self.payload_set.payloads:
-            inputs, outputs, body, json_size = http_request(payload)
-            headers = {
-                "Content-Type": "application/octet-stream",
-                "Inference-Header-Content-Length": str(json_size),
-            }
-            self._requests.append((inputs, outputs, payload, body, headers))
-        if self.http_transport == "lean":
-            from geventhttpclient import HTTPClient
+        client = HttpLeanClient if self.http_transport == "lean" else HttpTritonClient
+        return client(self.environment, self.http_url, self.payload_set, self.request_timeout)
 
-            host, _, port = self.http_url.rpartition(":")
-            self._http = HTTPClient(
-                host,
-                int(port),
-                concurrency=1,
-                connection_timeout=self.request_timeout,
-                network_timeout=self.request_timeout,
-            )
 
-    def on_stop(self) -> None:
-        self.client.close()
-        if self.http_transport == "lean":
-            self._http.close()
+class TritonGrpcUser(TritonUser):
+    """A user whose requests travel over gRPC: :class:`GrpcClient` on the ``wire`` transport.
 
-    @task
-    def infer(self) -> None:
-        if self.http_transport == "tritonclient":
-            self._infer_tritonclient()
-            return
-        _, _, payload, body, headers = self._requests[self.payload_set.pick(self.rng)]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
-            response = self._http.request("POST", self._path, body=body, headers=headers)
-            data = response.read()
-            seconds = time.perf_counter() - start
-            length = len(data)
-            if response.status_code != 200:
-                exception = TritonInferenceError(_http_error(data, response.status_code))
-            else:
-                header_length = response.get("Inference-Header-Content-Length")
-                got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
-                problem = check_outputs(payload.checks, got)
-                if problem:
-                    exception = WrongAnswerError(problem)
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+    ``wire``: gRPC's unary calls framed by hand on one HTTP/2 connection per process, driven by
+    the gevent hub (:mod:`tritonkit.loadtest.transports.wire`). It is the one gRPC transport: the
+    ``h2`` library's state machine was slower and stalled when SETTINGS grew the window, and the
+    grpcio child process (``engine``) leaned on grpcio's private API and a blocking pipe.
+    """
 
-    def _infer_tritonclient(self) -> None:
-        from tritonclient.utils import InferenceServerException
+    abstract = True
+    protocol = "grpc"
+    grpc_transport: ClassVar[str] = os.environ.get("TRITONKIT_GRPC_TRANSPORT", "wire")
 
-        inputs, outputs, payload, _, _ = self._requests[self.payload_set.pick(self.rng)]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
-            result = self.client.infer(
-                self.spec.name, inputs, model_version=self.spec.version, outputs=outputs
-            )
-            seconds = time.perf_counter() - start
-            response = result.get_response()
-            got = {}
-            for out in response.get("outputs", []):
-                array = result.as_numpy(out["name"])
-                length += int(array.nbytes) if array is not None else 0
-                got[out["name"]] = (out["datatype"], out["shape"], array if array is not None else b"")
-            problem = check_outputs(payload.checks, got)
-            if problem:
-                exception = WrongAnswerError(problem)
-        except InferenceServerException as exc:
-            seconds = time.perf_counter() - start
-            exception = TritonInferenceError(exc.message() or str(exc))
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+    def make_client(self) -> InferClient:
+        if self.grpc_transport not in GRPC_TRANSPORTS:
+            raise LoadTestError(f"gRPC transport {self.grpc_transport!r}: expected wire")
+        return GrpcClient(self.environment, self.grpc_url, self.payload_set, self.request_timeout)
 
 
 def _http_error(data: bytes, status: int) -> str:
@@ -262,99 +404,3 @@ def _http_outputs(data: bytes, header_length: str | None) -> dict[str, tuple[str
             raw = np.asarray(out.get("data", []), dtype=dtype) if dtype is not None else b""
         got[out["name"]] = (out["datatype"], out["shape"], raw)
     return got
-
-
-class TritonGrpcUser(TritonUser):
-    """A user whose requests travel over gRPC, by one of three transports (``grpc_transport``).
-
-    ``wire`` (default): gRPC's unary calls framed by hand on one HTTP/2 connection per process,
-    driven by the gevent hub (:mod:`.grpc_wire`); the leanest. ``h2``: the same over the ``h2``
-    library's state machine (:mod:`.grpc_h2`). ``engine``: grpcio's ``grpc.aio`` in a gevent-free
-    child process per Locust process (:mod:`.grpc_engine`), which also validates; the Locust
-    process only exchanges small frames with it. With ``wire`` and ``h2`` answers are parsed and
-    validated here.
-    """
-
-    abstract = True
-    protocol = "grpc"
-    grpc_transport: ClassVar[str] = os.environ.get("TRITONKIT_GRPC_TRANSPORT", "wire")
-    #: engine processes per Locust process (``engine`` transport; users are spread over them)
-    engines: ClassVar[int] = int(os.environ.get("TRITONKIT_GRPC_ENGINES", "1"))
-
-    def on_start(self) -> None:
-        bodies = _BODIES.get(id(self.payload_set))
-        if bodies is None:
-            bodies = _BODIES[id(self.payload_set)] = [
-                request_body(self.spec.name, self.spec.version, p.inputs, [c.name for c in p.checks])
-                for p in self.payload_set.payloads
-            ]
-        self.bodies = bodies
-        if self.grpc_transport == "engine":
-            self.engine = GrpcEngineClient.shared(self.grpc_url, self.engines)
-            key = (id(self.engine), id(self.payload_set))
-            registered = _REGISTERED.get(key)
-            if registered is None or registered[0] is not self.engine:
-                ids = [
-                    self.engine.add_payload(b, p.checks)
-                    for b, p in zip(bodies, self.payload_set.payloads, strict=True)
-                ]
-                registered = _REGISTERED[key] = (self.engine, ids)
-            self.payload_ids = registered[1]
-        elif self.grpc_transport == "wire":
-            self.connection: WireGrpcConnection | H2GrpcConnection = WireGrpcConnection.shared(self.grpc_url)
-        elif self.grpc_transport == "h2":
-            self.connection = H2GrpcConnection.shared(self.grpc_url)
-        else:
-            raise LoadTestError(f"gRPC transport {self.grpc_transport!r}: expected wire, h2 or engine")
-
-    @task
-    def infer(self) -> None:
-        index = self.payload_set.pick(self.rng)
-        if self.grpc_transport == "engine":
-            self._infer_engine(index)
-            return
-        start = time.perf_counter()
-        try:
-            if not self.connection.usable():  # closed (the server went away) or worn: a fresh one
-                self.connection = type(self.connection).shared(self.grpc_url)
-            seconds, message, error = self.connection.infer(self.bodies[index], self.request_timeout)
-        except LoadTestError as exc:
-            self.report(time.perf_counter() - start, 0, exc)
-            return
-        exception: BaseException | None = None
-        if error is not None or message is None:
-            exception = TritonInferenceError(error or "empty answer")
-        else:
-            try:
-                response = parse_answer(message)
-                got = {
-                    out.name: (out.datatype, tuple(out.shape), response.raw_output_contents[i])
-                    for i, out in enumerate(response.outputs)
-                }
-                problem = check_outputs(self.payload_set.payloads[index].checks, got)
-            except Exception as exc:  # an answer that does not even parse is a wrong answer
-                problem = f"answer does not parse as ModelInferResponse: {exc}"
-            if problem:
-                exception = WrongAnswerError(problem)
-        self.report(seconds, len(message or b""), exception)
-
-    def _infer_engine(self, index: int) -> None:
-        start = time.perf_counter()
-        try:
-            seconds, length, error = self.engine.infer(self.payload_ids[index], self.request_timeout)
-        except LoadTestError as exc:
-            self.report(time.perf_counter() - start, 0, exc)
-            return
-        exception: BaseException | None = None
-        if error is not None:
-            # Triton's own text; the engine's validation problems read "output ... expected ...".
-            exception = (
-                WrongAnswerError(error)
-                if error.startswith(("output `", "wrong outputs"))
-                else TritonInferenceError(error)
-            )
-        self.report(seconds, length, exception)
-
-
-_BODIES: dict[int, list[bytes]] = {}
-_REGISTERED: dict[tuple[int, int], tuple[GrpcEngineClient, list[int]]] = {}

@@ -1,14 +1,16 @@
-"""What the two in-process gRPC transports share: one socket driven by the gevent hub, and gRPC's answers.
+"""The gevent side of the gRPC transport: one socket driven by the gevent hub, and gRPC's answers.
 
-Owns, for :mod:`.grpc_wire` (HTTP/2 framed by hand) and :mod:`.grpc_h2` (the ``h2`` state machine):
-connecting; the per-process shared connection; the hub side of the socket (request frames queued
-during one loop turn leave in one ``send``, a write watcher only while the kernel's buffer is
-full, one read watcher that hands received bytes to the subclass's HTTP/2 reader); a user
-greenlet's wait for its stream, with a timeout that cancels the stream; reading a finished
-stream's gRPC status, message and body (``PROTOCOL-HTTP2.md``: a 5-byte prefix per message, the
-status in ``grpc-status`` / ``grpc-message`` trailers or in a trailers-only answer); and dying with
-a reason that every waiting user gets. Subclasses own HTTP/2: opening streams, sending bodies under
-flow control, and parsing frames into :meth:`HubConnection._finish` / ``_fail`` / ``_die`` calls.
+Owns, for :mod:`.wire` (HTTP/2 framed by hand): the result type and the transport protocol every
+user-facing client relies on (:class:`GrpcResult`, :class:`GrpcTransport`); connecting; the
+per-process shared connection; the hub side of the socket (frames queued during one loop turn
+leave in one ``send``, a write watcher only while the kernel's buffer is full, one read watcher
+that hands received bytes to the subclass's HTTP/2 reader; on close, queued frames leave before
+the socket closes); a user greenlet's wait for its stream, with a timeout that gives the stream
+up; reading a finished stream's gRPC status, message and body (gRPC's ``PROTOCOL-HTTP2.md``: a
+5-byte prefix per message, the status in ``grpc-status`` / ``grpc-message`` trailers or in a
+trailers-only answer, status names from ``grpc.StatusCode``); and dying with a reason that every
+waiting user gets. The subclass owns HTTP/2: opening streams, sending under flow control and the
+peer's stream limit, and parsing frames into :meth:`HubConnection._finish` / ``_fail`` / ``_die``.
 """
 
 from __future__ import annotations
@@ -17,46 +19,93 @@ import contextlib
 import socket
 import time
 import urllib.parse
-from typing import Any, ClassVar, TypeVar
+from collections import deque
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
+from gevent import Timeout
 from gevent.hub import Waiter, get_hub
+from gevent.lock import BoundedSemaphore
 
 from tritonkit.errors import LoadTestError
 
-__all__ = ["PATH", "GrpcResult", "HubConnection", "Stream", "parse_answer"]
+__all__ = [
+    "PATH",
+    "GrpcResult",
+    "GrpcTransport",
+    "HubConnection",
+    "Stream",
+    "parse_answer",
+    "status_name",
+]
 
-#: The unary RPC both transports call.
+#: The unary RPC the transport calls.
 PATH = "/inference.GRPCInferenceService/ModelInfer"
-_STATUS_NAMES = {
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    8: "RESOURCE_EXHAUSTED",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-}
+#: gRPC status codes the transport itself produces (the rest come from the server's trailers).
+OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = 0, 1, 2, 4, 8
+PERMISSION_DENIED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, UNAUTHENTICATED = 7, 12, 13, 14, 16
+#: An HTTP status without gRPC status, as gRPC maps it (``http-grpc-status-mapping.md``).
+_HTTP_STATUS = {400: INTERNAL, 401: UNAUTHENTICATED, 403: PERMISSION_DENIED, 404: UNIMPLEMENTED}
+_HTTP_STATUS.update(dict.fromkeys((429, 502, 503, 504), UNAVAILABLE))
+_STATUS_NAMES: dict[int, str] = {}
 
-#: (seconds, response message bytes or None, error text or None)
-GrpcResult = tuple[float, bytes | None, str | None]
 
+def status_name(code: int) -> str:
+    """gRPC's name of a status code (``grpc.StatusCode``), e.g. ``DATA_LOSS`` for 15."""
+    if not _STATUS_NAMES:
+        import grpc
+
+        _STATUS_NAMES.update({c.value[0]: c.name for c in grpc.StatusCode})
+    return _STATUS_NAMES.get(code, f"gRPC status {code}")
+
+
+class GrpcResult(NamedTuple):
+    """One finished call: its time, the answer's message (``None`` on failure), status and error."""
+
+    seconds: float
+    message: bytes | None
+    status: int  # gRPC status code; 0 (OK) exactly when ``message`` is set
+    error: str | None  # the server's ``grpc-message``, or the status name when it sent none
+
+
+class GrpcTransport(Protocol):
+    """What a gRPC client needs of a transport: unary calls, health, closing."""
+
+    def infer(self, message: bytes, timeout: float | None = None) -> GrpcResult:
+        """Send one serialized ``ModelInferRequest``; wait cooperatively for its result.
+
+        Raises the transport's :class:`LoadTestError` when the connection fails or the timeout
+        passes; a call the server never processed (GOAWAY, REFUSED_STREAM) is sent again on a
+        fresh connection, not failed.
+        """
+
+    def usable(self) -> bool:
+        """Whether new calls may use this connection."""
+
+    def close(self) -> None:
+        """Close the connection; calls still waiting fail."""
+
+
+_CONNECTING = BoundedSemaphore()
+#: builds a result without NamedTuple's Python-level ``__new__`` (the answer path runs per request)
+_result = tuple.__new__
 C = TypeVar("C", bound="HubConnection")
 
 
 class Stream:
-    """One request in flight: who waits for it, what is left to send, what has arrived."""
+    """One call: who waits for it, its header block, what is left to send, what has arrived."""
 
-    __slots__ = ("body", "data", "headers", "start", "waiter", "window")
+    __slots__ = ("block", "body", "data", "done", "headers", "id", "start", "waiter", "window")
 
-    def __init__(self, waiter: Waiter[GrpcResult], body: bytes, window: int = 0) -> None:
-        self.waiter = waiter
+    def __init__(self, waiter: Waiter[GrpcResult | None], body: bytes, block: bytes) -> None:
+        self.waiter = waiter  # gets the result, or None: send the call again on a fresh connection
+        self.block = block  # HPACK header block of the request
         self.body = body  # request bytes not sent yet (flow control may hold them back)
-        self.window = window  # how much more the server lets us send on this stream (grpc_wire)
+        self.id = 0  # 0 while queued behind the peer's SETTINGS_MAX_CONCURRENT_STREAMS
+        self.window = 0  # how much more the server lets us send on this stream
         self.data = bytearray()
         self.headers: dict[bytes, bytes] = {}
         self.start = time.perf_counter()
+        self.done = False
 
 
 def grpc_body(message: bytes) -> bytes:
@@ -73,16 +122,22 @@ class HubConnection:
 
     @classmethod
     def shared(cls: type[C], url: str) -> C:
-        """The process's connection to ``url``, opened again once it died or wore out."""
+        """The process's connection to ``url``, opened again once it died, wore out or drains."""
         connection = HubConnection._shared.get((cls, url))
-        if not isinstance(connection, cls) or not connection.usable():
-            if isinstance(connection, cls):
-                connection.retire()
-            connection = cls(url)
-            HubConnection._shared[(cls, url)] = connection
-        return connection
+        if isinstance(connection, cls) and connection.usable():
+            return connection
+        # One greenlet connects; the others (a GOAWAY wakes many at once) wait for its connection.
+        with _CONNECTING:
+            connection = HubConnection._shared.get((cls, url))
+            if not isinstance(connection, cls) or not connection.usable():
+                if isinstance(connection, cls):
+                    connection.retire()
+                connection = cls(url)
+                HubConnection._shared[(cls, url)] = connection
+            return connection
 
     def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
         host, _, port = url.rpartition(":")
         try:
             self._sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
@@ -92,6 +147,7 @@ class HubConnection:
         self._sock.setblocking(False)
         self.closed: str | None = None
         self._streams: dict[int, Stream] = {}
+        self._pending: deque[Stream] = deque()  # calls not sent yet (the peer's stream limit)
         self._outgoing = bytearray()
         self._flush_scheduled = False
         self._retiring = False
@@ -106,34 +162,43 @@ class HubConnection:
 
     def usable(self) -> bool:
         """Whether new requests may use this connection (subclasses add their limits)."""
-        return self.closed is None
+        return self.closed is None and not self._retiring
 
     def retire(self) -> None:
-        """Close once the streams in flight have finished (a worn connection being replaced)."""
+        """Close once the calls in flight have finished (a worn or drained connection being replaced)."""
         self._retiring = True
-        if not self._streams:
+        if not self._busy():
             self.close()
+
+    def _busy(self) -> bool:
+        return bool(self._streams or self._pending)
 
     def close(self) -> None:
         raise NotImplementedError
 
     # --- user side ---------------------------------------------------------------------------
-    def _wait(self, stream_id: int, waiter: Waiter[GrpcResult], timeout: float | None) -> GrpcResult:
-        """Wait cooperatively for the stream's answer; a stream given up on is cancelled on the server."""
-        import gevent
-
+    def _wait(self, stream: Stream, timeout: float | None) -> GrpcResult | None:
+        """Wait cooperatively for the stream's answer; a stream given up on is cancelled."""
         self._schedule_flush()
+        timer = Timeout(timeout)  # the error is built only when it fires (the usual call needs none)
+        timer.start()
         try:
-            with gevent.Timeout(timeout, self.error(f"no answer from Triton within {timeout} s")):
-                result: GrpcResult = waiter.get()
-                return result
+            result: GrpcResult | None = stream.waiter.get()
+            return result
+        except Timeout as fired:
+            if fired is not timer:
+                raise
+            raise self.error(f"no answer from Triton within {timeout} s") from None
         finally:
-            if self._forget(stream_id) is not None and self.closed is None:
-                with contextlib.suppress(Exception):  # given up (timeout, user stopped)
-                    self._cancel(stream_id)
+            timer.close()
+            if not stream.done and self.closed is None:  # given up (timeout, user stopped)
+                stream.done = True
+                with contextlib.suppress(Exception):
+                    self._give_up(stream)
                     self._schedule_flush()
 
-    def _cancel(self, stream_id: int) -> None:
+    def _give_up(self, stream: Stream) -> None:
+        """Forget a stream nobody waits for any more (and tell the server)."""
         raise NotImplementedError
 
     # --- hub side: the socket ------------------------------------------------------------------
@@ -159,7 +224,25 @@ class HubConnection:
 
     def _on_writable(self) -> None:
         self._writer.stop()
-        self._flush()
+        if self.closed is None:
+            self._flush()
+        else:
+            self._drain()
+
+    def _drain(self) -> None:
+        """A closed connection: send what is still queued (its GOAWAY last), then close the socket."""
+        try:
+            sent = self._sock.send(self._outgoing) if self._outgoing else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._outgoing.clear()
+        del self._outgoing[:sent]
+        if self._outgoing:
+            self._writer.start(self._on_writable)
+        else:
+            with contextlib.suppress(OSError):
+                self._sock.close()
 
     def _on_readable(self) -> None:
         try:
@@ -167,10 +250,10 @@ class HubConnection:
         except BlockingIOError:
             return
         except OSError as exc:
-            self._die(f"the HTTP/2 connection to Triton failed: {exc}")
+            self._die(f"the HTTP/2 connection to Triton failed: {exc}", resend_queued=True)
             return
         if not data:
-            self._die("Triton closed the HTTP/2 connection")
+            self._die("Triton closed the HTTP/2 connection", resend_queued=True)
             return
         self._on_data(data)
 
@@ -182,9 +265,16 @@ class HubConnection:
     def _forget(self, stream_id: int) -> Stream | None:
         """Drop a stream; a retiring connection closes after its last one (once the hub gets to it)."""
         stream = self._streams.pop(stream_id, None)
-        if stream is not None and self._retiring and not self._streams:
-            self._hub.loop.run_callback(self.close)
+        if stream is not None:
+            stream.done = True
+            if self._pending:
+                self._open_pending()
+            if self._retiring and not self._busy():
+                self._hub.loop.run_callback(self.close)
         return stream
+
+    def _open_pending(self) -> None:
+        """A stream closed: room for calls queued behind the peer's stream limit (subclass)."""
 
     def _finish(self, stream_id: int) -> None:
         """The stream ended: wake its user with the answer or Triton's error."""
@@ -197,43 +287,80 @@ class HubConnection:
         if status == b"0":
             data = stream.data
             if len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
-                stream.waiter.switch(
-                    (seconds, None, "malformed gRPC answer (expected one uncompressed message)")
-                )
+                problem = "malformed gRPC answer (expected one uncompressed message)"
+                stream.waiter.switch(_result(GrpcResult, (seconds, None, INTERNAL, problem)))
             else:
-                stream.waiter.switch((seconds, bytes(data[5:]), None))
+                stream.waiter.switch(_result(GrpcResult, (seconds, bytes(data[5:]), OK, None)))
             return
         message = urllib.parse.unquote(headers.get(b"grpc-message", b"").decode(errors="replace"))
         if not status:
-            http_status = headers.get(b":status", b"?").decode()
+            http_status = headers.get(b":status", b"?").decode(errors="replace")
+            code = _HTTP_STATUS.get(int(http_status) if http_status.isdigit() else 0, UNKNOWN)
             message = message or f"no grpc-status in Triton's answer (HTTP status {http_status})"
         else:
-            code = int(status) if status.isdigit() else -1
-            message = message or _STATUS_NAMES.get(code, f"gRPC status {status.decode(errors='replace')}")
-        stream.waiter.switch((seconds, None, message))
+            code = int(status) if status.isdigit() else UNKNOWN
+            message = message or status_name(code)
+        stream.waiter.switch(_result(GrpcResult, (seconds, None, code, message)))
 
-    def _fail(self, stream_id: int, reason: str) -> None:
+    def _fail(self, stream_id: int, code: int, reason: str) -> None:
         stream = self._forget(stream_id)
         if stream is not None:
-            stream.waiter.switch((time.perf_counter() - stream.start, None, reason))
+            stream.waiter.switch(
+                _result(GrpcResult, (time.perf_counter() - stream.start, None, code, reason))
+            )
 
-    def _die(self, reason: str) -> None:
-        """The connection is unusable: close it and fail every waiting stream with ``reason``."""
+    def _resend(self, streams: list[Stream]) -> None:
+        """Calls the server never processed: their users send them again on a fresh connection."""
+        for stream in streams:
+            stream.done = True
+
+        def wake() -> None:  # from the hub, after the current frame's work
+            for stream in streams:
+                stream.waiter.switch(None)
+
+        if streams:
+            self._hub.loop.run_callback(wake)
+
+    def _queued(self) -> list[Stream]:
+        """Take the calls not sent yet (those behind the peer's stream limit)."""
+        queued = list(self._pending)
+        self._pending.clear()
+        return queued
+
+    def _die(self, reason: str, *, linger: bool = False, resend_queued: bool = False) -> None:
+        """The connection is unusable: close it and fail every waiting stream with ``reason``.
+
+        ``linger``: frames already queued (a GOAWAY last) still leave before the socket closes.
+        ``resend_queued``: calls never sent are sent again on a fresh connection, not failed.
+        """
         if self.closed is not None:
             return
         self.closed = reason
         self._reader.stop()
         self._writer.stop()
-        with contextlib.suppress(OSError):
-            self._sock.close()
-        streams, self._streams = self._streams, {}
+        streams = list(self._streams.values())
+        self._streams = {}
+        queued = self._queued()
+        if resend_queued:
+            self._resend(queued)
+        else:
+            streams += queued
+        for stream in streams:
+            stream.done = True
+        if linger:
+            self._drain()
+        else:
+            self._outgoing.clear()
+            with contextlib.suppress(OSError):
+                self._sock.close()
         error = self.error
 
         def fail() -> None:  # Waiter.throw only from the hub
-            for stream in streams.values():
+            for stream in streams:
                 stream.waiter.throw(error(reason))
 
-        self._hub.loop.run_callback(fail)
+        if streams:
+            self._hub.loop.run_callback(fail)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
