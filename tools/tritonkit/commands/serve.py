@@ -1,4 +1,11 @@
-"""``tritonkit serve``: run the embedded Triton server in the foreground until SIGINT/SIGTERM."""
+"""``tritonkit serve``: run the embedded Triton server in the foreground until SIGINT/SIGTERM.
+
+While it runs it watches what Triton does not: the server process, and the python stub of every
+model (Triton keeps answering ready after a stub died while every call to that model fails).
+On either failure it restarts the server on the same ports (``--max-restarts``, readiness is
+false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor
+(systemd, Kubernetes) restarts it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer
+from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer, ServerOptionError
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
@@ -36,11 +43,19 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         help="comma-separated API groups behind the admin key ('' for none; default %(default)s)",
     )
     parser.add_argument("--admin-key", help="key for restricted APIs (default: random, printed at start)")
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restart a crashed server or one with a dead model stub up to N times (default 0: exit 1)",
+    )
     parser.add_argument("--triton-arg", action="append", default=[], help="extra tritonserver argument")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_restarts < 0:
+        raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
     server = EmbeddedServer(
         args.repo,
         http_port=args.http_port,
@@ -75,11 +90,27 @@ def run(args: argparse.Namespace) -> int:
                 f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}",
                 flush=True,
             )
+        restarts = 0
         while not stop.wait(0.5):
-            if not server.is_running():
-                tail = " | ".join(server.tail(3))
-                print(f"tritonkit serve: error: tritonserver exited unexpectedly: {tail}", file=sys.stderr)
+            problems = server.problems()
+            if not problems:
+                continue
+            if server.is_running():
+                detail = "; ".join(problems)
+            else:
+                detail = f"tritonserver exited unexpectedly: {' | '.join(server.tail(3))}"
+            if restarts >= args.max_restarts:
+                print(f"tritonkit serve: error: {detail}", file=sys.stderr, flush=True)
                 return 1
+            restarts += 1
+            print(
+                f"tritonkit serve: restarting ({restarts}/{args.max_restarts}): {detail}",
+                file=sys.stderr,
+                flush=True,
+            )
+            server.stop()
+            server.start()
+            print(f"tritonkit serve: ready again  http={server.http_url}", flush=True)
         print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
         code = server.stop()
         return 0 if code in (0, None, -signal.SIGTERM) else 1

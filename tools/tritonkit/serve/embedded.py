@@ -41,18 +41,51 @@ from tritonkit.errors import (
     ServerNotInstalledError,
     ServerStartTimeoutError,
 )
+from tritonkit.serve.process import (
+    Stub,
+    forget,
+    hide_in_cmdline,
+    reap_orphan_stubs,
+    record_regions,
+    remove_stale_regions,
+    spawn,
+    stubs_of,
+)
 
 __all__ = [
     "ADMIN_HEADER",
     "DEFAULT_RESTRICTED_APIS",
+    "KNOWN_APIS",
     "EmbeddedServer",
+    "ServerOptionError",
     "TritonInstall",
     "find_triton",
     "free_port",
 ]
 
 #: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
-DEFAULT_RESTRICTED_APIS: tuple[str, ...] = ("model-repository", "trace", "logging")
+#: ``shared-memory``: a caller could register any ``/dev/shm`` region of this user as an output (the
+#: python stubs' own regions included, whose names ``ps`` shows) and have Triton overwrite it.
+#: ``statistics``: per-model traffic and timings; tritonkit's load-test report reads Prometheus metrics.
+DEFAULT_RESTRICTED_APIS: tuple[str, ...] = (
+    "model-repository",
+    "shared-memory",
+    "statistics",
+    "trace",
+    "logging",
+)
+#: Every API group Triton 2.51 accepts in ``--http-restricted-api``/``--grpc-restricted-protocol``.
+KNOWN_APIS: tuple[str, ...] = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
 #: Header that carries the key for restricted APIs.
 ADMIN_HEADER = "tritonkit-admin-key"
 
@@ -61,6 +94,10 @@ _LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<versi
 _POLL_FAILURE = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$")
 #: Start-up noise on machines without a GPU or DCGM; never the reason a start failed.
 _NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")
+#: The python backend logs this and then waits for a stub that already exited (a hang, not an exit).
+_STUB_FAILURE = re.compile(
+    r"Failed to preinitialize Python stub: (?P<reason>.*?)(?: in '(?P<path>[^']+)')?\s*$"
+)
 _POLL_INTERVAL_S = 0.1
 
 
@@ -104,14 +141,13 @@ def _prepare_backends(install: TritonInstall) -> Path:
     The wheel's own folder is left untouched (it may be read-only or shared by several venvs);
     the private copy is keyed by the stub so different Python versions never collide.
     """
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(str(install.stub.resolve()).encode()).hexdigest()[:12]
     key = f"py{sys.version_info.major}{sys.version_info.minor}-{digest}"
-    backends = cache_home / "tritonkit" / f"backends-{key}"
+    backends = _cache_home() / f"backends-{key}"
     python_dir = backends / "python"
     if (python_dir / "triton_python_backend_stub").exists():
         return backends
-    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(cache_home / "tritonkit")))
+    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(_cache_home())))
     (staging / "python").mkdir()
     for entry in install.python_backend.iterdir():
         if entry.name != "__pycache__":
@@ -124,6 +160,15 @@ def _prepare_backends(install: TritonInstall) -> Path:
     except OSError:  # another process prepared it first
         shutil.rmtree(staging, ignore_errors=True)
     return backends
+
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonkit"
+
+
+def _state_dir() -> Path:
+    """Where running servers record their stubs' ``/dev/shm`` regions (see ``process.py``)."""
+    return _cache_home() / "servers"
 
 
 def _mkdirs(path: Path) -> Path:
@@ -152,6 +197,29 @@ def _check_port(host: str, port: int, role: str) -> None:
             ) from None
 
 
+class ServerOptionError(ServerError):
+    """An :class:`EmbeddedServer` option is out of range (a usage error: exit code 2)."""
+
+    exit_code = 2
+
+
+def _check_options(
+    ports: dict[str, int | None], exit_timeout: int, startup_timeout: float, apis: Sequence[str]
+) -> None:
+    for role, port in ports.items():
+        if port is not None and not 1 <= port <= 65535:
+            raise ServerOptionError(f"{role} port must be 1-65535, given {port}")
+    if exit_timeout < 0:
+        raise ServerOptionError(f"exit timeout must be 0 or more seconds, given {exit_timeout}")
+    if not startup_timeout > 0:
+        raise ServerOptionError(f"startup timeout must be more than 0 seconds, given {startup_timeout:g}")
+    unknown = [api for api in apis if api not in KNOWN_APIS]
+    if unknown:
+        raise ServerOptionError(
+            f"unknown restricted API {', '.join(map(repr, unknown))}; expected some of {', '.join(KNOWN_APIS)}"
+        )
+
+
 class EmbeddedServer:
     """Run ``tritonserver`` on a model repository; a context manager.
 
@@ -160,8 +228,13 @@ class EmbeddedServer:
 
     Ports left as ``None`` are picked free. Listeners bind ``host`` (loopback by default).
     Defaults follow Triton's secure-deployment guide: ``--model-control-mode=none``, strict
-    readiness, auto-complete disabled, and the model-repository, trace and logging APIs restricted
-    behind the ``tritonkit-admin-key`` header (:attr:`admin_key`). Every one of them can be changed.
+    readiness, auto-complete disabled, and the model-repository, shared-memory, statistics, trace
+    and logging APIs restricted behind the ``tritonkit-admin-key`` header (:attr:`admin_key`).
+    Every one of them can be changed.
+
+    The server is bound to this process: it gets SIGTERM when the process dies (when started from
+    the main thread), and a start first reaps the python stubs and ``/dev/shm`` regions a crashed
+    earlier server left behind. :meth:`problems` tells when a model's stub has died.
     """
 
     def __init__(
@@ -185,6 +258,12 @@ class EmbeddedServer:
         metrics: bool = True,
         extra_args: Sequence[str] = (),
     ) -> None:
+        _check_options(
+            {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
+            exit_timeout,
+            startup_timeout,
+            restricted_apis,
+        )
         self.repo = Path(repo).resolve()
         self.host = host
         self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -202,6 +281,10 @@ class EmbeddedServer:
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
         self.log_file = Path(log_file) if log_file is not None else None
         self._process: subprocess.Popen[bytes] | None = None
+        self._stubs: list[Stub] = []
+        self._stub_file: Path | None = None
+        #: Whether ``ps`` no longer shows the admin key in the server's command line.
+        self.key_hidden = False
 
     # --- addresses --------------------------------------------------------------------------
     def _port(self, role: str) -> int:
@@ -311,31 +394,73 @@ class EmbeddedServer:
             self.log_file = Path(self._log_dir.name) / "tritonserver.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
+        self.reap()
         with open(self.log_file, "wb") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(),
-                cwd=self.repo,
-                start_new_session=True,  # Ctrl-C in a terminal must not reach Triton before we stop it
-            )
+            self._process = spawn(command, log=log, env=self._environment(), cwd=self.repo)
         try:
+            if self.restricted_apis:
+                log_file = self.log_file
+                # Triton logs its first line after parsing its options: the key bytes are unused then.
+                self.key_hidden = hide_in_cmdline(
+                    self._process.pid, self.admin_key, ready=lambda: log_file.stat().st_size > 0
+                )
             self._wait_ready()
         except BaseException:
             self._terminate(grace=5.0)
             raise
+        self._stubs = stubs_of(self._process.pid, self._stub_path())
+        record_regions(_state_dir(), self._process.pid, [stub.region for stub in self._stubs])
         return self
+
+    def _stub_path(self) -> Path:
+        if self._stub_file is None:
+            self._stub_file = _prepare_backends(find_triton()) / "python" / "triton_python_backend_stub"
+        return self._stub_file
+
+    def reap(self) -> list[str]:
+        """Kill the python stubs of crashed tritonkit servers and remove their ``/dev/shm`` regions.
+
+        Only stubs of this private backend folder whose server is gone, and regions recorded for
+        servers no longer running, are touched. Returns what was removed, one line each.
+        """
+        orphans = reap_orphan_stubs(self._stub_path())
+        regions = remove_stale_regions(_state_dir())
+        return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
+
+    def problems(self) -> list[str]:
+        """What makes the running server unable to serve: an exit, or a model's dead python stub.
+
+        Triton keeps answering ``/v2/health/ready`` and model-ready with 200 after a stub dies
+        while every call to that model fails with "Stub process is not healthy"; this is the check
+        Triton lacks. Stubs are compared with those present at readiness, so it is meaningful with
+        ``model_control_mode="none"`` (the default), where models never load or unload later.
+        """
+        if self._process is None:
+            return ["the server is not running"]
+        code = self._process.poll()
+        if code is not None:
+            return [f"tritonserver exited with code {code}"]
+        alive = {stub.pid for stub in stubs_of(self._process.pid, self._stub_path())}
+        return [
+            f"the python stub of model `{stub.model}` (instance {stub.instance}, pid {stub.pid}) died"
+            for stub in self._stubs
+            if stub.pid not in alive
+        ]
 
     def _wait_ready(self) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
         url = f"http://{self.http_url}/v2/health/ready"
+        next_look = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             code = self._process.poll()
             if code is not None:
                 raise self._startup_failure(code)
+            if time.monotonic() > next_look:
+                next_look = time.monotonic() + 0.5
+                stuck = self._stub_failures()
+                if stuck:
+                    raise ModelLoadError(stuck[0])
             with (
                 contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError, OSError),
                 urllib.request.urlopen(url, timeout=1.0) as response,
@@ -372,6 +497,25 @@ class EmbeddedServer:
                 failures.append(f"model directory `{poll['model']}` could not be read by Triton: {reason}")
         return failures
 
+    def _stub_failures(self) -> list[str]:
+        """Stubs that could not start: Triton then waits for them instead of failing the load."""
+        failures = []
+        for line in self._log_lines():
+            match = _STUB_FAILURE.search(line)
+            if match is None:
+                continue
+            where = Path(match["path"] or "")
+            with contextlib.suppress(ValueError):
+                where = where.relative_to(self.repo)
+            if len(where.parts) >= 2 and where.parts[1].isdigit():
+                failures.append(
+                    f"model `{where.parts[0]}` version {where.parts[1]} failed to load: "
+                    f"{match['reason'].strip()} (expected {where})"
+                )
+            else:
+                failures.append(f"a python model failed to load: {match['reason'].strip()} {where}".strip())
+        return failures
+
     def _startup_failure(self, code: int) -> ServerError:
         failures = self._load_failures()
         if failures:
@@ -403,9 +547,19 @@ class EmbeddedServer:
         return process.returncode
 
     def stop(self) -> int | None:
-        """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds."""
+        """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds.
+
+        A server that crashed leaves its python stubs running; they are reaped here.
+        """
+        pid = self.pid
         code = self._terminate(grace=self.exit_timeout + 10.0)
         self._process = None
+        self._stubs = []
+        if pid is not None:
+            if code == 0:
+                forget(_state_dir(), pid)
+            with contextlib.suppress(OSError, ServerError):
+                self.reap()
         return code
 
     def wait(self, timeout: float | None = None) -> int | None:
