@@ -33,25 +33,34 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 _NUMPY_MAJOR = int(np.__version__.split(".")[0])
-_WORD = re.compile(r"\S+")
-#: Characters kept per token of ``max_seq_length`` at most, whatever the words: English averages
-#: about 4-5 characters a token, so only text of absurdly long "words" is cut by this bound.
+_PIECE = re.compile(r"(\s*)(\S+)")
+#: Characters kept per token of ``max_seq_length`` at most: English averages about 4-5 characters
+#: a token, so text within this bound is tokenized untouched.
 _CHARS_PER_TOKEN = 64
+#: Whitespace between words only separates them; a run longer than this is shortened.
+_MAX_SPACE = 8
 
 
 def clip(text, max_tokens):
-    """The prefix of ``text`` that yields the same first ``max_tokens`` tokens, bounded in size.
+    """A short text that yields the same first ``max_tokens`` tokens as ``text``.
 
-    The tokenizer holds about 200 bytes per input character while it works and only truncates
-    afterwards: a 16 MB string took 20 s and 5 GB. Every whitespace-separated word gives at least
-    one token, so the text through the end of the ``max_tokens``-th word holds the first
-    ``max_tokens`` tokens; the character bound caps pathological words.
+    The tokenizer holds about 200 bytes per input character while it works and truncates only
+    afterwards: a 16 MB string took 20 s and 5 GB. Text up to ``max_tokens * 64`` characters is
+    returned as it is. Longer text keeps its first ``max_tokens`` whitespace-separated words (each
+    gives at least one token), whitespace runs shortened to 8 characters, and at most
+    ``max_tokens * 64`` characters in all (a longer "word" is cut there).
     """
-    text = text[: max_tokens * _CHARS_PER_TOKEN]
-    for count, word in enumerate(_WORD.finditer(text), start=1):
-        if count == max_tokens:
-            return text[: word.end()]
-    return text
+    limit = max_tokens * _CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text
+    parts, size = [], 0
+    for count, match in enumerate(_PIECE.finditer(text), start=1):
+        piece = (match[1][:_MAX_SPACE] + match[2])[: limit - size]
+        parts.append(piece)
+        size += len(piece)
+        if count == max_tokens or size >= limit:
+            break
+    return "".join(parts)
 
 
 def _param(params, key, default):
