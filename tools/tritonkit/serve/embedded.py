@@ -6,24 +6,16 @@ choosing and checking ports, the secure-by-default command line, waiting for rea
 Triton's log into one-line errors, and a graceful stop (SIGTERM, in-flight requests finish within
 ``exit_timeout``).
 
-Why the set-up is needed (``shared/docs/ENVIRONMENT.md``): the wheel ships one python-backend stub
-per Python minor version; the stub must sit next to ``libtriton_python.so`` and it embeds the
-system ``libpython``, finding the virtual environment's packages only when the venv's ``bin`` is
-first on ``PATH``.
+Finding the parts is ``install.py``; the log's error lines, ``tritonlog.py``; the processes
+(binding the server to this process, reaping what a crashed one left), ``process.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import importlib.util
 import os
-import re
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,10 +28,16 @@ from types import TracebackType
 
 from tritonkit.errors import (
     ModelLoadError,
-    PortInUseError,
     ServerError,
-    ServerNotInstalledError,
     ServerStartTimeoutError,
+)
+from tritonkit.serve.install import (
+    TritonInstall,
+    check_port,
+    find_triton,
+    free_port,
+    prepare_backends,
+    state_dir,
 )
 from tritonkit.serve.process import (
     Stub,
@@ -51,6 +49,7 @@ from tritonkit.serve.process import (
     spawn,
     stubs_of,
 )
+from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failures
 
 __all__ = [
     "ADMIN_HEADER",
@@ -89,112 +88,7 @@ KNOWN_APIS: tuple[str, ...] = (
 #: Header that carries the key for restricted APIs.
 ADMIN_HEADER = "tritonkit-admin-key"
 
-_INSTALL_HINT = "install it with `pip install 'nvidia-pytriton>=0.7,<0.8'` (or `pip install -e '.[serve]'`)"
-_LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)$")
-_POLL_FAILURE = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$")
-#: Start-up noise on machines without a GPU or DCGM; never the reason a start failed.
-_NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")
-#: The python backend logs this and then waits for a stub that already exited (a hang, not an exit).
-_STUB_FAILURE = re.compile(
-    r"Failed to preinitialize Python stub: (?P<reason>.*?)(?: in '(?P<path>[^']+)')?\s*$"
-)
 _POLL_INTERVAL_S = 0.1
-
-
-@dataclasses.dataclass(frozen=True)
-class TritonInstall:
-    """Where the wheel's server parts live."""
-
-    binary: Path
-    python_backend: Path  # folder holding libtriton_python.so
-    stub: Path  # triton_python_backend_stub for the running Python minor version
-    caches: Path | None
-
-
-def find_triton() -> TritonInstall:
-    """Locate the ``tritonserver`` binary and python backend inside the ``nvidia-pytriton`` wheel."""
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServerNotInstalledError(
-            f"`tritonserver` not found: the `nvidia-pytriton` wheel is missing; {_INSTALL_HINT}"
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
-    binary = root / "bin" / "tritonserver"
-    backend = root / "backends" / "python"
-    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / minor / "triton_python_backend_stub"
-    for what, path in (("tritonserver binary", binary), ("python backend", backend / "libtriton_python.so")):
-        if not path.exists():
-            raise ServerNotInstalledError(f"{what} not found at {path}; {_INSTALL_HINT}")
-    if not stub.exists():
-        have = sorted(p.name for p in (root / "python_backend_stubs").iterdir())
-        raise ServerNotInstalledError(
-            f"no python-backend stub for Python {minor} in nvidia-pytriton; expected one of Python {', '.join(have)}"
-        )
-    caches = root / "caches"
-    return TritonInstall(binary, backend, stub, caches if caches.is_dir() else None)
-
-
-def _prepare_backends(install: TritonInstall) -> Path:
-    """A private ``backends/`` folder: the wheel's python backend plus the stub for this Python.
-
-    The wheel's own folder is left untouched (it may be read-only or shared by several venvs);
-    the private copy is keyed by the stub so different Python versions never collide.
-    """
-    digest = hashlib.sha256(str(install.stub.resolve()).encode()).hexdigest()[:12]
-    key = f"py{sys.version_info.major}{sys.version_info.minor}-{digest}"
-    backends = _cache_home() / f"backends-{key}"
-    python_dir = backends / "python"
-    if (python_dir / "triton_python_backend_stub").exists():
-        return backends
-    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(_cache_home())))
-    (staging / "python").mkdir()
-    for entry in install.python_backend.iterdir():
-        if entry.name != "__pycache__":
-            (staging / "python" / entry.name).symlink_to(entry)
-    # A link, not a copy: the stub finds the wheel's bundled libraries through an $ORIGIN-relative
-    # RPATH, which the kernel resolves from the link's target.
-    (staging / "python" / "triton_python_backend_stub").symlink_to(install.stub)
-    try:
-        staging.rename(backends)
-    except OSError:  # another process prepared it first
-        shutil.rmtree(staging, ignore_errors=True)
-    return backends
-
-
-def _cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonkit"
-
-
-def _state_dir() -> Path:
-    """Where running servers record their stubs' ``/dev/shm`` regions (see ``process.py``)."""
-    return _cache_home() / "servers"
-
-
-def _mkdirs(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _check_port(host: str, port: int, role: str) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR ignores TIME_WAIT leftovers of a server just stopped (tritonserver binds the
-        # same way) but still fails on a port another process is listening on.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise PortInUseError(
-                f"{role} port {port} is already in use on {host}; expected a free port "
-                f"(choose another with --{role}-port, or omit it to pick one)"
-            ) from None
 
 
 class ServerOptionError(ServerError):
@@ -343,7 +237,7 @@ class EmbeddedServer:
         args = [
             str(install.binary),
             f"--model-repository={self.repo}",
-            f"--backend-directory={_prepare_backends(install)}",
+            f"--backend-directory={prepare_backends(install)}",
             f"--http-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-address={self.host}",
@@ -388,7 +282,7 @@ class EmbeddedServer:
             if self._ports[role] is None:
                 self._ports[role] = free_port(self.host if self.host != "0.0.0.0" else "127.0.0.1")
             else:
-                _check_port(self.host, self._port(role), role)
+                check_port(self.host, self._port(role), role)
         if self.log_file is None:
             self._log_dir = tempfile.TemporaryDirectory(prefix="tritonkit-server-")
             self.log_file = Path(self._log_dir.name) / "tritonserver.log"
@@ -409,12 +303,12 @@ class EmbeddedServer:
             self._terminate(grace=5.0)
             raise
         self._stubs = stubs_of(self._process.pid, self._stub_path())
-        record_regions(_state_dir(), self._process.pid, [stub.region for stub in self._stubs])
+        record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
         return self
 
     def _stub_path(self) -> Path:
         if self._stub_file is None:
-            self._stub_file = _prepare_backends(find_triton()) / "python" / "triton_python_backend_stub"
+            self._stub_file = prepare_backends(find_triton()) / "python" / "triton_python_backend_stub"
         return self._stub_file
 
     def reap(self) -> list[str]:
@@ -424,7 +318,7 @@ class EmbeddedServer:
         servers no longer running, are touched. Returns what was removed, one line each.
         """
         orphans = reap_orphan_stubs(self._stub_path())
-        regions = remove_stale_regions(_state_dir())
+        regions = remove_stale_regions(state_dir())
         return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
 
     def problems(self) -> list[str]:
@@ -482,56 +376,13 @@ class EmbeddedServer:
         return self.log_file.read_text(errors="replace").splitlines()
 
     def _load_failures(self) -> list[str]:
-        failures = []
-        for line in self._log_lines():
-            match = _LOAD_FAILURE.search(line)
-            if match:
-                # Triton logs the reason as an escaped one-line string; keep its first line only.
-                reason = match["reason"].strip().rstrip('"').split("\\n")[0].strip()
-                failures.append(
-                    f"model `{match['model']}` version {match['version']} failed to load: {reason}"
-                )
-            poll = _POLL_FAILURE.search(line)
-            if poll:
-                reason = poll["reason"].strip().rstrip('"').split("\\n")[0].strip()
-                failures.append(f"model directory `{poll['model']}` could not be read by Triton: {reason}")
-        return failures
+        return load_failures(self._log_lines())
 
     def _stub_failures(self) -> list[str]:
-        """Stubs that could not start: Triton then waits for them instead of failing the load."""
-        failures = []
-        for line in self._log_lines():
-            match = _STUB_FAILURE.search(line)
-            if match is None:
-                continue
-            where = Path(match["path"] or "")
-            with contextlib.suppress(ValueError):
-                where = where.relative_to(self.repo)
-            if len(where.parts) >= 2 and where.parts[1].isdigit():
-                failures.append(
-                    f"model `{where.parts[0]}` version {where.parts[1]} failed to load: "
-                    f"{match['reason'].strip()} (expected {where})"
-                )
-            else:
-                failures.append(f"a python model failed to load: {match['reason'].strip()} {where}".strip())
-        return failures
+        return stub_failures(self._log_lines(), self.repo)
 
     def _startup_failure(self, code: int) -> ServerError:
-        failures = self._load_failures()
-        if failures:
-            more = f" (and {len(failures) - 1} more; see {self.log_file})" if len(failures) > 1 else ""
-            return ModelLoadError(failures[0] + more)
-        lines = self._log_lines()
-        for line in lines:
-            if "already in use" in line or "Address already in use" in line:
-                return PortInUseError(f"tritonserver could not bind a port: {line.split(']', 1)[-1].strip()}")
-        errors = [
-            line.split("] ", 1)[-1].strip('"')
-            for line in lines
-            if line.startswith("E") and not any(noise in line for noise in _NOISE)
-        ]
-        detail = errors[-1] if errors else "no error line in the log"
-        return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
+        return startup_failure(code, self._log_lines(), self.log_file)
 
     def _terminate(self, grace: float) -> int | None:
         process = self._process
@@ -557,7 +408,7 @@ class EmbeddedServer:
         self._stubs = []
         if pid is not None:
             if code == 0:
-                forget(_state_dir(), pid)
+                forget(state_dir(), pid)
             with contextlib.suppress(OSError, ServerError):
                 self.reap()
         return code
