@@ -31,6 +31,7 @@ from tritonkit.errors import (
     ServerError,
     ServerStartTimeoutError,
 )
+from tritonkit.serve.guard import Guard
 from tritonkit.serve.install import (
     TritonInstall,
     check_port,
@@ -85,6 +86,8 @@ KNOWN_APIS: tuple[str, ...] = (
     "trace",
     "logging",
 )
+#: Largest HTTP body the guard forwards (``guard=True``); Triton 2.51 itself has no such limit.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Header that carries the key for restricted APIs.
 ADMIN_HEADER = "tritonkit-admin-key"
 
@@ -151,6 +154,8 @@ class EmbeddedServer:
         response_cache_bytes: int = 0,
         metrics: bool = True,
         extra_args: Sequence[str] = (),
+        guard: bool = False,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         _check_options(
             {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
@@ -158,6 +163,8 @@ class EmbeddedServer:
             startup_timeout,
             restricted_apis,
         )
+        if max_body_bytes < 1:
+            raise ServerOptionError(f"max body bytes must be 1 or more, given {max_body_bytes}")
         self.repo = Path(repo).resolve()
         self.host = host
         self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -172,6 +179,11 @@ class EmbeddedServer:
         self.response_cache_bytes = response_cache_bytes
         self.metrics = metrics
         self.extra_args = tuple(extra_args)
+        #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
+        self.guard = guard
+        self.max_body_bytes = max_body_bytes
+        self._guard: Guard | None = None
+        self._triton_http_port: int | None = None
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
         self.log_file = Path(log_file) if log_file is not None else None
         self._process: subprocess.Popen[bytes] | None = None
@@ -238,8 +250,8 @@ class EmbeddedServer:
             str(install.binary),
             f"--model-repository={self.repo}",
             f"--backend-directory={prepare_backends(install)}",
-            f"--http-address={self.host}",
-            f"--http-port={self.http_port}",
+            f"--http-address={'127.0.0.1' if self.guard else self.host}",
+            f"--http-port={self._triton_http_port or self.http_port}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--allow-metrics={str(self.metrics).lower()}",
@@ -283,6 +295,8 @@ class EmbeddedServer:
                 self._ports[role] = free_port(self.host if self.host != "0.0.0.0" else "127.0.0.1")
             else:
                 check_port(self.host, self._port(role), role)
+        if self.guard:  # Triton listens privately; the guard takes the public HTTP port
+            self._triton_http_port = free_port()
         if self.log_file is None:
             self._log_dir = tempfile.TemporaryDirectory(prefix="tritonkit-server-")
             self.log_file = Path(self._log_dir.name) / "tritonserver.log"
@@ -299,12 +313,35 @@ class EmbeddedServer:
                     self._process.pid, self.admin_key, ready=lambda: log_file.stat().st_size > 0
                 )
             self._wait_ready()
+            if self.guard:
+                self._guard = Guard(
+                    self.host,
+                    self.http_port,
+                    self._port_of_triton_http(),
+                    max_body_bytes=self.max_body_bytes,
+                    healthy=lambda: not self.problems(),
+                )
+                self._guard.start()
         except BaseException:
+            self._close_guard()
             self._terminate(grace=5.0)
             raise
         self._stubs = stubs_of(self._process.pid, self._stub_path())
         record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
         return self
+
+    def _port_of_triton_http(self) -> int:
+        return self._triton_http_port or self.http_port
+
+    def _close_guard(self) -> None:
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
+
+    @property
+    def refused(self) -> int:
+        """Requests the guard refused (0 without a guard)."""
+        return self._guard.refused if self._guard is not None else 0
 
     def _stub_path(self) -> Path:
         if self._stub_file is None:
@@ -344,7 +381,7 @@ class EmbeddedServer:
     def _wait_ready(self) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
-        url = f"http://{self.http_url}/v2/health/ready"
+        url = f"http://127.0.0.1:{self._port_of_triton_http()}/v2/health/ready"
         next_look = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             code = self._process.poll()
@@ -403,7 +440,11 @@ class EmbeddedServer:
         A server that crashed leaves its python stubs running; they are reaped here.
         """
         pid = self.pid
+        if self._guard is not None and self.is_running():
+            # Triton keeps serving open keep-alive connections while it drains; the guard does not.
+            self._guard.drain(self.exit_timeout)
         code = self._terminate(grace=self.exit_timeout + 10.0)
+        self._close_guard()
         self._process = None
         self._stubs = []
         if pid is not None:
