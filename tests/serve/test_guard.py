@@ -7,6 +7,9 @@ import http.client
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
 
 from .test_server import ADD_ONE, SLOW_ADD_ONE, _http_infer, write_python_model
@@ -142,3 +145,52 @@ def test_readiness_is_false_after_a_stub_died(tmp_path: Path) -> None:
             conn.request("GET", path)
             assert conn.getresponse().status == 503, path
             conn.close()
+
+
+def test_expect_100_continue_is_answered_by_the_guard(guarded: EmbeddedServer) -> None:
+    body = _json_infer([1, 4], [1, 2, 3, 4])
+    host, port = guarded.http_url.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v2/models/add_one/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        sock.settimeout(0.5)  # curl waits 1 s for it before sending the body anyway
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.settimeout(10)
+        sock.sendall(body)
+        answer = b""
+        while b'"data":[2.0,3.0,4.0,5.0]' not in answer and b"HTTP/1.1 4" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+
+
+def test_cli_serve_guards_by_default(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--http-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("tritonkit serve: ready")
+        bomb = _json_infer([1_000_000_000_000, 3, 224, 224], [1.0])
+        conn = http.client.HTTPConnection(f"127.0.0.1:{port}", timeout=30)
+        conn.request("POST", "/v2/models/add_one/infer", body=bomb)
+        assert conn.getresponse().status == 413
+        conn.close()
+        np.testing.assert_array_equal(
+            _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
+            np.ones((1, 4), np.float32),
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.wait()

@@ -43,6 +43,7 @@ _DTYPE_BYTES = {
 }  # fmt: skip
 _INFER = re.compile(rb"^/v2/models/[^/?]+(?:/versions/[^/?]+)?/infer(?:\?|$)")
 _READY = re.compile(rb"^/v2/(?:health/ready|models/[^/?]+(?:/versions/[^/?]+)?/ready)(?:\?|$)")
+_EXPECT = re.compile(rb"\r\nexpect:[^\r]*", re.IGNORECASE)
 _REASONS = {400: "Bad Request", 411: "Length Required", 413: "Payload Too Large", 431: "Header Too Large"}
 
 
@@ -199,7 +200,7 @@ class Guard:
                     writer.write(_answer(503, "the server is stopping", close=True))
                     return
                 try:
-                    request, close = await self._read_request(head, reader)
+                    request, close = await self._read_request(head, reader, writer)
                 except _RefusedError as refused:
                     self.refused += refused.count
                     writer.write(_answer(refused.status, str(refused), close=True))
@@ -210,15 +211,10 @@ class Guard:
                 self._in_flight += 1
                 try:
                     upstream[1].write(request)
-                    response, keep = await self._relay(upstream[0])
+                    keep = await self._relay(upstream[0], writer)
                 finally:
                     self._in_flight -= 1
-                stopping = self._draining or not keep
-                if stopping:
-                    response = response.replace(b"\r\n", b"\r\nConnection: close\r\n", 1)
-                writer.write(response)
-                await writer.drain()
-                if stopping or close:
+                if not keep or close:
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             return
@@ -229,7 +225,9 @@ class Guard:
             if upstream is not None:
                 upstream[1].close()
 
-    async def _read_request(self, head: bytes, reader: asyncio.StreamReader) -> tuple[bytes, bool]:
+    async def _read_request(
+        self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[bytes, bool]:
         """The whole request and whether the client asked to close; :class:`_RefusedError` if refused."""
         method, target, fields = _headers(head[:-4])
         if b"transfer-encoding" in fields:
@@ -242,6 +240,10 @@ class Guard:
             raise _RefusedError(400, "Content-Length is negative")
         if length > self.max_body_bytes:
             raise _RefusedError(413, f"the body of {length} bytes is over the limit of {self.max_body_bytes}")
+        if fields.get(b"expect", b"").lower() == b"100-continue":
+            # Answer it here (curl waits a second otherwise) and keep Triton from answering it too.
+            head = _EXPECT.sub(b"", head)
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = await reader.readexactly(length) if length else b""
         if method == b"POST" and _INFER.match(target):
             _check_infer(body, fields, self.max_body_bytes)
@@ -251,11 +253,33 @@ class Guard:
             )
         return head + body, fields.get(b"connection", b"").lower() == b"close"
 
-    @staticmethod
-    async def _relay(upstream: asyncio.StreamReader) -> tuple[bytes, bool]:
-        """One response from Triton (it always sends Content-Length) and whether to keep the link."""
+    async def _relay(self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Copy one response from Triton to the client; whether the connection stays open.
+
+        Bodies come with Content-Length or, for streamed generation, chunked: chunks are passed on
+        as they arrive.
+        """
         head = await upstream.readuntil(b"\r\n\r\n")
         _, _, fields = _headers(b"GET / HTTP/1.1" + head[head.index(b"\r\n") : -4])
-        length = int(fields.get(b"content-length", b"0"))
-        body = await upstream.readexactly(length) if length else b""
-        return head + body, fields.get(b"connection", b"").lower() != b"close"
+        keep = fields.get(b"connection", b"").lower() != b"close" and not self._draining
+        if not keep:  # draining: this answer is the connection's last
+            head = (
+                head[: head.index(b"\r\n") + 2] + b"Connection: close\r\n" + head[head.index(b"\r\n") + 2 :]
+            )
+        writer.write(head)
+        if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+            while True:
+                size_line = await upstream.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                writer.write(size_line + await upstream.readexactly(size + 2) if size else size_line)
+                await writer.drain()
+                if size == 0:
+                    while (trailer := await upstream.readuntil(b"\r\n")) != b"\r\n":
+                        writer.write(trailer)
+                    writer.write(b"\r\n")
+                    break
+        else:
+            length = int(fields.get(b"content-length", b"0"))
+            writer.write(await upstream.readexactly(length) if length else b"")
+        await writer.drain()
+        return keep
