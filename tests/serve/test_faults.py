@@ -141,10 +141,15 @@ def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
         assert wrapper.stdout is not None
         assert wrapper.stdout.readline().startswith("tritonkit serve: ready")
         (triton,) = _children(wrapper.pid)
+        stubs = stubs_of(triton, EmbeddedServer(tmp_path)._stub_path())
+        assert len(stubs) == 1
         wrapper.kill()
         wrapper.wait()
         assert _wait_until(lambda: not _alive(triton), 10), "tritonserver outlived its wrapper"
         assert _wait_until(lambda: _port_free(port), 5)
+        # Triton stopped gracefully (SIGTERM, not a crash): it ended its stubs and removed their regions.
+        assert _wait_until(lambda: not any(_alive(s.pid) for s in stubs), 10)
+        assert not any(Path("/dev/shm", s.region).exists() for s in stubs)
     finally:
         wrapper.kill()
         wrapper.wait()
@@ -280,3 +285,26 @@ def test_empty_version_folder_fails_fast_naming_the_model(tmp_path: Path) -> Non
     ):
         EmbeddedServer(tmp_path, startup_timeout=60).start()
     assert time.monotonic() - started < 15
+
+
+# --- the log stays bounded -------------------------------------------------------------------------
+def test_server_log_is_rotated_at_its_cap(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "add_one", ADD_ONE)
+    log = tmp_path / "logs" / "triton.log"
+    cap = 64 * 1024
+    with EmbeddedServer(repo, exit_timeout=1, log_verbose=1, log_file=log, log_max_bytes=cap) as server:
+        raw = httpclient.InferenceServerClient(server.http_url)
+        try:
+            tensor = httpclient.InferInput("X", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
+            deadline = time.monotonic() + 30
+            while not log.with_name("triton.log.1").exists() and time.monotonic() < deadline:
+                for _ in range(20):  # verbose logging writes several lines per request
+                    raw.infer("add_one", [tensor])
+        finally:
+            raw.close()
+        assert log.with_name("triton.log.1").exists()
+        assert server.tail(1)  # the current file is the one read for errors
+    for path in (log, log.with_name("triton.log.1")):
+        assert path.stat().st_size <= 2 * cap, path  # one 64 KiB read may land after the cap

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from tritonkit.serve.embedded import (
+    DEFAULT_LOG_MAX_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RESTRICTED_APIS,
     EmbeddedServer,
@@ -64,6 +65,12 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         help="largest HTTP request body the guard forwards, in MiB (default %(default)g)",
     )
     parser.add_argument(
+        "--log-max-mb",
+        type=float,
+        default=DEFAULT_LOG_MAX_BYTES / 2**20,
+        help="the server log rotates to <log>.1 past this many MiB (default %(default)g)",
+    )
+    parser.add_argument(
         "--max-restarts",
         type=int,
         default=0,
@@ -93,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         extra_args=args.triton_arg,
         guard=args.guard,
         max_body_bytes=int(args.max_body_mb * 2**20),
+        log_max_bytes=int(args.log_max_mb * 2**20),
     )
     stop = threading.Event()
 

@@ -41,6 +41,7 @@ from tritonkit.serve.install import (
     state_dir,
 )
 from tritonkit.serve.process import (
+    LogPump,
     Stub,
     forget,
     hide_in_cmdline,
@@ -88,6 +89,8 @@ KNOWN_APIS: tuple[str, ...] = (
 )
 #: Largest HTTP body the guard forwards (``guard=True``); Triton 2.51 itself has no such limit.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Bytes the server log keeps per file (two files: the log and ``<log>.1``); Triton never rotates it.
+DEFAULT_LOG_MAX_BYTES = 64 * 1024 * 1024
 #: Header that carries the key for restricted APIs.
 ADMIN_HEADER = "tritonkit-admin-key"
 
@@ -156,6 +159,7 @@ class EmbeddedServer:
         extra_args: Sequence[str] = (),
         guard: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
     ) -> None:
         _check_options(
             {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
@@ -163,6 +167,8 @@ class EmbeddedServer:
             startup_timeout,
             restricted_apis,
         )
+        if log_max_bytes < 4096:
+            raise ServerOptionError(f"log max bytes must be 4096 or more, given {log_max_bytes}")
         if max_body_bytes < 1:
             raise ServerOptionError(f"max body bytes must be 1 or more, given {max_body_bytes}")
         self.repo = Path(repo).resolve()
@@ -182,6 +188,9 @@ class EmbeddedServer:
         #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
         self.guard = guard
         self.max_body_bytes = max_body_bytes
+        #: The log keeps at most this many bytes in ``log_file`` and as many in ``log_file.1``.
+        self.log_max_bytes = log_max_bytes
+        self._log_pump: LogPump | None = None
         self._guard: Guard | None = None
         self._triton_http_port: int | None = None
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -303,14 +312,17 @@ class EmbeddedServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
         self.reap()
-        with open(self.log_file, "wb") as log:
-            self._process = spawn(command, log=log, env=self._environment(), cwd=self.repo)
+        self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
+        assert self._process.stdout is not None
+        self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
         try:
             if self.restricted_apis:
                 log_file = self.log_file
                 # Triton logs its first line after parsing its options: the key bytes are unused then.
                 self.key_hidden = hide_in_cmdline(
-                    self._process.pid, self.admin_key, ready=lambda: log_file.stat().st_size > 0
+                    self._process.pid,
+                    self.admin_key,
+                    ready=lambda: log_file.exists() and log_file.stat().st_size > 0,
                 )
             self._wait_ready()
             if self.guard:
@@ -452,6 +464,9 @@ class EmbeddedServer:
                 forget(state_dir(), pid)
             with contextlib.suppress(OSError, ServerError):
                 self.reap()
+        if self._log_pump is not None:  # after the reap: orphaned stubs hold the log pipe open
+            self._log_pump.join()
+            self._log_pump = None
         return code
 
     def wait(self, timeout: float | None = None) -> int | None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO
 
 __all__ = [
+    "LogPump",
     "Stub",
     "forget",
     "hide_in_cmdline",
@@ -85,7 +86,7 @@ def _preexec(parent: int, bind: bool) -> Callable[[], None]:
 
 
 def spawn(
-    command: Sequence[str], *, log: IO[bytes], env: Mapping[str, str], cwd: Path
+    command: Sequence[str], *, log: int | IO[bytes], env: Mapping[str, str], cwd: Path
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session; it gets SIGTERM when this process dies.
 
@@ -103,6 +104,45 @@ def spawn(
         start_new_session=True,  # Ctrl-C in a terminal must not reach Triton before we stop it
         preexec_fn=_preexec(os.getpid(), bind),  # noqa: PLW1509 - nothing in it takes a lock
     )
+
+
+class LogPump:
+    """Copy a child's output into ``path``, keeping at most two files of ``max_bytes`` each.
+
+    Triton has no log rotation and can write hundreds of MB in seconds (libevent repeating
+    "Too many open files" once per failed accept); past ``max_bytes`` the file becomes
+    ``<path>.1`` (replacing the previous one) and a new file starts. Ends with the child's output.
+    """
+
+    def __init__(self, source: IO[bytes], path: Path, max_bytes: int) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self.rotations = 0
+        self._source = source
+        self._thread = threading.Thread(target=self._run, name="tritonkit-log", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        out = open(self.path, "wb")  # noqa: SIM115 - reopened on rotation
+        size = 0
+        try:
+            while chunk := os.read(self._source.fileno(), 1 << 16):
+                if size + len(chunk) > self.max_bytes and size > 0:
+                    out.close()
+                    os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                    out = open(self.path, "wb")  # noqa: SIM115
+                    size = 0
+                    self.rotations += 1
+                out.write(chunk)
+                out.flush()
+                size += len(chunk)
+        except OSError:
+            pass
+        finally:
+            out.close()
+            self._source.close()
+
+    def join(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
