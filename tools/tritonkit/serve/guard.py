@@ -37,6 +37,8 @@ _HEAD_LIMIT = 64 * 1024
 #: Declared tensor bytes may exceed the body this many times (JSON numbers are longer than their
 #: binary form the other way round; shared-memory inputs declare shape without body bytes).
 _EXPANSION = 4
+#: Infer bodies larger than this are checked on a worker thread, not on the event loop.
+_INLINE_CHECK_BYTES = 256 * 1024
 _DTYPE_BYTES = {
     "BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BF16": 2,
     "INT32": 4, "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "BYTES": 4,
@@ -246,7 +248,10 @@ class Guard:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = await reader.readexactly(length) if length else b""
         if method == b"POST" and _INFER.match(target):
-            _check_infer(body, fields, self.max_body_bytes)
+            if len(body) > _INLINE_CHECK_BYTES:  # parsing takes a while: keep other connections moving
+                await asyncio.to_thread(_check_infer, body, fields, self.max_body_bytes)
+            else:
+                _check_infer(body, fields, self.max_body_bytes)
         if _READY.match(target) and not self.healthy():
             raise _RefusedError(
                 503, "a model of this server cannot serve (see tritonkit serve's log)", count=False
