@@ -1,13 +1,14 @@
 """The embedded Triton server: the real ``tritonserver`` binary from the ``nvidia-pytriton`` wheel.
 
-This module owns everything between "a model repository on disk" and "a ready server on loopback":
-finding the binary, preparing a python-backend directory with the stub for the running Python,
-choosing and checking ports, the secure-by-default command line, waiting for readiness, turning
-Triton's log into one-line errors, and a graceful stop (SIGTERM, in-flight requests finish within
-``exit_timeout``).
+This module owns the life cycle between "a model repository on disk" and "a ready server on
+loopback": choosing ports, the secure-by-default command line, waiting for readiness, telling
+when a model's stub died (:meth:`EmbeddedServer.problems`), and a graceful stop (the guard
+drains, then SIGTERM: in-flight requests finish within ``exit_timeout``).
 
-Finding the parts is ``install.py``; the log's error lines, ``tritonlog.py``; the processes
-(binding the server to this process, reaping what a crashed one left), ``process.py``.
+Its parts: finding the binary and the private backend folder, ``install.py``; defaults and range
+checks, ``options.py``; the log's error lines, ``tritonlog.py``; the processes (binding the server
+to this process, hiding the admin key from ``ps``, reaping what a crashed one left, the bounded
+log), ``process.py``; the optional HTTP guard, ``guard.py``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ from tritonkit.serve.install import (
     prepare_backends,
     state_dir,
 )
+from tritonkit.serve.options import (
+    ADMIN_HEADER,
+    DEFAULT_LOG_MAX_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_RESTRICTED_APIS,
+    KNOWN_APIS,
+    ServerOptionError,
+    check_options,
+)
 from tritonkit.serve.process import (
     LogPump,
     Stub,
@@ -55,6 +65,8 @@ from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failu
 
 __all__ = [
     "ADMIN_HEADER",
+    "DEFAULT_LOG_MAX_BYTES",
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_RESTRICTED_APIS",
     "KNOWN_APIS",
     "EmbeddedServer",
@@ -64,60 +76,7 @@ __all__ = [
     "free_port",
 ]
 
-#: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
-#: ``shared-memory``: a caller could register any ``/dev/shm`` region of this user as an output (the
-#: python stubs' own regions included, whose names ``ps`` shows) and have Triton overwrite it.
-#: ``statistics``: per-model traffic and timings; tritonkit's load-test report reads Prometheus metrics.
-DEFAULT_RESTRICTED_APIS: tuple[str, ...] = (
-    "model-repository",
-    "shared-memory",
-    "statistics",
-    "trace",
-    "logging",
-)
-#: Every API group Triton 2.51 accepts in ``--http-restricted-api``/``--grpc-restricted-protocol``.
-KNOWN_APIS: tuple[str, ...] = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
-#: Largest HTTP body the guard forwards (``guard=True``); Triton 2.51 itself has no such limit.
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-#: Bytes the server log keeps per file (two files: the log and ``<log>.1``); Triton never rotates it.
-DEFAULT_LOG_MAX_BYTES = 64 * 1024 * 1024
-#: Header that carries the key for restricted APIs.
-ADMIN_HEADER = "tritonkit-admin-key"
-
 _POLL_INTERVAL_S = 0.1
-
-
-class ServerOptionError(ServerError):
-    """An :class:`EmbeddedServer` option is out of range (a usage error: exit code 2)."""
-
-    exit_code = 2
-
-
-def _check_options(
-    ports: dict[str, int | None], exit_timeout: int, startup_timeout: float, apis: Sequence[str]
-) -> None:
-    for role, port in ports.items():
-        if port is not None and not 1 <= port <= 65535:
-            raise ServerOptionError(f"{role} port must be 1-65535, given {port}")
-    if exit_timeout < 0:
-        raise ServerOptionError(f"exit timeout must be 0 or more seconds, given {exit_timeout}")
-    if not startup_timeout > 0:
-        raise ServerOptionError(f"startup timeout must be more than 0 seconds, given {startup_timeout:g}")
-    unknown = [api for api in apis if api not in KNOWN_APIS]
-    if unknown:
-        raise ServerOptionError(
-            f"unknown restricted API {', '.join(map(repr, unknown))}; expected some of {', '.join(KNOWN_APIS)}"
-        )
 
 
 class EmbeddedServer:
@@ -161,16 +120,14 @@ class EmbeddedServer:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
     ) -> None:
-        _check_options(
+        check_options(
             {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
-            exit_timeout,
-            startup_timeout,
-            restricted_apis,
+            exit_timeout=exit_timeout,
+            startup_timeout=startup_timeout,
+            apis=restricted_apis,
+            max_body_bytes=max_body_bytes,
+            log_max_bytes=log_max_bytes,
         )
-        if log_max_bytes < 4096:
-            raise ServerOptionError(f"log max bytes must be 4096 or more, given {log_max_bytes}")
-        if max_body_bytes < 1:
-            raise ServerOptionError(f"max body bytes must be 1 or more, given {max_body_bytes}")
         self.repo = Path(repo).resolve()
         self.host = host
         self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
