@@ -115,6 +115,13 @@ def run(args: argparse.Namespace) -> int:
             f"metrics={server.metrics_url}  log={server.log_file}",
             flush=True,
         )
+        if server.restricted_apis and not server.key_hidden:
+            # Triton 2.51 takes the key only on its command line; hiding it needs ptrace rights.
+            print(
+                "tritonkit serve: warning: the admin key stays readable in tritonserver's command line (ps)",
+                file=sys.stderr,
+                flush=True,
+            )
         if server.restricted_apis and args.admin_key is None:
             print(
                 f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}",

@@ -66,7 +66,9 @@ class Stub:
         return self.instance.rsplit("_", 2)[0] if self.instance.count("_") >= 2 else self.instance
 
 
-def _preexec(parent: int, bind: bool) -> Callable[[], None]:
+def _preexec(parent: int, prctl: Callable[..., int] | None) -> Callable[[], None]:
+    # Runs in the forked child before exec: only calls resolved in the parent (no dlopen here,
+    # whose loader lock another thread may have held at fork time).
     def run() -> None:
         # The server may hold one socket per client connection: a low soft limit made libevent log
         # "Too many open files" millions of times. Raise it to the hard limit the user may have.
@@ -74,15 +76,21 @@ def _preexec(parent: int, bind: bool) -> Callable[[], None]:
         if soft != hard:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        if bind:
+        if prctl is not None:
             # SIGTERM (not SIGKILL) when the wrapper dies, so Triton still stops its stubs and
             # removes their regions. The kernel ties this to the forking *thread*.
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
             if os.getppid() != parent:  # the wrapper died before prctl took effect
                 os._exit(1)
 
     return run
+
+
+def _prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not Linux/glibc: no death signal
+        return None
 
 
 def spawn(
@@ -93,7 +101,7 @@ def spawn(
     The death signal is armed only from the main thread: the kernel sends it when the thread that
     forked exits, and a worker thread may end long before the server should.
     """
-    bind = threading.current_thread() is threading.main_thread()
+    prctl = _prctl() if threading.current_thread() is threading.main_thread() else None
     return subprocess.Popen(
         list(command),
         stdout=log,
@@ -102,7 +110,7 @@ def spawn(
         env=dict(env),
         cwd=cwd,
         start_new_session=True,  # Ctrl-C in a terminal must not reach Triton before we stop it
-        preexec_fn=_preexec(os.getpid(), bind),  # noqa: PLW1509 - nothing in it takes a lock
+        preexec_fn=_preexec(os.getpid(), prctl),  # noqa: PLW1509 - nothing in it takes a lock
     )
 
 
