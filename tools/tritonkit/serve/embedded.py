@@ -276,10 +276,13 @@ class EmbeddedServer:
             if self.restricted_apis:
                 log_file = self.log_file
                 # Triton logs its first line after parsing its options: the key bytes are unused then.
+                process = self._process
                 self.key_hidden = hide_in_cmdline(
                     self._process.pid,
                     self.admin_key,
-                    ready=lambda: log_file.exists() and log_file.stat().st_size > 0,
+                    ready=lambda: (
+                        process.poll() is not None or (log_file.exists() and log_file.stat().st_size > 0)
+                    ),
                 )
             self._wait_ready()
             if self.guard:

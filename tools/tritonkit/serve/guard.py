@@ -27,6 +27,7 @@ import contextlib
 import json
 import math
 import re
+import resource
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -149,6 +150,12 @@ class Guard:
 
     # --- life cycle (called from other threads) ------------------------------------------------
     def start(self) -> None:
+        # One descriptor per client connection and one per forwarded one: thousands of idle
+        # clients must not exhaust a low soft limit (asyncio backs off accepting when they do).
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
         future.result(timeout=10)
