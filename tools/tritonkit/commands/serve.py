@@ -2,10 +2,16 @@
 
 While it runs it watches what Triton does not: the server process, and the python stub of every
 model (Triton keeps answering ready after a stub died while every call to that model fails).
-HTTP goes through tritonkit's guard (``serve/guard.py``) unless ``--no-guard``.
-On either failure it restarts the server on the same ports (``--max-restarts``, readiness is
-false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor
-(systemd, Kubernetes) restarts it.
+On either failure it restarts the server on the same ports (``--max-restarts``; readiness is
+false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor (systemd,
+Kubernetes) restarts it. HTTP goes through tritonkit's guard (``serve/guard.py``) unless
+``--no-guard``.
+
+In NVIDIA's image under Kubernetes there is no such watcher, and ``/v2/health/ready`` stays 200
+with a dead stub: the readiness *and* liveness probes should then be an exec probe that runs one
+tiny infer per python-backend model (e.g. ``curl -fsS -m 4 -d @probe.json
+localhost:8000/v2/models/<m>/infer`` for each), ``timeoutSeconds`` 5, ``failureThreshold`` 3, so
+the kubelet restarts the container; the startup probe stays on ``/v2/health/ready``.
 """
 
 from __future__ import annotations
