@@ -147,6 +147,15 @@ def test_readiness_is_false_after_a_stub_died(tmp_path: Path) -> None:
             conn.close()
 
 
+def test_methods_triton_does_not_serve_are_refused(guarded: EmbeddedServer) -> None:
+    conn = http.client.HTTPConnection(guarded.http_url, timeout=30)
+    try:
+        conn.request("HEAD", "/v2/health/ready")
+        assert conn.getresponse().status == 405
+    finally:
+        conn.close()
+
+
 def test_expect_100_continue_is_answered_by_the_guard(guarded: EmbeddedServer) -> None:
     body = _json_infer([1, 4], [1, 2, 3, 4])
     host, port = guarded.http_url.split(":")

@@ -47,7 +47,13 @@ _DTYPE_BYTES = {
 _INFER = re.compile(rb"^/v2/models/[^/?]+(?:/versions/[^/?]+)?/infer(?:\?|$)")
 _READY = re.compile(rb"^/v2/(?:health/ready|models/[^/?]+(?:/versions/[^/?]+)?/ready)(?:\?|$)")
 _EXPECT = re.compile(rb"\r\nexpect:[^\r]*", re.IGNORECASE)
-_REASONS = {400: "Bad Request", 411: "Length Required", 413: "Payload Too Large", 431: "Header Too Large"}
+_REASONS = {
+    400: "Bad Request",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    431: "Header Too Large",
+}
 
 
 class _RefusedError(Exception):
@@ -216,7 +222,11 @@ class Guard:
                     await _linger(reader, writer)
                     return
                 if upstream is None:
-                    upstream = await asyncio.open_connection("127.0.0.1", self.upstream)
+                    try:
+                        upstream = await asyncio.open_connection("127.0.0.1", self.upstream)
+                    except OSError:  # Triton is down (crashed, or restarting)
+                        writer.write(_answer(503, "the server is not running", close=True))
+                        return
                 self._in_flight += 1
                 try:
                     upstream[1].write(request)
@@ -225,7 +235,14 @@ class Guard:
                     self._in_flight -= 1
                 if not keep or close:
                     return
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            asyncio.CancelledError,
+        ):
+            return
+        except (_RefusedError, ValueError):  # Triton's answer did not parse: drop both links
             return
         finally:
             with contextlib.suppress(Exception):
@@ -239,6 +256,10 @@ class Guard:
     ) -> tuple[bytes, bool]:
         """The whole request and whether the client asked to close; :class:`_RefusedError` if refused."""
         method, target, fields = _headers(head[:-4])
+        if method not in (b"GET", b"POST"):  # all Triton serves; HEAD would leave a body unsent
+            raise _RefusedError(
+                405, f"method {method.decode(errors='replace')} is not served; expected GET or POST"
+            )
         if b"transfer-encoding" in fields:
             raise _RefusedError(411, "chunked bodies are not accepted; send Content-Length")
         try:
