@@ -308,3 +308,45 @@ def test_server_log_is_rotated_at_its_cap(tmp_path: Path) -> None:
         assert server.tail(1)  # the current file is the one read for errors
     for path in (log, log.with_name("triton.log.1")):
         assert path.stat().st_size <= 2 * cap, path  # one 64 KiB read may land after the cap
+
+
+def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one", ADD_ONE)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tritonkit",
+            "serve",
+            "--repo",
+            str(tmp_path),
+            "--http-port",
+            str(port),
+            "--max-restarts",
+            "1",
+            "--exit-timeout",
+            "10",  # a python model takes about a second to unload
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith("tritonkit serve: ready")
+        assert process.stdout.readline().startswith("tritonkit serve: restricted APIs need header")
+        (triton,) = _children(process.pid)
+        os.kill(triton, signal.SIGKILL)  # as a hostile body that crashes Triton's parser would
+        assert "restarting (1/1): tritonserver exited unexpectedly" in process.stderr.readline()
+        assert process.stdout.readline().startswith("tritonkit serve: ready again")
+        np.testing.assert_array_equal(
+            _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
+            np.ones((1, 4), np.float32),
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.wait()

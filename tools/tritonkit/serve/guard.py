@@ -190,11 +190,23 @@ class Guard:
         return self._in_flight
 
     def close(self) -> None:
+        """Close the listening socket and every connection, and end the guard's thread."""
         if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=5)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
         with contextlib.suppress(RuntimeError):
             self._loop.close()
+
+    async def _close(self) -> None:
+        self._draining = True
+        if self._server is not None:
+            self._server.close()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.sleep(0)
 
     # --- one client connection -----------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
