@@ -175,7 +175,8 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
         assert not any(r.exists() for r in regions)
         assert second.pid is not None
         live = stubs_of(second.pid, _stub_path(second))
-        assert second.reap() == [] and all(_alive(s.pid) for s in live), "a running server's stubs are kept"
+        second.reap()
+        assert live and all(_alive(s.pid) for s in live), "a running server's stubs are kept"
         np.testing.assert_array_equal(
             _http_infer(second.http_url, "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
         )
