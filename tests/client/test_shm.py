@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tritonkit.client import AsyncClient, Client, ClientError, InferenceTimeoutError
+from tritonkit.client.transport import grpc_headers
 from tritonkit.serve.embedded import EmbeddedServer
 
 
@@ -21,7 +22,7 @@ def _server_regions(server: EmbeddedServer) -> set[str]:
     """Region names the server has registered, asked with raw tritonclient."""
     raw = httpclient.InferenceServerClient(server.http_url)
     try:
-        return {r["name"] for r in raw.get_system_shared_memory_status()}
+        return {r["name"] for r in raw.get_system_shared_memory_status(headers=server.admin_headers)}
     finally:
         raw.close()
 
@@ -31,7 +32,7 @@ def _dev_shm(names: list[str]) -> list[str]:
 
 
 def test_system_shm_round_trip(server: EmbeddedServer, protocol: str, url: str) -> None:
-    c = Client(url, protocol, shared_memory="system")
+    c = Client(url, protocol, shared_memory="system", headers=server.admin_headers)
     try:
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         np.testing.assert_array_equal(c.infer("add", {"X": x})["Y"], x + 1)
@@ -64,7 +65,7 @@ def test_system_shm_round_trip(server: EmbeddedServer, protocol: str, url: str) 
 
 
 def test_regions_grow(server: EmbeddedServer, protocol: str, url: str) -> None:
-    with Client(url, protocol, shared_memory="system") as c:
+    with Client(url, protocol, shared_memory="system", headers=server.admin_headers) as c:
         small = np.ones((1, 4), np.float32)
         c.infer("add", {"X": small})
         before = c._shm.region_names  # type: ignore[union-attr]
@@ -86,7 +87,7 @@ def test_regions_grow(server: EmbeddedServer, protocol: str, url: str) -> None:
 
 
 def test_failed_call_releases_regions(server: EmbeddedServer, protocol: str, url: str) -> None:
-    with Client(url, protocol, shared_memory="system") as c:
+    with Client(url, protocol, shared_memory="system", headers=server.admin_headers) as c:
         c.infer("slow", {"SECONDS": np.array([0.0], np.float32)})
         names = c._shm.region_names  # type: ignore[union-attr]
         assert len(names) == 2
@@ -99,7 +100,7 @@ def test_failed_call_releases_regions(server: EmbeddedServer, protocol: str, url
 
 def test_threads_use_separate_region_sets(server: EmbeddedServer, protocol: str, url: str) -> None:
     errors: list[BaseException] = []
-    with Client(url, protocol, shared_memory="system") as c:
+    with Client(url, protocol, shared_memory="system", headers=server.admin_headers) as c:
 
         def work(i: int) -> None:
             try:
@@ -122,7 +123,7 @@ def test_threads_use_separate_region_sets(server: EmbeddedServer, protocol: str,
 
 def test_async_client_shm(server: EmbeddedServer, protocol: str, url: str) -> None:
     async def main() -> list[str]:
-        c = AsyncClient(url, protocol, shared_memory="system")
+        c = AsyncClient(url, protocol, shared_memory="system", headers=server.admin_headers)
         try:
             xs = [np.full((2, 4), i, np.float32) for i in range(16)]
             outs = await asyncio.gather(*(c.infer("add", {"X": x}) for x in xs))
@@ -150,17 +151,17 @@ def test_unknown_kind() -> None:
 
 @pytest.mark.gpu
 def test_cuda_shm_round_trip(server: EmbeddedServer, protocol: str, url: str) -> None:
-    with Client(url, protocol, shared_memory="cuda") as c:
+    with Client(url, protocol, shared_memory="cuda", headers=server.admin_headers) as c:
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         np.testing.assert_array_equal(c.infer("add", {"X": x})["Y"], x + 1)
         np.testing.assert_array_equal(c.infer("add", {"X": x * 3})["Y"], x * 3 + 1)
         raw = (httpclient if protocol == "http" else grpcclient).InferenceServerClient(url)
-        status = raw.get_cuda_shared_memory_status()
+        status = raw.get_cuda_shared_memory_status(headers=grpc_headers(server.admin_headers))
         assert status  # the two regions are registered while the client is open
 
 
-def test_forgotten_client_leaves_no_files(url: str, protocol: str) -> None:
-    c = Client(url, protocol, shared_memory="system")
+def test_forgotten_client_leaves_no_files(server: EmbeddedServer, url: str, protocol: str) -> None:
+    c = Client(url, protocol, shared_memory="system", headers=server.admin_headers)
     c.infer("add", {"X": np.ones((1, 4), np.float32)})
     names = c._shm.region_names  # type: ignore[union-attr]
     assert _dev_shm(names) == names

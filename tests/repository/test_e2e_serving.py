@@ -205,14 +205,18 @@ def test_concurrent_mixed_shapes_are_batched_and_split_back(served: Served) -> N
     requests = [feeds_for(BATCHING_MODEL, batch=b, rng=rng, seq=s) for b, s in shapes]
     client = httpclient.InferenceServerClient(served.server.http_url, concurrency=len(requests))
     try:
-        before = client.get_inference_statistics(BATCHING_MODEL)["model_stats"][0]
+        before = client.get_inference_statistics(BATCHING_MODEL, headers=served.server.admin_headers)[
+            "model_stats"
+        ][0]
         pending = []
         for feeds in requests:
             item = httpclient.InferInput("ids", list(feeds["ids"].shape), "INT64")
             item.set_data_from_numpy(feeds["ids"])
             pending.append(client.async_infer(BATCHING_MODEL, [item]))
         results = [p.get_result() for p in pending]
-        after = client.get_inference_statistics(BATCHING_MODEL)["model_stats"][0]
+        after = client.get_inference_statistics(BATCHING_MODEL, headers=served.server.admin_headers)[
+            "model_stats"
+        ][0]
     finally:
         client.close()
     for feeds, result in zip(requests, results, strict=True):

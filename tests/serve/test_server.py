@@ -138,10 +138,9 @@ def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:
     ):
         assert flag in command
     restricted = next(arg for arg in command if arg.startswith("--http-restricted-api="))
-    assert restricted.startswith("--http-restricted-api=model-repository,trace,logging:" + ADMIN_HEADER)
-    assert any(
-        arg.startswith("--grpc-restricted-protocol=model-repository,trace,logging:") for arg in command
-    )
+    apis = "model-repository,shared-memory,statistics,trace,logging"
+    assert restricted.startswith(f"--http-restricted-api={apis}:{ADMIN_HEADER}")
+    assert any(arg.startswith(f"--grpc-restricted-protocol={apis}:") for arg in command)
     overridden = EmbeddedServer(
         tmp_path, http_port=1, grpc_port=2, metrics_port=3, restricted_apis=(), model_control_mode="explicit"
     ).command()

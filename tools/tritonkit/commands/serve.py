@@ -1,4 +1,18 @@
-"""``tritonkit serve``: run the embedded Triton server in the foreground until SIGINT/SIGTERM."""
+"""``tritonkit serve``: run the embedded Triton server in the foreground until SIGINT/SIGTERM.
+
+While it runs it watches what Triton does not: the server process, and the python stub of every
+model (Triton keeps answering ready after a stub died while every call to that model fails).
+On either failure it restarts the server on the same ports (``--max-restarts``; readiness is
+false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor (systemd,
+Kubernetes) restarts it. HTTP goes through tritonkit's guard (``serve/guard.py``) unless
+``--no-guard``.
+
+In NVIDIA's image under Kubernetes there is no such watcher, and ``/v2/health/ready`` stays 200
+with a dead stub: the readiness *and* liveness probes should then be an exec probe that runs one
+tiny infer per python-backend model (e.g. ``curl -fsS -m 4 -d @probe.json
+localhost:8000/v2/models/<m>/infer`` for each), ``timeoutSeconds`` 5, ``failureThreshold`` 3, so
+the kubelet restarts the container; the startup probe stays on ``/v2/health/ready``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +23,13 @@ import threading
 from types import FrameType
 from typing import Any
 
-from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer
+from tritonkit.serve.embedded import (
+    DEFAULT_LOG_MAX_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_RESTRICTED_APIS,
+    EmbeddedServer,
+    ServerOptionError,
+)
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
@@ -36,11 +56,39 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         help="comma-separated API groups behind the admin key ('' for none; default %(default)s)",
     )
     parser.add_argument("--admin-key", help="key for restricted APIs (default: random, printed at start)")
+    parser.add_argument(
+        "--guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put tritonkit's HTTP guard in front of Triton: body and shape limits, a drain that serves "
+        "nothing new, readiness false on a dead model stub (default on; about half the HTTP req/s "
+        "of a tiny model on 2 cores)",
+    )
+    parser.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=DEFAULT_MAX_BODY_BYTES / 2**20,
+        help="largest HTTP request body the guard forwards, in MiB (default %(default)g)",
+    )
+    parser.add_argument(
+        "--log-max-mb",
+        type=float,
+        default=DEFAULT_LOG_MAX_BYTES / 2**20,
+        help="the server log rotates to <log>.1 past this many MiB (default %(default)g)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restart a crashed server or one with a dead model stub up to N times (default 0: exit 1)",
+    )
     parser.add_argument("--triton-arg", action="append", default=[], help="extra tritonserver argument")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_restarts < 0:
+        raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
     server = EmbeddedServer(
         args.repo,
         http_port=args.http_port,
@@ -56,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         restricted_apis=[api for api in args.restricted_apis.split(",") if api],
         admin_key=args.admin_key,
         extra_args=args.triton_arg,
+        guard=args.guard,
+        max_body_bytes=int(args.max_body_mb * 2**20),
+        log_max_bytes=int(args.log_max_mb * 2**20),
     )
     stop = threading.Event()
 
@@ -70,16 +121,39 @@ def run(args: argparse.Namespace) -> int:
             f"metrics={server.metrics_url}  log={server.log_file}",
             flush=True,
         )
+        if server.restricted_apis and not server.key_hidden:
+            # Triton 2.51 takes the key only on its command line; hiding it needs ptrace rights.
+            print(
+                "tritonkit serve: warning: the admin key stays readable in tritonserver's command line (ps)",
+                file=sys.stderr,
+                flush=True,
+            )
         if server.restricted_apis and args.admin_key is None:
             print(
                 f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}",
                 flush=True,
             )
+        restarts = 0
         while not stop.wait(0.5):
-            if not server.is_running():
-                tail = " | ".join(server.tail(3))
-                print(f"tritonkit serve: error: tritonserver exited unexpectedly: {tail}", file=sys.stderr)
+            problems = server.problems()
+            if not problems:
+                continue
+            if server.is_running():
+                detail = "; ".join(problems)
+            else:
+                detail = f"tritonserver exited unexpectedly: {' | '.join(server.tail(3))}"
+            if restarts >= args.max_restarts:
+                print(f"tritonkit serve: error: {detail}", file=sys.stderr, flush=True)
                 return 1
+            restarts += 1
+            print(
+                f"tritonkit serve: restarting ({restarts}/{args.max_restarts}): {detail}",
+                file=sys.stderr,
+                flush=True,
+            )
+            server.stop()
+            server.start()
+            print(f"tritonkit serve: ready again  http={server.http_url}", flush=True)
         print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
         code = server.stop()
         return 0 if code in (0, None, -signal.SIGTERM) else 1

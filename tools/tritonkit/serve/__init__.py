@@ -1,4 +1,5 @@
-"""Serving: the embedded ``tritonserver`` (``embedded``) and the python-backend runners versions carry (``runners``)."""
+"""Serving: the embedded ``tritonserver`` (``embedded``, with ``install``, ``options``, ``process``,
+``tritonlog``, and the HTTP ``guard``) and the python-backend runners versions carry (``runners``)."""
 
 from __future__ import annotations
 

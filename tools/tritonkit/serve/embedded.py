@@ -1,29 +1,23 @@
 """The embedded Triton server: the real ``tritonserver`` binary from the ``nvidia-pytriton`` wheel.
 
-This module owns everything between "a model repository on disk" and "a ready server on loopback":
-finding the binary, preparing a python-backend directory with the stub for the running Python,
-choosing and checking ports, the secure-by-default command line, waiting for readiness, turning
-Triton's log into one-line errors, and a graceful stop (SIGTERM, in-flight requests finish within
-``exit_timeout``).
+This module owns the life cycle between "a model repository on disk" and "a ready server on
+loopback": choosing ports, the secure-by-default command line, waiting for readiness, telling
+when a model's stub died (:meth:`EmbeddedServer.problems`), and a graceful stop (the guard
+drains, then SIGTERM: in-flight requests finish within ``exit_timeout``).
 
-Why the set-up is needed (``shared/docs/ENVIRONMENT.md``): the wheel ships one python-backend stub
-per Python minor version; the stub must sit next to ``libtriton_python.so`` and it embeds the
-system ``libpython``, finding the virtual environment's packages only when the venv's ``bin`` is
-first on ``PATH``.
+Its parts: finding the binary and the private backend folder, ``install.py``; defaults and range
+checks, ``options.py``; the log's error lines, ``tritonlog.py``; the processes (binding the server
+to this process, hiding the admin key from ``ps``, reaping what a crashed one left, the bounded
+log), ``process.py``; the optional HTTP guard, ``guard.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import importlib.util
 import os
-import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,120 +31,54 @@ from types import TracebackType
 
 from tritonkit.errors import (
     ModelLoadError,
-    PortInUseError,
     ServerError,
-    ServerNotInstalledError,
     ServerStartTimeoutError,
 )
+from tritonkit.serve.guard import Guard
+from tritonkit.serve.install import (
+    TritonInstall,
+    check_port,
+    find_triton,
+    free_port,
+    prepare_backends,
+    state_dir,
+)
+from tritonkit.serve.options import (
+    ADMIN_HEADER,
+    DEFAULT_LOG_MAX_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_RESTRICTED_APIS,
+    KNOWN_APIS,
+    ServerOptionError,
+    check_options,
+)
+from tritonkit.serve.process import (
+    LogPump,
+    Stub,
+    forget,
+    hide_in_cmdline,
+    reap_orphan_stubs,
+    record_regions,
+    remove_stale_regions,
+    spawn,
+    stubs_of,
+)
+from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failures
 
 __all__ = [
     "ADMIN_HEADER",
+    "DEFAULT_LOG_MAX_BYTES",
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_RESTRICTED_APIS",
+    "KNOWN_APIS",
     "EmbeddedServer",
+    "ServerOptionError",
     "TritonInstall",
     "find_triton",
     "free_port",
 ]
 
-#: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
-DEFAULT_RESTRICTED_APIS: tuple[str, ...] = ("model-repository", "trace", "logging")
-#: Header that carries the key for restricted APIs.
-ADMIN_HEADER = "tritonkit-admin-key"
-
-_INSTALL_HINT = "install it with `pip install 'nvidia-pytriton>=0.7,<0.8'` (or `pip install -e '.[serve]'`)"
-_LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)$")
-_POLL_FAILURE = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$")
-#: Start-up noise on machines without a GPU or DCGM; never the reason a start failed.
-_NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")
 _POLL_INTERVAL_S = 0.1
-
-
-@dataclasses.dataclass(frozen=True)
-class TritonInstall:
-    """Where the wheel's server parts live."""
-
-    binary: Path
-    python_backend: Path  # folder holding libtriton_python.so
-    stub: Path  # triton_python_backend_stub for the running Python minor version
-    caches: Path | None
-
-
-def find_triton() -> TritonInstall:
-    """Locate the ``tritonserver`` binary and python backend inside the ``nvidia-pytriton`` wheel."""
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServerNotInstalledError(
-            f"`tritonserver` not found: the `nvidia-pytriton` wheel is missing; {_INSTALL_HINT}"
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
-    binary = root / "bin" / "tritonserver"
-    backend = root / "backends" / "python"
-    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / minor / "triton_python_backend_stub"
-    for what, path in (("tritonserver binary", binary), ("python backend", backend / "libtriton_python.so")):
-        if not path.exists():
-            raise ServerNotInstalledError(f"{what} not found at {path}; {_INSTALL_HINT}")
-    if not stub.exists():
-        have = sorted(p.name for p in (root / "python_backend_stubs").iterdir())
-        raise ServerNotInstalledError(
-            f"no python-backend stub for Python {minor} in nvidia-pytriton; expected one of Python {', '.join(have)}"
-        )
-    caches = root / "caches"
-    return TritonInstall(binary, backend, stub, caches if caches.is_dir() else None)
-
-
-def _prepare_backends(install: TritonInstall) -> Path:
-    """A private ``backends/`` folder: the wheel's python backend plus the stub for this Python.
-
-    The wheel's own folder is left untouched (it may be read-only or shared by several venvs);
-    the private copy is keyed by the stub so different Python versions never collide.
-    """
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    digest = hashlib.sha256(str(install.stub.resolve()).encode()).hexdigest()[:12]
-    key = f"py{sys.version_info.major}{sys.version_info.minor}-{digest}"
-    backends = cache_home / "tritonkit" / f"backends-{key}"
-    python_dir = backends / "python"
-    if (python_dir / "triton_python_backend_stub").exists():
-        return backends
-    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(cache_home / "tritonkit")))
-    (staging / "python").mkdir()
-    for entry in install.python_backend.iterdir():
-        if entry.name != "__pycache__":
-            (staging / "python" / entry.name).symlink_to(entry)
-    # A link, not a copy: the stub finds the wheel's bundled libraries through an $ORIGIN-relative
-    # RPATH, which the kernel resolves from the link's target.
-    (staging / "python" / "triton_python_backend_stub").symlink_to(install.stub)
-    try:
-        staging.rename(backends)
-    except OSError:  # another process prepared it first
-        shutil.rmtree(staging, ignore_errors=True)
-    return backends
-
-
-def _mkdirs(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _check_port(host: str, port: int, role: str) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR ignores TIME_WAIT leftovers of a server just stopped (tritonserver binds the
-        # same way) but still fails on a port another process is listening on.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise PortInUseError(
-                f"{role} port {port} is already in use on {host}; expected a free port "
-                f"(choose another with --{role}-port, or omit it to pick one)"
-            ) from None
 
 
 class EmbeddedServer:
@@ -161,8 +89,13 @@ class EmbeddedServer:
 
     Ports left as ``None`` are picked free. Listeners bind ``host`` (loopback by default).
     Defaults follow Triton's secure-deployment guide: ``--model-control-mode=none``, strict
-    readiness, auto-complete disabled, and the model-repository, trace and logging APIs restricted
-    behind the ``tritonkit-admin-key`` header (:attr:`admin_key`). Every one of them can be changed.
+    readiness, auto-complete disabled, and the model-repository, shared-memory, statistics, trace
+    and logging APIs restricted behind the ``tritonkit-admin-key`` header (:attr:`admin_key`).
+    Every one of them can be changed.
+
+    The server is bound to this process: it gets SIGTERM when the process dies (when started from
+    the main thread), and a start first reaps the python stubs and ``/dev/shm`` regions a crashed
+    earlier server left behind. :meth:`problems` tells when a model's stub has died.
     """
 
     def __init__(
@@ -185,7 +118,18 @@ class EmbeddedServer:
         response_cache_bytes: int = 0,
         metrics: bool = True,
         extra_args: Sequence[str] = (),
+        guard: bool = False,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
     ) -> None:
+        check_options(
+            {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
+            exit_timeout=exit_timeout,
+            startup_timeout=startup_timeout,
+            apis=restricted_apis,
+            max_body_bytes=max_body_bytes,
+            log_max_bytes=log_max_bytes,
+        )
         self.repo = Path(repo).resolve()
         self.host = host
         self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -200,11 +144,23 @@ class EmbeddedServer:
         self.response_cache_bytes = response_cache_bytes
         self.metrics = metrics
         self.extra_args = tuple(extra_args)
+        #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
+        self.guard = guard
+        self.max_body_bytes = max_body_bytes
+        #: The log keeps at most this many bytes in ``log_file`` and as many in ``log_file.1``.
+        self.log_max_bytes = log_max_bytes
+        self._log_pump: LogPump | None = None
+        self._guard: Guard | None = None
+        self._triton_http_port: int | None = None
         #: removes the temporary log directory when this object goes (or at exit): the log stays
         #: readable after stop() and in start-up error messages, and nothing is left behind
         self._log_dir: weakref.finalize[..., object] | None = None
         self.log_file = Path(log_file) if log_file is not None else None
         self._process: subprocess.Popen[bytes] | None = None
+        self._stubs: list[Stub] = []
+        self._stub_file: Path | None = None
+        #: Whether ``ps`` no longer shows the admin key in the server's command line.
+        self.key_hidden = False
 
     # --- addresses --------------------------------------------------------------------------
     def _port(self, role: str) -> int:
@@ -263,9 +219,9 @@ class EmbeddedServer:
         args = [
             str(install.binary),
             f"--model-repository={self.repo}",
-            f"--backend-directory={_prepare_backends(install)}",
-            f"--http-address={self.host}",
-            f"--http-port={self.http_port}",
+            f"--backend-directory={prepare_backends(install)}",
+            f"--http-address={'127.0.0.1' if self.guard else self.host}",
+            f"--http-port={self._triton_http_port or self.http_port}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--allow-metrics={str(self.metrics).lower()}",
@@ -308,7 +264,9 @@ class EmbeddedServer:
             if self._ports[role] is None:
                 self._ports[role] = free_port(self.host if self.host != "0.0.0.0" else "127.0.0.1")
             else:
-                _check_port(self.host, self._port(role), role)
+                check_port(self.host, self._port(role), role)
+        if self.guard:  # Triton listens privately; the guard takes the public HTTP port
+            self._triton_http_port = free_port()
         if self.log_file is None:
             log_dir = tempfile.mkdtemp(prefix="tritonkit-server-")
             # Not TemporaryDirectory: its implicit clean-up at garbage collection warns (ResourceWarning).
@@ -316,31 +274,104 @@ class EmbeddedServer:
             self.log_file = Path(log_dir) / "tritonserver.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
-        with open(self.log_file, "wb") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._environment(),
-                cwd=self.repo,
-                start_new_session=True,  # Ctrl-C in a terminal must not reach Triton before we stop it
-            )
+        self.reap()
+        self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
+        assert self._process.stdout is not None
+        self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
         try:
+            if self.restricted_apis:
+                log_file = self.log_file
+                # Triton logs its first line after parsing its options: the key bytes are unused then.
+                process = self._process
+                self.key_hidden = hide_in_cmdline(
+                    self._process.pid,
+                    self.admin_key,
+                    ready=lambda: (
+                        process.poll() is not None or (log_file.exists() and log_file.stat().st_size > 0)
+                    ),
+                )
             self._wait_ready()
+            if self.guard:
+                self._guard = Guard(
+                    self.host,
+                    self.http_port,
+                    self._port_of_triton_http(),
+                    max_body_bytes=self.max_body_bytes,
+                    healthy=lambda: not self.problems(),
+                )
+                self._guard.start()
         except BaseException:
+            self._close_guard()
             self._terminate(grace=5.0)
             raise
+        self._stubs = stubs_of(self._process.pid, self._stub_path())
+        record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
         return self
+
+    def _port_of_triton_http(self) -> int:
+        return self._triton_http_port or self.http_port
+
+    def _close_guard(self) -> None:
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
+
+    @property
+    def refused(self) -> int:
+        """Requests the guard refused (0 without a guard)."""
+        return self._guard.refused if self._guard is not None else 0
+
+    def _stub_path(self) -> Path:
+        if self._stub_file is None:
+            self._stub_file = prepare_backends(find_triton()) / "python" / "triton_python_backend_stub"
+        return self._stub_file
+
+    def reap(self) -> list[str]:
+        """Kill the python stubs of crashed tritonkit servers and remove their ``/dev/shm`` regions.
+
+        Only stubs of this private backend folder whose server is gone, and regions recorded for
+        servers no longer running, are touched. Returns what was removed, one line each.
+        """
+        orphans = reap_orphan_stubs(self._stub_path())
+        regions = remove_stale_regions(state_dir())
+        return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
+
+    def problems(self) -> list[str]:
+        """What makes the running server unable to serve: an exit, or a model's dead python stub.
+
+        Triton keeps answering ``/v2/health/ready`` and model-ready with 200 after a stub dies
+        while every call to that model fails with "Stub process is not healthy"; this is the check
+        Triton lacks. Stubs are compared with those present at readiness, so it is meaningful with
+        ``model_control_mode="none"`` (the default), where models never load or unload later.
+        """
+        if self._process is None:
+            return ["the server is not running"]
+        code = self._process.poll()
+        if code is not None:
+            return [f"tritonserver exited with code {code}"]
+        if self.model_control_mode != "none":  # models may load and unload: no fixed set of stubs
+            return []
+        alive = {stub.pid for stub in stubs_of(self._process.pid, self._stub_path())}
+        return [
+            f"the python stub of model `{stub.model}` (instance {stub.instance}, pid {stub.pid}) died"
+            for stub in self._stubs
+            if stub.pid not in alive
+        ]
 
     def _wait_ready(self) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
-        url = f"http://{self.http_url}/v2/health/ready"
+        url = f"http://127.0.0.1:{self._port_of_triton_http()}/v2/health/ready"
+        next_look = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             code = self._process.poll()
             if code is not None:
                 raise self._startup_failure(code)
+            if time.monotonic() > next_look:
+                next_look = time.monotonic() + 0.5
+                stuck = self._stub_failures()
+                if stuck:
+                    raise ModelLoadError(stuck[0])
             with (
                 contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError, OSError),
                 urllib.request.urlopen(url, timeout=1.0) as response,
@@ -362,37 +393,13 @@ class EmbeddedServer:
         return self.log_file.read_text(errors="replace").splitlines()
 
     def _load_failures(self) -> list[str]:
-        failures = []
-        for line in self._log_lines():
-            match = _LOAD_FAILURE.search(line)
-            if match:
-                # Triton logs the reason as an escaped one-line string; keep its first line only.
-                reason = match["reason"].strip().rstrip('"').split("\\n")[0].strip()
-                failures.append(
-                    f"model `{match['model']}` version {match['version']} failed to load: {reason}"
-                )
-            poll = _POLL_FAILURE.search(line)
-            if poll:
-                reason = poll["reason"].strip().rstrip('"').split("\\n")[0].strip()
-                failures.append(f"model directory `{poll['model']}` could not be read by Triton: {reason}")
-        return failures
+        return load_failures(self._log_lines())
+
+    def _stub_failures(self) -> list[str]:
+        return stub_failures(self._log_lines(), self.repo)
 
     def _startup_failure(self, code: int) -> ServerError:
-        failures = self._load_failures()
-        if failures:
-            more = f" (and {len(failures) - 1} more; see {self.log_file})" if len(failures) > 1 else ""
-            return ModelLoadError(failures[0] + more)
-        lines = self._log_lines()
-        for line in lines:
-            if "already in use" in line or "Address already in use" in line:
-                return PortInUseError(f"tritonserver could not bind a port: {line.split(']', 1)[-1].strip()}")
-        errors = [
-            line.split("] ", 1)[-1].strip('"')
-            for line in lines
-            if line.startswith("E") and not any(noise in line for noise in _NOISE)
-        ]
-        detail = errors[-1] if errors else "no error line in the log"
-        return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
+        return startup_failure(code, self._log_lines(), self.log_file)
 
     def _terminate(self, grace: float) -> int | None:
         process = self._process
@@ -408,9 +415,26 @@ class EmbeddedServer:
         return process.returncode
 
     def stop(self) -> int | None:
-        """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds."""
+        """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds.
+
+        A server that crashed leaves its python stubs running; they are reaped here.
+        """
+        pid = self.pid
+        if self._guard is not None and self.is_running():
+            # Triton keeps serving open keep-alive connections while it drains; the guard does not.
+            self._guard.drain(self.exit_timeout)
         code = self._terminate(grace=self.exit_timeout + 10.0)
+        self._close_guard()
         self._process = None
+        self._stubs = []
+        if pid is not None:
+            if code == 0:
+                forget(state_dir(), pid)
+            with contextlib.suppress(OSError, ServerError):
+                self.reap()
+        if self._log_pump is not None:  # after the reap: orphaned stubs hold the log pipe open
+            self._log_pump.join()
+            self._log_pump = None
         return code
 
     def wait(self, timeout: float | None = None) -> int | None:
