@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tritonkit.client import AsyncClient, Client, ClientError, InferenceTimeoutError
-from tritonkit.client.transport import grpc_headers
+from tritonkit.client.protocol import grpc_headers
 from tritonkit.serve.embedded import EmbeddedServer
 
 

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as shm
 
 from tritonkit.cli import main
-from tritonkit.client.transport import grpc_headers
+from tritonkit.client.protocol import grpc_headers
 from tritonkit.errors import ModelLoadError
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
