@@ -61,7 +61,8 @@ def _inside(spec_dir: Path, value: str, key: str) -> Path:
     given = Path(value)
     path = given if given.is_absolute() else spec_dir / given
     if not path.resolve().is_relative_to(root):
-        how = "a symlink leading" if path.is_symlink() or path.resolve() != path.absolute() else "a path"
+        plain = Path(os.path.normpath(path.absolute()))
+        how = "a path" if not plain.is_relative_to(root) or plain == path.resolve() else "a symlink leading"
         raise DeployError(
             f"spec key `{key}`: `{value}` is {how} outside the spec's folder {spec_dir}; expected a path inside it"
         )
