@@ -10,6 +10,7 @@ read-only, and that the timing cache is set, on a persistent volume, keyed by GP
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +150,34 @@ def test_t4_timing_cache_keyed_by_gpu_and_tensorrt(rendered: Rendered) -> None:
         f"expected {deploy.TIMING_CACHE_ENV} keyed by GPU `T4` and TensorRT `trt10.5.0`" in line
         for line in problems
     ), problems
+
+
+def test_upload_pod_mounts_the_workspace_the_jobs_build_from(rendered: Rendered) -> None:
+    from tritonkit.deploy.checks.context import Problems
+    from tritonkit.deploy.checks.security import check_security
+
+    path = Path(__file__).resolve().parents[2] / "k8s" / "upload" / "inputs-upload-pod.yaml"
+    objects = deploy.parse_objects(path.read_text())
+    assert deploy.validate(objects) == []
+    (pod_obj,) = objects
+    wrapped = {
+        "kind": "Pod",
+        "metadata": pod_obj["metadata"],
+        "spec": {"template": {"spec": pod_obj["spec"]}},
+    }
+    problems = Problems("upload")
+    check_security(problems, wrapped)
+    assert problems.lines == []
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod_obj["spec"]["volumes"]}
+    for overlay in deploy.SERVER_OVERLAYS:
+        objects = rendered(overlay)
+        job_pod, build = _build(objects, overlay)
+        env, _ = deploy.container_env(build, objects)
+        job_claims = {
+            v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in job_pod["volumes"]
+        }
+        workspace = {m["mountPath"]: job_claims[m["name"]] for m in build["volumeMounts"]}[
+            env[deploy.WORKSPACE_ENV]
+        ]
+        upload = {m["mountPath"]: claims[m["name"]] for m in pod_obj["spec"]["containers"][0]["volumeMounts"]}
+        assert upload[env[deploy.WORKSPACE_ENV]] == workspace  # `tar -C /workspace` lands where the Job reads
