@@ -67,13 +67,37 @@ def test_spec_with_torch_module_and_data_is_packed(tmp_path: Path) -> None:
     assert os.listdir(out / deploy.INPUTS_DIR) == ["mynet"]  # no staging folder left
 
 
+def _onnx(path: Path, *, external: bool = False) -> bytes:
+    """A tiny real ONNX model (Y = X + W); with ``external`` W lives in ``<name>.weights`` beside it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((1, 4), dtype=np.float32), name="W")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "W"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if external:
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, location=f"{path.stem}.weights", size_threshold=0
+        )
+    else:
+        onnx.save_model(model, str(path))
+    return path.read_bytes()
+
+
 def test_spec_with_onnx_source_and_onnx_file_with_flags(tmp_path: Path) -> None:
     user = tmp_path / "user"
     user.mkdir()
-    (user / "m.onnx").write_bytes(b"onnx-bytes")
+    onnx_bytes = _onnx(user / "m.onnx", external=True)
     (user / "m.yaml").write_text("name: m\nsource:\n  onnx: m.onnx\n")
     folder = deploy.package_spec(user / "m.yaml", tmp_path / "out")
-    assert _files(folder) == ["model.onnx", "spec.yaml"]
+    assert _files(folder) == ["m.weights", "model.onnx", "spec.yaml"]  # external data beside the graph
     assert yaml.safe_load((folder / "spec.yaml").read_text())["source"] == {"onnx": "model.onnx"}
 
     (user / "ev.npz").write_bytes(b"npz")
@@ -82,11 +106,17 @@ def test_spec_with_onnx_source_and_onnx_file_with_flags(tmp_path: Path) -> None:
         user / "m.onnx", tmp_path / "out", name="m2", precisions=["fp32", "int8"],
         calibration_data=user / "cal.npz", eval_data=user / "ev.npz",
     )  # fmt: skip
-    assert _files(folder) == ["data/calibration.npz", "data/evaluation.npz", "model.onnx", "spec.yaml"]
+    assert _files(folder) == [
+        "data/calibration.npz",
+        "data/evaluation.npz",
+        "m.weights",
+        "model.onnx",
+        "spec.yaml",
+    ]
     spec = load_spec(folder / "spec.yaml")
     assert (
         spec.precisions == ["fp32", "int8"]
-        and spec.resolve(spec.source.onnx or "").read_bytes() == b"onnx-bytes"
+        and spec.resolve(spec.source.onnx or "").read_bytes() == onnx_bytes
     )
 
 
@@ -158,8 +188,19 @@ def test_include_outside_and_existing_model_are_refused(tmp_path: Path) -> None:
     assert deploy.package_spec(spec, tmp_path / "out", force=True).is_dir()
 
 
+def test_onnx_without_its_external_data_or_not_onnx_is_refused(tmp_path: Path) -> None:
+    _onnx(tmp_path / "m.onnx", external=True)
+    (tmp_path / "m.weights").unlink()
+    with pytest.raises(DeployError, match=r"keeps weights in 'm.weights', which is not a file beside it"):
+        deploy.package_onnx(tmp_path / "m.onnx", tmp_path / "out")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(DeployError, match=r"`bad.onnx` is not a valid ONNX model"):
+        deploy.package_onnx(tmp_path / "bad.onnx", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_packs_and_names_the_next_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "m.onnx").write_bytes(b"onnx")
+    _onnx(tmp_path / "m.onnx")
     assert (
         main(["k8s", "package", "--onnx", str(tmp_path / "m.onnx"), "--output", str(tmp_path / "out")]) == 0
     )

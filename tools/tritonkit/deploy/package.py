@@ -8,7 +8,7 @@ Owns the workspace layout the build Jobs of ``k8s/overlays/{t4,dev}`` read (the 
                                           paths, at their place relative to the spec's folder; the Job
                                           puts this folder on PYTHONPATH
     <output>/inputs/<model>/data/         calibration and evaluation data files
-    <output>/inputs/<model>/model.onnx    an ONNX source
+    <output>/inputs/<model>/model.onnx    an ONNX source, its external-data files beside it
 
 The operator copies ``<output>/inputs`` onto the workspace volume (``$TRITONKIT_BUILD_WORKSPACE``,
 docs/deploy.md); the Job builds each ``inputs/*/spec.yaml``. Every path a spec names must lie inside the
@@ -90,6 +90,27 @@ def _copy(source: Path, target: Path, root: Path, key: str) -> None:
         shutil.copyfile(source, target)
 
 
+def _onnx_copies(onnx: Path, key: str) -> list[tuple[Path, str]]:
+    """The ONNX file as ``model.onnx`` and its external-data files at their relative places beside it."""
+    from tritonkit.repository.onnx_io import external_data_files, load_model
+
+    try:
+        locations = external_data_files(load_model(onnx, check=False))
+    except TritonKitError as exc:
+        raise DeployError(f"{key}: {exc}") from None
+    copies = [(onnx, ONNX_FILE)]
+    folder = onnx.parent.resolve()
+    for location in locations:
+        data = onnx.parent / location
+        if not data.resolve().is_relative_to(folder) or not data.is_file():
+            raise DeployError(
+                f"{key}: `{onnx.name}` keeps weights in {location!r}, which is not a file beside it; "
+                "expected its external data next to it"
+            )
+        copies.append((data, data.resolve().relative_to(folder).as_posix()))
+    return copies
+
+
 def _module_root(spec_dir: Path, torch: str) -> Path:
     """The top-level package folder or module file ``package.module:function`` imports from."""
     module = torch.partition(":")[0]
@@ -158,7 +179,10 @@ def package_spec(
     copies: list[tuple[Path, str, str]] = []  # (source, target relative to the input folder, spec key)
     source = data.get("source") or {}
     if spec.source.onnx is not None:
-        copies.append((_inside(spec_dir, spec.source.onnx, "source.onnx"), ONNX_FILE, "source.onnx"))
+        onnx = _inside(spec_dir, spec.source.onnx, "source.onnx")
+        copies += [
+            (path, target, "source.onnx") for path, target in _onnx_copies(onnx, "spec key `source.onnx`")
+        ]
         source["onnx"] = ONNX_FILE
     if spec.source.torch is not None:
         root = _module_root(spec_dir, spec.source.torch)
@@ -214,7 +238,7 @@ def package_onnx(
             "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
             "--calibration-data) as .npz files of input arrays"
         )
-    files: list[tuple[Path, str]] = [(onnx_path, ONNX_FILE)]
+    files = _onnx_copies(onnx_path, f"--onnx {onnx_path}")
     for key, flag, value in (
         ("calibration", "--calibration-data", calibration_data),
         ("evaluation", "--eval-data", eval_data),
