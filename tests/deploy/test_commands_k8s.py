@@ -78,7 +78,7 @@ def test_check_passes_on_the_repository(
 ) -> None:
     assert main(["k8s", "check", "--checkov", "off"]) == 0
     out = capsys.readouterr().out
-    assert "t4: 17 objects; schemas (Kubernetes 1.30, strict): ok; checklist: ok" in out
+    assert "t4: 18 objects; schemas (Kubernetes 1.30, strict): ok; checklist: ok" in out
     assert out.strip().endswith("3 overlays OK")
 
 

@@ -346,16 +346,16 @@ def test_checklist_bites_on_dev_gpu_and_loadtest_wiring(rendered: Rendered) -> N
 # --- the server command line ---------------------------------------------------------------------
 def test_triton_args_resolve_configmap_and_secret(rendered: Rendered) -> None:
     objects = rendered("t4")
-    args = deploy.triton_args(objects, secrets={"triton-admin-key/key": "k3y"})
+    args = deploy.triton_args(objects, secrets={"tritonkit-admin-key/key": "k3y"})
     assert args[0] == "tritonserver"
     assert not [a for a in args if "$(" in a]
     assert f"--exit-timeout-secs={_server_args(objects)['TRITON_EXIT_TIMEOUT_SECS']}" in args
-    restricted = "model-repository,shared-memory,statistics,trace,logging:triton-admin-key=k3y"
+    restricted = "model-repository,shared-memory,statistics,trace,logging:tritonkit-admin-key=k3y"
     assert f"--http-restricted-api={restricted}" in args
     assert f"--grpc-restricted-protocol={restricted}" in args
     # without the secret the key stays a placeholder, never an empty string
     assert (
-        "--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:triton-admin-key=<secret triton-admin-key/key>"
+        "--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:tritonkit-admin-key=<secret tritonkit-admin-key/key>"
         in deploy.triton_args(objects)
     )
 
@@ -429,7 +429,7 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
     from tritonkit.serve.embedded import EmbeddedServer
 
     key = secrets.token_hex(16)
-    args = deploy.triton_args(rendered(overlay), secrets={"triton-admin-key/key": key})
+    args = deploy.triton_args(rendered(overlay), secrets={"tritonkit-admin-key/key": key})
     # The in-cluster repository path and fixed ports become a temp folder and free loopback ports;
     # every other flag goes to tritonserver 2.51 exactly as the pod would pass it (given last, so it wins).
     local = [
@@ -438,7 +438,7 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
         if a.split("=", 1)[0] not in ("--model-repository", "--http-port", "--grpc-port", "--metrics-port")
     ]
     assert len(local) == len(args) - 5
-    header = {"triton-admin-key": key}
+    header = {"tritonkit-admin-key": key}
     with EmbeddedServer(tmp_path, restricted_apis=(), extra_args=local) as server:
         base = f"http://{server.http_url}"
         assert _status(f"{base}/v2/health/ready") == 200  # probes need no key

@@ -1,7 +1,8 @@
-"""``tritonkit k8s render|check``: print an overlay's manifests, or validate every overlay.
+"""``tritonkit k8s render|check|package``: print an overlay's manifests, validate every overlay, or pack a
+user's build inputs for the cluster's build Job.
 
-The rendering, schemas, checklist and checkov run live in :mod:`tritonkit.deploy`; this module parses
-arguments, hands the checklist the load-test scenario names, writes files atomically and prints.
+The rendering, schemas, checklist, checkov run and packing live in :mod:`tritonkit.deploy`; this module
+parses arguments, hands the checklist the load-test scenario names, writes files atomically and prints.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tritonkit import deploy
 from tritonkit.errors import DeployError
 from tritonkit.loadtest.scenarios import SCENARIOS  # stdlib-only module, no Locust
 
-__all__ = ["register", "run_check", "run_render"]
+__all__ = ["register", "run_check", "run_package", "run_render"]
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
@@ -50,6 +51,35 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     )
     check.add_argument("--k8s-dir", type=Path, help="the kustomize tree (default: ./k8s)")
     check.set_defaults(func=run_check)
+
+    package = actions.add_parser(
+        "package",
+        help="pack a build spec (and the files it names) or an ONNX file for the cluster's build Job",
+        description="Writes OUTPUT/inputs/<model>/ (spec.yaml, modules/, data/, model.onnx); copy "
+        "OUTPUT/inputs onto the build workspace volume and run the build Job (docs/deploy.md).",
+    )
+    package.add_argument(
+        "spec", nargs="?", type=Path, help="build spec (YAML); paths in it relative to its folder"
+    )
+    package.add_argument("--onnx", type=Path, metavar="FILE", help="an ONNX file instead of a spec")
+    package.add_argument("--name", help="model name for --onnx (default: the file's stem)")
+    package.add_argument(
+        "--precision", default="fp32", metavar="LIST", help="--onnx: precisions (default fp32)"
+    )
+    package.add_argument("--calibration-data", type=Path, metavar="NPZ", help="--onnx: INT8 calibration data")
+    package.add_argument("--eval-data", type=Path, metavar="NPZ", help="--onnx: held-out data for fp16/int8")
+    package.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="spec: another file or folder (relative to the spec's folder) the torch module reads (repeatable)",
+    )
+    package.add_argument(
+        "--output", "-o", type=Path, required=True, help="folder to write inputs/<model>/ into"
+    )
+    package.add_argument("--force", action="store_true", help="replace an already packed model of that name")
+    package.set_defaults(func=run_package)
 
     parser.set_defaults(func=lambda _args: _usage(parser))
 
@@ -103,4 +133,42 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"{count} problem{'' if count == 1 else 's'}", file=sys.stderr)
         return 1
     print(f"{len(report.rendered)} overlays OK")
+    return 0
+
+
+def run_package(args: argparse.Namespace) -> int:
+    if (args.spec is None) == (args.onnx is None):
+        raise DeployError("tritonkit k8s package: expected a build spec or --onnx FILE, exactly one of them")
+    if args.spec is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--name", args.name),
+                ("--calibration-data", args.calibration_data),
+                ("--eval-data", args.eval_data),
+            )
+            if value is not None
+        ]
+        if args.precision != "fp32":
+            given.append("--precision")
+        if given:
+            raise DeployError(
+                f"tritonkit k8s package: {', '.join(given)} go with --onnx; a spec names its own"
+            )
+        folder = deploy.package_spec(args.spec, args.output, include=args.include, force=args.force)
+    else:
+        if args.include:
+            raise DeployError("tritonkit k8s package: --include goes with a spec (for its torch module)")
+        folder = deploy.package_onnx(
+            args.onnx,
+            args.output,
+            name=args.name,
+            precisions=[p.strip() for p in args.precision.split(",") if p.strip()],
+            calibration_data=args.calibration_data,
+            eval_data=args.eval_data,
+            force=args.force,
+        )
+    files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    print(f"packed {folder} ({len(files)} files: {', '.join(files)})")
+    print(f"next: copy {args.output / deploy.INPUTS_DIR} onto the build workspace volume (docs/deploy.md)")
     return 0

@@ -1,6 +1,7 @@
 """Deployment on Kubernetes: rendering the ``k8s/`` overlays, schema validation, the checklist, checkov.
 
-Modules, lowest first: :mod:`.objects` (reading rendered objects, a container's environment),
+Modules, lowest first: :mod:`.package` (the build Jobs' workspace layout and ``tritonkit k8s package``),
+:mod:`.objects` (reading rendered objects, a container's environment),
 :mod:`.manifests` (the overlays, ``kubectl kustomize``, parsing), :mod:`.schemas` (strict validation),
 :mod:`.arguments` (the Triton command line an overlay runs), :mod:`.checks` (the deployment checklist, one
 module per concern), :mod:`.checkov` (checkov and its skip annotations) and :mod:`.report` (``check``,
@@ -30,16 +31,26 @@ from tritonkit.deploy.manifests import (
     render_text,
 )
 from tritonkit.deploy.objects import container_env
+from tritonkit.deploy.package import (
+    INPUTS_DIR,
+    TIMING_CACHE_ENV,
+    WORKSPACE_ENV,
+    package_onnx,
+    package_spec,
+)
 from tritonkit.deploy.report import CheckReport, check
 from tritonkit.deploy.schemas import KUBERNETES_VERSION, validate
 
 __all__ = [
     "ADAPTER_METRIC",
+    "INPUTS_DIR",
     "KUBERNETES_VERSION",
     "OVERLAYS",
     "REQUIRED_RESTRICTED_APIS",
     "SERVER_OVERLAYS",
+    "TIMING_CACHE_ENV",
     "TRITON_IMAGE",
+    "WORKSPACE_ENV",
     "CheckReport",
     "CheckovResult",
     "check",
@@ -49,6 +60,8 @@ __all__ = [
     "find_kubectl",
     "manifests_dir",
     "overlay_dir",
+    "package_onnx",
+    "package_spec",
     "parse_objects",
     "render",
     "render_text",

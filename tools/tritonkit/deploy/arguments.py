@@ -1,7 +1,9 @@
 """The Triton server a rendered overlay runs: its Deployment and container, and its command line.
 
-Owns recognising the Triton container (by its image) and :func:`triton_args`, the command line with
-``$(VAR)`` resolved as the kubelet would, so tests can hand it to the real ``tritonserver``.
+Owns recognising the Triton container (the one whose command is ``tritonserver``: NVIDIA's image or the
+project's image built on it), what the project's Triton image is called, and :func:`triton_args`, the
+command line with ``$(VAR)`` resolved as the kubelet would, so tests can hand it to the real
+``tritonserver``.
 """
 
 from __future__ import annotations
@@ -11,18 +13,37 @@ from collections.abc import Mapping, Sequence
 from tritonkit.deploy.objects import SECRET, Obj, command_line, container_env, find, pod_spec
 from tritonkit.errors import DeployError
 
-__all__ = ["TRITON_IMAGE", "triton_args", "triton_container"]
+__all__ = [
+    "PROJECT_TRITON_IMAGES",
+    "TRITON_IMAGE",
+    "is_project_triton_image",
+    "triton_args",
+    "triton_container",
+]
 
+#: NVIDIA's Triton image, the base of the project's own (k8s/images/Dockerfile, target ``triton``).
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
+#: How the project's Triton image is named: its repository path ends with one of these.
+PROJECT_TRITON_IMAGES = ("tritonkit-triton", "tritonkit/triton")
 
 
 def triton_container(objects: Sequence[Obj]) -> tuple[Obj, Obj] | None:
-    """The Triton Deployment and its server container (the first container running :data:`TRITON_IMAGE`)."""
+    """The Triton Deployment and its server container (the first container whose command is ``tritonserver``)."""
     for deployment in find(objects, "Deployment"):
         for container in pod_spec(deployment).get("containers", []):
-            if str(container.get("image", "")).startswith(TRITON_IMAGE):
+            command = [str(part) for part in container.get("command", [])]
+            if command[:1] == ["tritonserver"]:
                 return deployment, container
     return None
+
+
+def is_project_triton_image(image: str) -> bool:
+    """Whether ``image`` (``name[:tag][@digest]``) is the project's Triton image."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: name.rindex(":")]
+    return name.endswith(PROJECT_TRITON_IMAGES)
 
 
 def triton_args(objects: Sequence[Obj], *, secrets: Mapping[str, str] | None = None) -> list[str]:
@@ -32,7 +53,9 @@ def triton_args(objects: Sequence[Obj], *, secrets: Mapping[str, str] | None = N
     """
     found = triton_container(objects)
     if found is None:
-        raise DeployError(f"no Deployment runs the Triton image `{TRITON_IMAGE}`; expected one")
+        raise DeployError(
+            "no Deployment runs `tritonserver`; expected one (NVIDIA's Triton image or the project's)"
+        )
     _, container = found
     env, missing = container_env(container, objects)
     if missing:

@@ -2,7 +2,8 @@
 
 Owns finding the Triton Deployment in a server overlay, resolving its arguments through the ConfigMaps,
 asserting the flags every deployment must run with (no model control, strict readiness, exit on error,
-no SageMaker/Vertex endpoints, no auto-complete) and the admin header on every restricted API group; then
+no SageMaker/Vertex endpoints, no auto-complete) and the admin header (``tritonkit-admin-key``, the name
+``tritonkit serve`` uses) on every restricted API group; then
 it hands the :class:`~tritonkit.deploy.checks.context.Server` to the pod checks of
 :mod:`~tritonkit.deploy.checks.serving` and the security context check.
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tritonkit.deploy.arguments import TRITON_IMAGE, triton_container
+from tritonkit.deploy.arguments import is_project_triton_image, triton_container
 from tritonkit.deploy.checks.context import Problems, Server
 from tritonkit.deploy.checks.security import check_security
 from tritonkit.deploy.checks.serving import SERVING_CHECKS
 from tritonkit.deploy.objects import Obj, container_env, expand, flags, ref, unresolved
+from tritonkit.serve import ADMIN_HEADER
 
 __all__ = ["REQUIRED_FLAGS", "REQUIRED_RESTRICTED_APIS", "TRITON_UID", "check_triton"]
 
@@ -45,6 +47,12 @@ def _restricted(p: Problems, where: str, flag: str, values: list[str]) -> None:
         where,
         f"`{flag}` must name the header as `APIS:HEADER=KEY`; found `{values[0]}`",
     )
+    # One header name locally (tritonkit serve, the client's --header) and in the cluster.
+    p.expect(
+        not header or header == ADMIN_HEADER,
+        where,
+        f"`{flag}` must use the header `{ADMIN_HEADER}` (as tritonkit serve does), found `{header}`",
+    )
     p.expect(
         key.startswith("<secret "), where, f"`{flag}` key must come from a Secret, found `{key or '(empty)'}`"
     )
@@ -60,13 +68,23 @@ def _image_pinned(image: str) -> bool:
 def check_triton(p: Problems, objects: Sequence[Obj]) -> tuple[Obj, Obj] | None:
     """Image pin, server flags and restricted APIs, then the pod checks; returns (Deployment, container)."""
     found = triton_container(objects)
-    if not p.expect(found is not None, "Deployment", f"expected a Deployment running `{TRITON_IMAGE}`"):
+    if not p.expect(
+        found is not None, "Deployment", "expected a Deployment whose container runs `tritonserver`"
+    ):
         return None
     assert found is not None
     deployment, container = found
     where = f"{ref(deployment)} container `{container.get('name')}`"
     image = str(container.get("image", ""))
     p.expect(_image_pinned(image), where, f"expected the image pinned by tag or digest, found `{image}`")
+    # NVIDIA's image lacks what the python-backend models import (tokenizers, onnxruntime) and the pod's
+    # root filesystem is read-only: the project's image (k8s/images/Dockerfile, target triton) has them.
+    p.expect(
+        is_project_triton_image(image),
+        where,
+        f"expected the project's Triton image (k8s/images/Dockerfile target triton, with the python-backend "
+        f"packages), found `{image}`",
+    )
 
     env, missing = container_env(container, objects)
     for line in missing:

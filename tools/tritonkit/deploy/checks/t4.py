@@ -2,8 +2,8 @@
 
 Owns: one GPU per pod with required T4 node affinity and the GPU taint tolerated (Triton and the build
 Jobs alike); each build Job runs ``tritonkit build --target tensorrt --gpu T4``, outranks the Triton pods
-(which hold their T4 while waiting for it) and names its TensorRT version in the marker the pods wait
-for. Autoscaling and monitoring, also T4-only, are in :mod:`tritonkit.deploy.checks.scaling`.
+(which hold their T4 while waiting for it), names its TensorRT version in the marker the pods wait for,
+and keys its TensorRT timing cache by GPU and TensorRT version. Autoscaling and monitoring, also T4-only, are in :mod:`tritonkit.deploy.checks.scaling`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tritonkit.deploy.checks.jobs import repository_jobs
 from tritonkit.deploy.checks.scaling import check_adapter_rule, check_autoscaling, check_monitoring
 from tritonkit.deploy.checks.security import check_security
 from tritonkit.deploy.objects import Obj, container_env, find, flags, gpu_limit, pod_spec, ref
+from tritonkit.deploy.package import TIMING_CACHE_ENV
 
 __all__ = ["T4_PRODUCTS", "check_t4"]
 
@@ -112,6 +113,14 @@ def check_t4(p: Problems, objects: Sequence[Obj], deployment: Obj, container: Ob
             bool(trt) and f"trt{trt}" in marker,
             ref(job),
             f"expected the marker `{marker}` to name TensorRT `{trt or '(unset)'}`",
+        )
+        cache = env.get(TIMING_CACHE_ENV, "")
+        gpu = env.get("BUILD_GPU", "")
+        p.expect(
+            bool(trt and gpu) and f"trt{trt}" in cache and gpu in cache,
+            ref(job),
+            f"expected {TIMING_CACHE_ENV} keyed by GPU `{gpu}` and TensorRT `trt{trt}` (another GPU or "
+            f"TensorRT must not reuse it), found `{cache or '(unset)'}`",
         )
         check_security(p, job)
     check_autoscaling(p, objects, deployment)

@@ -1,0 +1,264 @@
+"""``tritonkit k8s package``: a user's build inputs laid out for the cluster's build Job.
+
+Owns the workspace layout the build Jobs of ``k8s/overlays/{t4,dev}`` read (the names below, checked by
+:mod:`tritonkit.deploy.checks.jobs`) and packing into it::
+
+    <output>/inputs/<model>/spec.yaml     the spec, its paths rewritten to the packed copies
+    <output>/inputs/<model>/modules/      the torch module's top-level package (or file) and --include
+                                          paths, at their place relative to the spec's folder; the Job
+                                          puts this folder on PYTHONPATH
+    <output>/inputs/<model>/data/         calibration and evaluation data files
+    <output>/inputs/<model>/model.onnx    an ONNX source, its external-data files beside it
+
+The operator copies ``<output>/inputs`` onto the workspace volume (``$TRITONKIT_BUILD_WORKSPACE``,
+docs/deploy.md); the Job builds each ``inputs/*/spec.yaml``. Every path a spec names must lie inside the
+spec's folder (no ``..``, no absolute path elsewhere, no symlink leading out) and exist; each refusal is
+one line. A packed folder is written under a temporary name and renamed: never half there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import DeployError, TritonKitError
+
+__all__ = [
+    "DATA_DIR",
+    "INPUTS_DIR",
+    "MODULES_DIR",
+    "ONNX_FILE",
+    "SPEC_FILE",
+    "TIMING_CACHE_ENV",
+    "WORKSPACE_ENV",
+    "package_onnx",
+    "package_spec",
+]
+
+#: Folder of the workspace volume holding one folder per packed model.
+INPUTS_DIR = "inputs"
+SPEC_FILE = "spec.yaml"
+MODULES_DIR = "modules"
+DATA_DIR = "data"
+ONNX_FILE = "model.onnx"
+#: Environment variable naming the build Job's workspace volume (inputs, stamps, caches).
+WORKSPACE_ENV = "TRITONKIT_BUILD_WORKSPACE"
+#: Environment variable the build reads for the TensorRT timing-cache file (replaces the spec's
+#: ``tensorrt.timing_cache``); the Jobs point it at the workspace volume, keyed by GPU and TensorRT.
+TIMING_CACHE_ENV = "TRITONKIT_TIMING_CACHE"
+#: ``calibration.data`` / ``evaluation.data`` values that name a built-in source, not a file.
+_BUILTIN_DATA = ("pydoc", "synthetic")
+
+
+def _inside(spec_dir: Path, value: str, key: str) -> Path:
+    """``value`` (relative to the spec's folder) as an existing path inside it; one line otherwise."""
+    root = spec_dir.resolve()
+    given = Path(value)
+    path = given if given.is_absolute() else spec_dir / given
+    if not path.resolve().is_relative_to(root):
+        plain = Path(os.path.normpath(path.absolute()))
+        how = "a path" if not plain.is_relative_to(root) or plain == path.resolve() else "a symlink leading"
+        raise DeployError(
+            f"spec key `{key}`: `{value}` is {how} outside the spec's folder {spec_dir}; expected a path inside it"
+        )
+    if not path.exists():
+        raise DeployError(
+            f"spec key `{key}`: `{value}` not found in {spec_dir}; expected an existing file or folder"
+        )
+    return path
+
+
+def _copy(source: Path, target: Path, root: Path, key: str) -> None:
+    """Copy a file or folder; every symlink inside must stay inside ``root``; caches are left out."""
+    if source.is_dir():
+        for child in sorted(source.rglob("*")):
+            if "__pycache__" in child.parts:
+                continue
+            if not child.resolve().is_relative_to(root.resolve()):
+                raise DeployError(
+                    f"spec key `{key}`: `{child}` is a symlink leading outside the spec's folder {root}; "
+                    "expected every file inside it"
+                )
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+
+
+def _onnx_copies(onnx: Path, key: str) -> list[tuple[Path, str]]:
+    """The ONNX file as ``model.onnx`` and its external-data files at their relative places beside it."""
+    from tritonkit.repository.onnx_io import external_data_files, load_model
+
+    try:
+        locations = external_data_files(load_model(onnx, check=False))
+    except TritonKitError as exc:
+        raise DeployError(f"{key}: {exc}") from None
+    copies = [(onnx, ONNX_FILE)]
+    folder = onnx.parent.resolve()
+    for location in locations:
+        data = onnx.parent / location
+        if not data.resolve().is_relative_to(folder) or not data.is_file():
+            raise DeployError(
+                f"{key}: `{onnx.name}` keeps weights in {location!r}, which is not a file beside it; "
+                "expected its external data next to it"
+            )
+        copies.append((data, data.resolve().relative_to(folder).as_posix()))
+    return copies
+
+
+def _module_root(spec_dir: Path, torch: str) -> Path:
+    """The top-level package folder or module file ``package.module:function`` imports from."""
+    module = torch.partition(":")[0]
+    top = module.split(".")[0]
+    for candidate in (spec_dir / top, spec_dir / f"{top}.py"):
+        if candidate.exists():
+            return _inside(spec_dir, candidate.name, "source.torch")
+    raise DeployError(
+        f"spec key `source.torch`: module `{module}` not found; expected {top}/ or {top}.py in {spec_dir}"
+    )
+
+
+def _finish(staging: Path, output: Path, name: str, force: bool) -> Path:
+    """Check the packed spec from its new place, then rename the staging folder into ``inputs/<name>``."""
+    from tritonkit.build.spec import load_spec
+
+    load_spec(staging / SPEC_FILE)  # the Job reads it from there: its paths must resolve
+    final = output / INPUTS_DIR / name
+    if final.exists():
+        if not force:
+            raise DeployError(f"{final} already exists; expected a new model name, or --force to replace it")
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return final
+
+
+def _staging(output: Path, name: str) -> Path:
+    from tritonkit.repository.store import validate_model_name
+
+    try:
+        validate_model_name(name)
+    except TritonKitError as exc:
+        raise DeployError(str(exc)) from None
+    if output.exists() and not output.is_dir():
+        raise DeployError(f"--output {output} is a file; expected a folder")
+    (output / INPUTS_DIR).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{name}.", dir=output / INPUTS_DIR))
+
+
+def _write_spec(staging: Path, data: dict[str, Any]) -> None:
+    import yaml
+
+    (staging / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def package_spec(
+    spec_path: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    include: Sequence[str] = (),
+    force: bool = False,
+) -> Path:
+    """Pack a build spec and every file it names into ``<output>/inputs/<name>/``; returns that folder.
+
+    ``include``: further files or folders (relative to the spec's folder) the torch module reads, copied
+    into ``modules/`` at the same relative place.
+    """
+    import yaml
+
+    from tritonkit.build.spec import load_spec
+
+    spec_file = Path(spec_path)
+    spec = load_spec(spec_file)  # one line per bad key, before anything is written
+    spec_dir = spec_file.parent
+    data: dict[str, Any] = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+    copies: list[tuple[Path, str, str]] = []  # (source, target relative to the input folder, spec key)
+    source = data.get("source") or {}
+    if spec.source.onnx is not None:
+        onnx = _inside(spec_dir, spec.source.onnx, "source.onnx")
+        copies += [
+            (path, target, "source.onnx") for path, target in _onnx_copies(onnx, "spec key `source.onnx`")
+        ]
+        source["onnx"] = ONNX_FILE
+    if spec.source.torch is not None:
+        root = _module_root(spec_dir, spec.source.torch)
+        copies.append((root, f"{MODULES_DIR}/{root.name}", "source.torch"))
+    for item in include:
+        path = _inside(spec_dir, item, "--include")
+        relative = path.absolute().relative_to(spec_dir.absolute()).as_posix()
+        copies.append((path, f"{MODULES_DIR}/{relative}", "--include"))
+    for key in ("calibration", "evaluation"):
+        section = data.get(key) or {}
+        value = getattr(spec, key).data
+        if value in _BUILTIN_DATA:
+            continue
+        path = _inside(spec_dir, value, f"{key}.data")
+        if not path.is_file():
+            raise DeployError(f"spec key `{key}.data`: `{value}` is a folder; expected a .txt or .npz file")
+        relative = path.absolute().relative_to(spec_dir.absolute()).as_posix()
+        copies.append((path, f"{DATA_DIR}/{relative}", f"{key}.data"))
+        section["data"] = f"{DATA_DIR}/{relative}"
+        data[key] = section
+    out = Path(output)
+    staging = _staging(out, spec.name)
+    try:
+        for path, target, key in copies:
+            _copy(path, staging / target, spec_dir, key)
+        _write_spec(staging, data)
+        return _finish(staging, out, spec.name, force)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+
+
+def package_onnx(
+    onnx: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    precisions: Sequence[str] = ("fp32",),
+    calibration_data: str | os.PathLike[str] | None = None,
+    eval_data: str | os.PathLike[str] | None = None,
+    force: bool = False,
+) -> Path:
+    """Pack an ONNX file and its build flags (as a generated spec) into ``<output>/inputs/<name>/``."""
+    from tritonkit.build.spec import parse_spec
+
+    onnx_path = Path(onnx)
+    if not onnx_path.is_file():
+        raise DeployError(f"--onnx {onnx_path} not found; expected an ONNX file")
+    model = name or onnx_path.stem
+    data: dict[str, Any] = {"name": model, "source": {"onnx": ONNX_FILE}, "precisions": list(precisions)}
+    if set(precisions) - {"fp32"} and eval_data is None:
+        raise DeployError(
+            "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
+            "--calibration-data) as .npz files of input arrays"
+        )
+    files = _onnx_copies(onnx_path, f"--onnx {onnx_path}")
+    for key, flag, value in (
+        ("calibration", "--calibration-data", calibration_data),
+        ("evaluation", "--eval-data", eval_data),
+    ):
+        if value is None:
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise DeployError(f"{flag} {path} not found; expected a .npz file of input arrays")
+        target = f"{DATA_DIR}/{key}{path.suffix}"
+        files.append((path, target))
+        data[key] = {"data": target}
+    out = Path(output)
+    staging = _staging(out, model)
+    try:
+        parse_spec(data, base_dir=staging)  # one line per bad flag value, before anything is copied
+        for path, target in files:
+            _copy(path, staging / target, path.parent, target)
+        _write_spec(staging, data)
+        return _finish(staging, out, model, force)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
