@@ -119,26 +119,38 @@ def compare_models(
 
 
 def compare_engine(
-    reference: str | Path, plan_file: str | Path, feeds: Sequence[Feeds], *, output: str | None = None
+    reference: str | Path,
+    plan_file: str | Path,
+    feeds: Sequence[Feeds],
+    profiles: Sequence[int],
+    *,
+    output: str | None = None,
 ) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:  # pragma: no cover - needs TensorRT
-    """Run a TensorRT engine (Polygraphy ``TrtRunner``) and the FP32 ONNX reference on ``feeds``."""
+    """Run a TensorRT engine and the FP32 ONNX reference on ``feeds``, batch ``i`` on optimization
+    profile ``profiles[i]`` (:func:`tritonkit.build.tensorrt.evaluation_profiles`): a ``TrtRunner``
+    left on profile 0 fails every batch outside profile 0's range."""
     from polygraphy.backend.common import BytesFromPath
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
-    from polygraphy.comparator import Comparator
     from polygraphy.logger import G_LOGGER
 
-    runners = [
-        OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"]), name="fp32"),
-        TrtRunner(EngineFromBytes(BytesFromPath(str(plan_file))), name="tensorrt"),
-    ]
+    if len(profiles) != len(feeds):
+        raise ValueError(f"one profile per batch expected: {len(feeds)} batches, {len(profiles)} profiles")
+    engine = EngineFromBytes(BytesFromPath(str(plan_file)))()
+    trt_out: list[dict[str, Any]] = [{} for _ in feeds]
+    ref_out: list[dict[str, Any]] = []
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
-        results = Comparator.run(runners, data_loader=list(feeds))
-    ref_iters, trt_iters = dict(results)["fp32"], dict(results)["tensorrt"]
-    name = output or next(iter(ref_iters[0].keys()))
-    cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_iters])
-    ref = np.concatenate([np.asarray(it[name]) for it in ref_iters])
-    return {"output": name, "runtime": "tensorrt"}, cand, ref
+        with OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"])) as ort:
+            ref_out = [dict(ort.infer(dict(feed))) for feed in feeds]
+        for index in sorted(set(profiles)):
+            with TrtRunner(engine, optimization_profile=index) as runner:
+                for i, feed in enumerate(feeds):
+                    if profiles[i] == index:
+                        trt_out[i] = {k: np.array(v) for k, v in runner.infer(dict(feed)).items()}
+    name = output or next(iter(ref_out[0].keys()))
+    cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_out])
+    ref = np.concatenate([np.asarray(it[name]) for it in ref_out])
+    return {"output": name, "profiles": sorted(set(profiles))}, cand, ref
 
 
 def gate(
@@ -151,8 +163,12 @@ def gate(
     output: str = "output",
     labels: Sequence[str] | None = None,
     worst: int = 3,
+    runtime: str = "onnxruntime-cpu",
 ) -> dict[str, Any]:
-    """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below."""
+    """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below.
+
+    ``runtime`` names what produced ``candidate`` (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
+    """
     if thresholds.metric == "cosine":
         scores = cosine_rows(candidate, reference)
     else:
@@ -165,7 +181,7 @@ def gate(
         "mean": round(mean, 6),
         "min": round(low, 6),
         "thresholds": {"mean": thresholds.mean, "min": thresholds.min},
-        "runtime": "onnxruntime-cpu",
+        "runtime": runtime,
     }
     if thresholds.metric == "top1":
         result["cosine_mean"] = round(float(cosine_rows(candidate, reference).mean()), 6)

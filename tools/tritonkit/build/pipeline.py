@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.build import gpu, tensorrt
-from tritonkit.build.artifacts import Built, Files, build_precision, target_artifacts
+from tritonkit.build.artifacts import Built, Files, build_precision, check_tensorrt_data, target_artifacts
 from tritonkit.build.datasets import Datasets, prepare_data
 from tritonkit.build.flagship import FLAGSHIP_SPECS, flagship_spec
 from tritonkit.build.memory import estimate_memory
@@ -210,6 +210,8 @@ def build_from_spec(
             tensorrt.check_shapes(plan, source.graph)
         needs_calibration = "int8" in spec.precisions
         sets = prepare_data(spec, source, needs_calibration) if set(spec.precisions) - {"fp32"} else None
+        if plan is not None:
+            check_tensorrt_data(spec, source, plan, sets)  # shapes no profile covers: refused before building
         planning: dict[str, Any] = {}
         mbs = _max_batch(spec, profile, source, planning)
         if planning:
