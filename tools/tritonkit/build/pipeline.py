@@ -3,10 +3,11 @@
 data (:mod:`.datasets`) → each precision's artifact and accuracy gate → target files and config
 (:mod:`.artifacts`) → one version per model, written by the repository.
 
-Every check that can fail without building runs first (GPU profile, precisions, TensorRT settings
-and availability, data); every precision is built and gated, and every model's config checked
-against the repository, before the first version is written, so a failure leaves the repository
-untouched (and a repository that did not exist is not created).
+Every check that can fail without building runs first (GPU profile, precisions, TensorRT settings,
+data, evaluation and calibration shapes against the TensorRT profiles); every precision is built
+and gated, and every model's config checked against the repository, before the first version is
+written, so a failure leaves the repository untouched (and a repository that did not exist is not
+created). Only the TensorRT builder itself needs ``import tensorrt``.
 
 ``tritonkit build --onnx FILE`` and :func:`tritonkit.build.portable.import_onnx` are the *as-is
 preset* of this pipeline (``spec.as_is``): one portable FP32 version of the file, served as given,
@@ -188,8 +189,9 @@ def build_from_spec(
     plan = None
     if spec.target == "tensorrt":
         assert profile is not None
-        plan = tensorrt.plan_for_spec(spec, profile)  # refuses impossible settings before any work
-        tensorrt.require_tensorrt()
+        # Refuses impossible settings before any work. `import tensorrt` is needed only by the builder
+        # itself: export, clean-up, precision gates and every shape check run anywhere.
+        plan = tensorrt.plan_for_spec(spec, profile)
     existing = _existing(repo)
     names = [spec.model_name(p) for p in spec.precisions]
     if existing is not None and version is not None and not force:

@@ -36,6 +36,7 @@ from tritonkit.errors import CalibrationError
 __all__ = [
     "BuiltEngine",
     "build_engine",
+    "calibration_cache_for",
     "calibration_feeds",
     "create_config",
     "engine_loader_graph",
@@ -150,6 +151,12 @@ def calibration_feeds(batches: Sequence[Feeds], shapes: Mapping[str, tuple[int, 
     return [{n: fitted[n][i : i + batch] for n in names} for i in range(0, samples - batch + 1, batch)]
 
 
+def calibration_cache_for(plan_file: Path) -> Path:
+    """The legacy calibrator's cache: one per model and build, beside its plan in the build folder.
+    (A cache shared across models, beside the shared timing cache, hands one model another's scales.)"""
+    return plan_file.with_suffix(".int8-calibration.cache")
+
+
 @dataclass
 class BuiltEngine:
     """What a build made: the engine's own I/O (the config is written from it) and build.json facts."""
@@ -181,9 +188,7 @@ def build_engine(
     if flags.legacy_calibrator:
         from polygraphy.backend.trt import Calibrator
 
-        # Per model and per build (beside the plan, in the build's own folder): a calibration cache
-        # shared across models would hand one model another's scales.
-        calibration_cache = plan_file.with_suffix(".int8-calibration.cache")
+        calibration_cache = calibration_cache_for(plan_file)
         feeds = calibration_feeds(calibration or [], calibration_shapes(plan, io))
         calibrator = Calibrator(feeds, cache=str(calibration_cache))
     graph = engine_loader_graph(
