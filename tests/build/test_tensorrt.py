@@ -101,6 +101,7 @@ def test_profiles_share_one_max_batch() -> None:
             "above the T4 cap of 64",
         ),
         ({"tensorrt": {"workspace_gib": 32}}, GpuProfileError, "workspace 32.0 GiB does not fit T4"),
+        ({"instances": {"kind": "KIND_CPU"}}, SpecError, "a TensorRT engine runs on GPU instances only"),
     ],
 )
 def test_impossible_settings_refused_before_building(
@@ -142,10 +143,15 @@ def test_shapes_must_cover_dynamic_dims() -> None:
     ("precision", "major", "expected"),
     [
         ("fp16", 10, dict(strongly_typed=False, fp16=True, int8=False, network_source="fp32")),
-        ("int8", 10, dict(strongly_typed=False, fp16=True, int8=True, network_source="int8")),
+        (
+            "int8",
+            10,
+            dict(strongly_typed=False, fp16=True, int8=True, network_source="int8", unquantized="fp16"),
+        ),
         ("fp32", 10, dict(strongly_typed=False, fp16=False, int8=False, tf32=False)),
         ("fp16", 11, dict(strongly_typed=True, fp16=False, int8=False, network_source="fp16")),
-        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8")),
+        # TensorRT 11: the Q/DQ graph's unquantized layers run as the ONNX says, FP32 (see docs/build-spec.md).
+        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8", unquantized="fp32")),
     ],
 )
 def test_builder_flags_by_tensorrt_version(precision: str, major: int, expected: dict[str, Any]) -> None:

@@ -134,6 +134,10 @@ def plan_for_spec(spec: BuildSpec, gpu: GpuProfile) -> EnginePlan:
     """Everything about the engine that can be decided (and refused) before building anything."""
     for precision in spec.precisions:
         check_precision(gpu, precision)
+    if spec.instance_kind == "KIND_CPU":
+        raise SpecError(
+            "`instances.kind` KIND_CPU: a TensorRT engine runs on GPU instances only; expected KIND_GPU"
+        )
     requested = spec.batching.max_batch_size
     if requested == "auto":
         requested = gpu.max_batch_cap
@@ -189,6 +193,9 @@ class BuilderFlags:
     legacy_calibrator: bool
     #: Which ONNX the network is parsed from: "fp32" or the precision's own artifact.
     network_source: str
+    #: The precision the layers that are not quantized run in ("fp32", "fp16", "bf16"): for int8 on
+    #: TensorRT 11 this is what the Q/DQ ONNX carries, FP32, where TensorRT <= 10 picked FP16 kernels.
+    unquantized: str = "fp32"
 
 
 def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProfile) -> BuilderFlags:
@@ -211,7 +218,9 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
             raise SpecError(
                 "bf16 with a strongly typed network needs a BF16 ONNX model, which this builder does not make"
             )
-        return BuilderFlags(True, False, False, False, False, False, precision)
+        return BuilderFlags(
+            True, False, False, False, False, False, precision, "fp16" if precision == "fp16" else "fp32"
+        )
     return BuilderFlags(
         strongly_typed=False,
         fp16=precision in ("fp16", "int8"),
@@ -220,6 +229,7 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
         tf32=gpu.tf32 and precision == "fp32",
         legacy_calibrator=legacy,
         network_source="fp32" if precision in ("fp16", "bf16") or legacy else precision,
+        unquantized="fp16" if precision in ("fp16", "int8") else ("bf16" if precision == "bf16" else "fp32"),
     )
 
 

@@ -207,6 +207,7 @@ def build_engine(
         "strongly_typed": flags.strongly_typed,
         "flags": {k: getattr(flags, k) for k in ("fp16", "int8", "bf16", "tf32", "legacy_calibrator")},
         "network_source": flags.network_source,
+        "unquantized_layers": flags.unquantized,
         "profiles": [
             {
                 "batch": list(p.batch),
