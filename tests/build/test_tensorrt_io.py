@@ -187,6 +187,8 @@ def test_calibration_batches_are_shaped_to_the_calibration_profile_opt() -> None
     assert all(f[n].shape == (16, 128) for f in feeds for n in ("ids", "mask"))
     assert feeds[0]["mask"][0, :37].all() and not feeds[0]["mask"][0, 37:].any()  # zero-padded
     assert feeds[0]["ids"].dtype == np.int64
+    # TensorRT 8.6 parses INT64 inputs as INT32; the calibrator's feeds must match the network's.
+    assert calibration_feeds(batches, shapes, int64_as_int32=True)[0]["ids"].dtype == np.int32
     with pytest.raises(CalibrationError, match="OPT batch 16; got 5 samples"):
         calibration_feeds([_feed(5, 37)], shapes)
 
@@ -241,6 +243,7 @@ def test_int64_inputs_that_tensorrt_86_made_int32_are_written_int32() -> None:
     )
     config = engine_config("m", desc, compute_capability="7.5")
     assert config.inputs[0].data_type == "INT32" and config.outputs[0].data_type == "FP16"
+    assert desc.input_dtypes() == {"ids": "int32"}  # what the engine gate feeds the engine
 
 
 def test_every_instance_group_serves_every_profile() -> None:

@@ -9,7 +9,7 @@ decides; the element-wise statistics go into ``build.json`` next to it. A failin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,10 +125,12 @@ def compare_engine(
     profiles: Sequence[int],
     *,
     output: str | None = None,
+    input_dtypes: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:  # pragma: no cover - needs TensorRT
     """Run a TensorRT engine and the FP32 ONNX reference on ``feeds``, batch ``i`` on optimization
     profile ``profiles[i]`` (:func:`tritonkit.build.tensorrt.evaluation_profiles`): a ``TrtRunner``
-    left on profile 0 fails every batch outside profile 0's range."""
+    left on profile 0 fails every batch outside profile 0's range. ``input_dtypes`` (numpy dtypes by
+    input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6)."""
     from polygraphy.backend.common import BytesFromPath
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
@@ -146,7 +148,11 @@ def compare_engine(
             with TrtRunner(engine, optimization_profile=index) as runner:
                 for i, feed in enumerate(feeds):
                     if profiles[i] == index:
-                        trt_out[i] = {k: np.array(v) for k, v in runner.infer(dict(feed)).items()}
+                        cast = {
+                            k: np.asarray(v, dtype=(input_dtypes or {}).get(k, np.asarray(v).dtype))
+                            for k, v in feed.items()
+                        }
+                        trt_out[i] = {k: np.array(v) for k, v in runner.infer(cast).items()}
     name = output or next(iter(ref_out[0].keys()))
     cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_out])
     ref = np.concatenate([np.asarray(it[name]) for it in ref_out])

@@ -130,6 +130,7 @@ def target_artifacts(
             sets.evaluation,
             tensorrt.evaluation_profiles(plan, io, sets.evaluation),
             output=spec.accuracy.output,
+            input_dtypes=built.description.input_dtypes(),
         )
         threshold = getattr(spec.accuracy, item.precision, None) if item.precision != "fp32" else None
         marks = accuracy.Thresholds(

@@ -19,6 +19,7 @@ from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
 from tritonkit.errors import SpecError
 
 __all__ = [
+    "NUMPY_DTYPES",
     "PLAN_FILE",
     "EngineDescription",
     "EngineTensor",
@@ -53,6 +54,18 @@ def triton_dtype(trt_name: str) -> str:
         ) from None
 
 
+#: Triton data types → numpy dtype names (for feeding an engine what it takes).
+NUMPY_DTYPES = {
+    "FP32": "float32",
+    "FP16": "float16",
+    "INT8": "int8",
+    "UINT8": "uint8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+}
+
+
 @dataclass(frozen=True)
 class EngineTensor:
     """One I/O tensor: ``mode`` "input" or "output", a Triton ``datatype``, the engine's ``shape``
@@ -78,6 +91,10 @@ class EngineDescription:
     @property
     def outputs(self) -> tuple[EngineTensor, ...]:
         return tuple(t for t in self.tensors if t.mode == "output")
+
+    def input_dtypes(self) -> dict[str, str]:
+        """numpy dtype names of the inputs, by name (BF16 inputs, which numpy lacks, left out)."""
+        return {t.name: NUMPY_DTYPES[t.datatype] for t in self.inputs if t.datatype in NUMPY_DTYPES}
 
     def as_json(self) -> dict[str, Any]:
         return {

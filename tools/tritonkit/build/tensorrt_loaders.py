@@ -123,10 +123,14 @@ def _fit(array: Any, shape: tuple[int, ...]) -> Any:
     return out
 
 
-def calibration_feeds(batches: Sequence[Feeds], shapes: Mapping[str, tuple[int, ...]]) -> list[Feeds]:
+def calibration_feeds(
+    batches: Sequence[Feeds], shapes: Mapping[str, tuple[int, ...]], *, int64_as_int32: bool = False
+) -> list[Feeds]:
     """The calibration samples regrouped into batches of exactly ``shapes`` (the calibration
     profile's OPT shapes): sequence axes zero-padded or cropped (a zero attention mask marks the
-    padding), samples grouped by the OPT batch; leftover samples short of a full batch are dropped."""
+    padding), samples grouped by the OPT batch; leftover samples short of a full batch are dropped.
+    ``int64_as_int32``: TensorRT < 10 parses INT64 inputs as INT32, and Polygraphy's calibrator
+    checks the feeds' dtypes against the network's."""
     if not batches:
         raise CalibrationError("legacy INT8 calibration needs calibration data; got none")
     names = list(shapes)
@@ -142,6 +146,8 @@ def calibration_feeds(batches: Sequence[Feeds], shapes: Mapping[str, tuple[int, 
     fitted = {
         n: np.concatenate([_fit(np.asarray(b[n]), tuple(shapes[n][1:])) for b in batches]) for n in names
     }
+    if int64_as_int32:
+        fitted = {n: a.astype(np.int32) if a.dtype == np.int64 else a for n, a in fitted.items()}
     samples = next(iter(fitted.values())).shape[0]
     batch = shapes[names[0]][0]
     if samples < batch:
@@ -189,7 +195,11 @@ def build_engine(
         from polygraphy.backend.trt import Calibrator
 
         calibration_cache = calibration_cache_for(plan_file)
-        feeds = calibration_feeds(calibration or [], calibration_shapes(plan, io))
+        feeds = calibration_feeds(
+            calibration or [],
+            calibration_shapes(plan, io),
+            int64_as_int32=int(version.split(".", maxsplit=1)[0]) < 10,
+        )
         calibrator = Calibrator(feeds, cache=str(calibration_cache))
     graph = engine_loader_graph(
         fp32_onnx if flags.network_source == "fp32" else precision_onnx,
