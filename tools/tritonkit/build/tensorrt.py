@@ -298,10 +298,16 @@ def timing_cache_path(
 def _full_ranges(
     profile: EngineProfile, io: Any
 ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
-    return {
-        t.name: tuple(profile.full(t.name, w, tuple(t.dims[1:])) for w in ("min", "opt", "max"))  # type: ignore[misc]
-        for t in io.inputs
-    }
+    """(min, opt, max) full shapes (batch + dims) of every input in ``profile``."""
+    ranges = {}
+    for t in io.inputs:
+        fixed = tuple(t.dims[1:])
+        ranges[t.name] = (
+            profile.full(t.name, "min", fixed),
+            profile.full(t.name, "opt", fixed),
+            profile.full(t.name, "max", fixed),
+        )
+    return ranges
 
 
 def profile_for(plan: EnginePlan, io: Any, shapes: Mapping[str, Sequence[int]]) -> int | None:
