@@ -51,7 +51,7 @@ def test_onnxruntime_target_config(
     assert result.name == "tiny_fp16_ort" and config.platform == "onnxruntime_onnx"
     assert config.optimization is not None and config.optimization.execution_accelerators is not None
     accel = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
-    assert (accel.name, accel.parameters) == ("tensorrt", {"precision_mode": "FP16"})
+    assert (accel.name, accel.parameters["precision_mode"]) == ("tensorrt", "FP16")
     assert config.instance_groups[0].kind == "KIND_GPU"
     assert "onnxruntime_onnx" in (tmp_path / "repo" / result.name / "config.pbtxt").read_text()
 
@@ -249,7 +249,12 @@ def test_onnxruntime_accelerators(tiny_onnx: Path, accelerator: str, expected: o
     from tritonkit.build.onnxruntime_target import onnxruntime_config
 
     spec = parse_spec(
-        {"name": "t", "source": {"onnx": str(tiny_onnx)}, "onnxruntime": {"accelerator": accelerator}}
+        {
+            "name": "t",
+            "source": {"onnx": str(tiny_onnx)},
+            "target": "onnxruntime",
+            "onnxruntime": {"accelerator": accelerator},
+        }
     )
     config = onnxruntime_config(spec, tiny_onnx, "t_fp32_ort", 8, "fp32")
     validate(config)

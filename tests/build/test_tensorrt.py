@@ -1,5 +1,6 @@
-"""TensorRT target: the derivation of profiles, builder flags, memory pool and the Triton config is
-tested here (pure functions); building a real engine needs `import tensorrt` (marked `tensorrt`)."""
+"""TensorRT target planning: profiles, builder flags, memory pool, the Polygraphy loader graph (lazy:
+constructed and inspected here without TensorRT). The build stops only at the builder itself, which
+needs `import tensorrt` (marked `tensorrt`). Caches, engine I/O and data shapes: test_tensorrt_io.py."""
 
 from __future__ import annotations
 
@@ -9,19 +10,11 @@ from typing import Any
 
 import pytest
 
+from tritonkit.build.engine_io import PLAN_FILE
 from tritonkit.build.gpu import PROFILES
 from tritonkit.build.spec import parse_spec
-from tritonkit.build.tensorrt import (
-    PLAN_FILE,
-    builder_flags,
-    check_shapes,
-    create_config,
-    plan_for_spec,
-    polygraphy_profiles,
-    require_tensorrt,
-    tensorrt_config,
-)
-from tritonkit.config import to_pbtxt, validate
+from tritonkit.build.tensorrt import builder_flags, check_shapes, plan_for_spec, require_tensorrt
+from tritonkit.build.tensorrt_loaders import create_config, engine_loader_graph, polygraphy_profiles
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 from tritonkit.repository.onnx_io import GraphIO
@@ -56,7 +49,7 @@ def test_default_plan_on_t4() -> None:
     assert plan.optimization_level == 3 and plan.compute_capability == "7.5"
 
 
-def test_profiles_share_one_max_batch_and_map_to_instance_groups() -> None:
+def test_profiles_share_one_max_batch() -> None:
     spec = _spec(
         batching={"max_batch_size": 32, "preferred_batch_sizes": [8, 16]},
         tensorrt={"profiles": TEXT_PROFILES},
@@ -64,17 +57,7 @@ def test_profiles_share_one_max_batch_and_map_to_instance_groups() -> None:
     )
     plan = plan_for_spec(spec, T4)
     check_shapes(plan, IO)
-    config = tensorrt_config("m_fp16_trt", plan, IO, spec)
-    assert config.platform == "tensorrt_plan" and config.max_batch_size == 32
-    assert [(g.kind, g.count, g.profile) for g in config.instance_groups] == [
-        ("KIND_GPU", 2, ["0"]),
-        ("KIND_GPU", 2, ["1"]),
-    ]
-    assert config.cc_model_filenames == {"7.5": PLAN_FILE}
-    assert config.dynamic_batching is not None and config.dynamic_batching.preferred_batch_size == [8, 16]
-    assert [t.dims for t in config.inputs] == [[-1]] and [t.dims for t in config.outputs] == [[384]]
-    validate(config)
-    assert 'platform: "tensorrt_plan"' in to_pbtxt(config)
+    assert plan.max_batch == 32 and plan.preferred_batch_sizes == (8, 16)
     # The full shapes handed to Polygraphy's Profile().add(...)
     assert plan.profiles[1].full("ids", "max") == (32, 512)
 
@@ -119,6 +102,7 @@ def test_profiles_share_one_max_batch_and_map_to_instance_groups() -> None:
             "above the T4 cap of 64",
         ),
         ({"tensorrt": {"workspace_gib": 32}}, GpuProfileError, "workspace 32.0 GiB does not fit T4"),
+        ({"instances": {"kind": "KIND_CPU"}}, SpecError, "a TensorRT engine runs on GPU instances only"),
     ],
 )
 def test_impossible_settings_refused_before_building(
@@ -160,10 +144,15 @@ def test_shapes_must_cover_dynamic_dims() -> None:
     ("precision", "major", "expected"),
     [
         ("fp16", 10, dict(strongly_typed=False, fp16=True, int8=False, network_source="fp32")),
-        ("int8", 10, dict(strongly_typed=False, fp16=True, int8=True, network_source="int8")),
+        (
+            "int8",
+            10,
+            dict(strongly_typed=False, fp16=True, int8=True, network_source="int8", unquantized="fp16"),
+        ),
         ("fp32", 10, dict(strongly_typed=False, fp16=False, int8=False, tf32=False)),
         ("fp16", 11, dict(strongly_typed=True, fp16=False, int8=False, network_source="fp16")),
-        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8")),
+        # TensorRT 11: the Q/DQ graph's unquantized layers run as the ONNX says, FP32 (see docs/build-spec.md).
+        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8", unquantized="fp32")),
     ],
 )
 def test_builder_flags_by_tensorrt_version(precision: str, major: int, expected: dict[str, Any]) -> None:
@@ -211,7 +200,53 @@ def test_polygraphy_loader_arguments() -> None:
     assert not strongly.fp16
 
 
-def test_unavailable_tensorrt_fails_at_once_with_a_hint(tmp_path: Path, tiny_onnx: Path) -> None:
+def test_the_build_is_one_lazy_loader_graph(tmp_path: Path) -> None:
+    """SaveEngine(EngineFromNetwork(NetworkFromOnnxPath, CreateConfig), path): every argument the
+    builder will get, inspected without TensorRT (constructing Polygraphy loaders imports nothing)."""
+    import sys
+
+    spec = _spec(batching={"max_batch_size": 32}, tensorrt={"profiles": TEXT_PROFILES})
+    plan = plan_for_spec(spec, T4)
+    cache = tmp_path / "T4-trt10.5.0" / "timing.cache"
+    cache.parent.mkdir()
+    cache.write_bytes(b"cache")
+    graph = engine_loader_graph(
+        tmp_path / "fp32.onnx",
+        tmp_path / "m.plan",
+        plan,
+        builder_flags(plan, "fp16", 10, T4),
+        IO,
+        workspace_key="WORKSPACE",
+        timing_cache=cache,
+        calibrator="CALIBRATOR",
+    )
+    assert type(graph).__name__ == "SaveEngine" and graph.path == str(tmp_path / "m.plan")
+    engine = graph._engine
+    assert type(engine).__name__ == "EngineFromNetwork" and engine.timing_cache_path == str(cache)
+    network = engine._network
+    assert type(network).__name__ == "NetworkFromOnnxPath" and network.path == str(tmp_path / "fp32.onnx")
+    assert not network.strongly_typed
+    config = engine._config
+    assert config.fp16 and not config.int8 and config.calibrator == "CALIBRATOR"
+    assert config.timing_cache_path == str(cache)  # the cache is read back (load_timing_cache)
+    assert [tuple(p["ids"].opt) for p in config.profiles] == [(8, 64), (16, 256)]
+    assert "tensorrt" not in sys.modules
+    strongly = engine_loader_graph(
+        tmp_path / "fp16.onnx",
+        tmp_path / "m.plan",
+        plan,
+        builder_flags(plan, "fp16", 11, T4),
+        IO,
+        workspace_key="WORKSPACE",
+        timing_cache=tmp_path / "absent.cache",
+    )
+    assert strongly._engine._network.strongly_typed and not strongly._engine._config.fp16
+    assert strongly._engine._config.timing_cache_path is None  # nothing to read back yet
+
+
+def test_unavailable_tensorrt_stops_only_at_the_builder(
+    tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path]
+) -> None:
     try:
         require_tensorrt()
     except TensorRTUnavailableError:
@@ -225,14 +260,18 @@ def test_unavailable_tensorrt_fails_at_once_with_a_hint(tmp_path: Path, tiny_onn
             "name": "tiny",
             "source": {"onnx": str(tiny_onnx)},
             "target": "tensorrt",
-            "precisions": ["fp32"],
+            "precisions": ["fp16"],
             "batching": {"max_batch_size": 8},
+            "evaluation": {"data": str(tiny_data[1]), "batch_size": 8},
         }
     )
     repo = tmp_path / "repo"
+    lines: list[str] = []
     with pytest.raises(TensorRTUnavailableError, match="pip install tensorrt"):
-        build_from_spec(spec, repo)
-    assert not repo.exists() or not any(repo.iterdir())
+        build_from_spec(spec, repo, log=lines.append)
+    # Export, clean-up, data, shape checks and the fp16 conversion with its gate all ran first.
+    assert any(line.startswith("  accuracy vs fp32: cosine") for line in lines), lines
+    assert not repo.exists()
 
 
 @pytest.mark.tensorrt
@@ -250,8 +289,8 @@ def test_real_engine_build_and_config(
             "target": "tensorrt",
             "precisions": ["fp32", "fp16"],
             "batching": {"max_batch_size": 8},
-            "evaluation": {"data": str(tiny_data[1])},
-            "tensorrt": {"timing_cache": str(tmp_path / "timing.cache")},
+            "evaluation": {"data": str(tiny_data[1]), "batch_size": 8},
+            "tensorrt": {"timing_cache": str(tmp_path / "{gpu}-{tensorrt}" / "timing.cache")},
         }
     )
     results = build_from_spec(spec, tmp_path / "repo")
@@ -259,4 +298,7 @@ def test_real_engine_build_and_config(
         assert (result.path / PLAN_FILE).stat().st_size > 0
     config = ModelRepository(tmp_path / "repo").read_config("tiny_fp16_trt")
     assert config.platform == "tensorrt_plan" and config.max_batch_size == 8
-    assert (tmp_path / "timing.cache").is_file()
+    assert [t.data_type for t in config.inputs] == ["FP32"]  # the engine's own I/O
+    assert [g.profile for g in config.instance_groups] == [[]]
+    assert results[1].accuracy is not None
+    assert len(list(tmp_path.glob("*/timing.cache"))) == 1

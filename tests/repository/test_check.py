@@ -196,3 +196,49 @@ def test_the_portable_runner_is_recognised_without_the_parameter(
 
     edit_config(imported(repo, onnx_file, "old"), old_style)
     assert check_repository(repo) == ["old: version 1: input `x`: config data type FP16, graph has FP32"]
+
+
+def _as_onnxruntime_model(c: ModelConfig) -> None:
+    c.backend, c.platform, c.parameters, c.default_model_filename = None, "onnxruntime_onnx", {}, "model.onnx"
+    c.instance_groups[0].kind = "KIND_CPU"
+
+
+def test_check_names_what_the_embedded_server_cannot_load(
+    repo: Path, onnx_file: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository of onnxruntime models is fine for NVIDIA's Triton image, not for the embedded server."""
+    edit_config(imported(repo, onnx_file, "ort"), _as_onnxruntime_model)
+    assert check_repository(repo) == []  # without a target: only the artifacts are checked
+    assert main(["check", "--repo", str(repo)]) == 1  # the embedded server is the default target
+    assert capsys.readouterr().out.splitlines() == [
+        "ort: the embedded server cannot load platform `onnxruntime_onnx`: it has the python backend and "
+        "ensembles only; serve it with NVIDIA's Triton image (check with --target triton-image)"
+    ]
+    assert main(["check", "--repo", str(repo), "--target", "triton-image"]) == 0
+    assert capsys.readouterr().out == "3 models OK\n"
+
+
+def test_check_names_gpu_instances_where_no_gpu_is_found(
+    repo: Path, onnx_file: Callable[[str], Path]
+) -> None:
+    edit_config(
+        imported(repo, onnx_file, "ongpu"), lambda c: setattr(c.instance_groups[0], "kind", "KIND_GPU")
+    )
+    assert check_repository(repo, "embedded", gpu_available=False) == [
+        "ongpu: instance_group kind KIND_GPU, but no GPU is found here; the embedded server would refuse "
+        "to load it (rebuild with --instance-kind KIND_CPU)"
+    ]
+    assert check_repository(repo, "embedded", gpu_available=True) == []
+    assert check_repository(repo, "triton-image", gpu_available=False) == []
+
+
+def test_check_refuses_a_tensorrt_engine_on_cpu_instances(
+    repo: Path, onnx_file: Callable[[str], Path]
+) -> None:
+    def as_plan(c: ModelConfig) -> None:
+        c.backend, c.platform, c.parameters, c.default_model_filename = None, "tensorrt_plan", {}, "model.py"
+
+    edit_config(imported(repo, onnx_file, "plan"), as_plan)
+    problems = check_repository(repo, "triton-image")
+    assert problems == ["plan: a TensorRT engine runs on GPU instances only; got instance kinds ['KIND_CPU']"]
+    assert "the embedded server cannot load platform `tensorrt_plan`" in check_repository(repo, "embedded")[0]

@@ -1,7 +1,7 @@
 """The accuracy gate: a converted model against its FP32 reference on held-out inputs.
 
 Two views of the same run: Polygraphy's comparator (``Comparator.run`` over two ``OnnxrtRunner``s,
-``CompareFunc.simple`` element-wise statistics per output) and a task metric over the gated output
+``SimpleCompareFunc`` element-wise statistics per output) and a task metric over the gated output
 (cosine similarity per sample for embeddings, top-1 agreement for classifiers). The task metric
 decides; the element-wise statistics go into ``build.json`` next to it. A failing gate raises
 :class:`AccuracyError` naming the worst samples, before anything is written.
@@ -9,7 +9,7 @@ decides; the element-wise statistics go into ``build.json`` next to it. A failin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ def compare_models(
     The two arrays are the gated output (``output`` or the first one) concatenated over all batches.
     """
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
-    from polygraphy.comparator import Comparator, CompareFunc
+    from polygraphy.comparator import Comparator, SimpleCompareFunc
     from polygraphy.logger import G_LOGGER
 
     runners = [
@@ -89,7 +89,7 @@ def compare_models(
     # The gate reports in its own words; Polygraphy's per-iteration log lines would only repeat it.
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
         results = Comparator.run(runners, data_loader=list(feeds))
-        verdict = Comparator.compare_accuracy(results, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
+        verdict = Comparator.compare_accuracy(results, compare_func=SimpleCompareFunc(atol=atol, rtol=rtol))
     ref_iters = dict(results)["fp32"]
     cand_iters = dict(results)["candidate"]
     name = output or next(iter(ref_iters[0].keys()))
@@ -119,26 +119,44 @@ def compare_models(
 
 
 def compare_engine(
-    reference: str | Path, plan_file: str | Path, feeds: Sequence[Feeds], *, output: str | None = None
+    reference: str | Path,
+    plan_file: str | Path,
+    feeds: Sequence[Feeds],
+    profiles: Sequence[int],
+    *,
+    output: str | None = None,
+    input_dtypes: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:  # pragma: no cover - needs TensorRT
-    """Run a TensorRT engine (Polygraphy ``TrtRunner``) and the FP32 ONNX reference on ``feeds``."""
+    """Run a TensorRT engine and the FP32 ONNX reference on ``feeds``, batch ``i`` on optimization
+    profile ``profiles[i]`` (:func:`tritonkit.build.tensorrt.evaluation_profiles`): a ``TrtRunner``
+    left on profile 0 fails every batch outside profile 0's range. ``input_dtypes`` (numpy dtypes by
+    input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6)."""
     from polygraphy.backend.common import BytesFromPath
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
-    from polygraphy.comparator import Comparator
     from polygraphy.logger import G_LOGGER
 
-    runners = [
-        OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"]), name="fp32"),
-        TrtRunner(EngineFromBytes(BytesFromPath(str(plan_file))), name="tensorrt"),
-    ]
+    if len(profiles) != len(feeds):
+        raise ValueError(f"one profile per batch expected: {len(feeds)} batches, {len(profiles)} profiles")
+    engine = EngineFromBytes(BytesFromPath(str(plan_file)))()
+    trt_out: list[dict[str, Any]] = [{} for _ in feeds]
+    ref_out: list[dict[str, Any]] = []
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
-        results = Comparator.run(runners, data_loader=list(feeds))
-    ref_iters, trt_iters = dict(results)["fp32"], dict(results)["tensorrt"]
-    name = output or next(iter(ref_iters[0].keys()))
-    cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_iters])
-    ref = np.concatenate([np.asarray(it[name]) for it in ref_iters])
-    return {"output": name, "runtime": "tensorrt"}, cand, ref
+        with OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"])) as ort:
+            ref_out = [dict(ort.infer(dict(feed))) for feed in feeds]
+        for index in sorted(set(profiles)):
+            with TrtRunner(engine, optimization_profile=index) as runner:
+                for i, feed in enumerate(feeds):
+                    if profiles[i] == index:
+                        cast = {
+                            k: np.asarray(v, dtype=(input_dtypes or {}).get(k, np.asarray(v).dtype))
+                            for k, v in feed.items()
+                        }
+                        trt_out[i] = {k: np.array(v) for k, v in runner.infer(cast).items()}
+    name = output or next(iter(ref_out[0].keys()))
+    cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_out])
+    ref = np.concatenate([np.asarray(it[name]) for it in ref_out])
+    return {"output": name, "profiles": sorted(set(profiles))}, cand, ref
 
 
 def gate(
@@ -151,8 +169,12 @@ def gate(
     output: str = "output",
     labels: Sequence[str] | None = None,
     worst: int = 3,
+    runtime: str = "onnxruntime-cpu",
 ) -> dict[str, Any]:
-    """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below."""
+    """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below.
+
+    ``runtime`` names what produced ``candidate`` (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
+    """
     if thresholds.metric == "cosine":
         scores = cosine_rows(candidate, reference)
     else:
@@ -165,7 +187,7 @@ def gate(
         "mean": round(mean, 6),
         "min": round(low, 6),
         "thresholds": {"mean": thresholds.mean, "min": thresholds.min},
-        "runtime": "onnxruntime-cpu",
+        "runtime": runtime,
     }
     if thresholds.metric == "top1":
         result["cosine_mean"] = round(float(cosine_rows(candidate, reference).mean()), 6)

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritonkit.build import accuracy, precision, tensorrt
+from tritonkit.build import accuracy, precision, tensorrt, tensorrt_loaders
 from tritonkit.build.datasets import Datasets
+from tritonkit.build.engine_io import PLAN_FILE, engine_config
 from tritonkit.build.gpu import GpuProfile
 from tritonkit.build.onnxruntime_target import onnxruntime_config
 from tritonkit.build.portable_target import ONNX_FILE, RUNNER_FILE, portable_config
@@ -22,7 +23,7 @@ from tritonkit.errors import SpecError
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.serve.runners import runner_path
 
-__all__ = ["Built", "build_precision", "target_artifacts"]
+__all__ = ["Built", "build_precision", "check_tensorrt_data", "target_artifacts"]
 
 #: Files of a version by name: a path to copy or the bytes to write.
 Files = dict[str, Path | bytes]
@@ -110,14 +111,26 @@ def target_artifacts(
     plan_file = workdir / f"{item.precision}.plan"
     io = read_io(item.artifact)
     tensorrt.check_shapes(plan, io)
-    calibration = sets.calibration if sets is not None else None
-    engine = tensorrt.build_engine(
-        source.onnx, item.artifact, plan_file, plan, item.precision, profile, io, calibration
+    built = tensorrt_loaders.build_engine(
+        source.onnx,
+        item.artifact,
+        plan_file,
+        plan,
+        item.precision,
+        profile,
+        io,
+        sets.calibration if sets is not None else None,
     )
+    engine = built.record
     if sets is not None and sets.evaluation:  # pragma: no cover - needs TensorRT
         # The engine itself is gated too: TensorRT may fuse and pick kernels differently from ORT.
         stats, cand, ref = accuracy.compare_engine(
-            source.onnx, plan_file, sets.evaluation, output=spec.accuracy.output
+            source.onnx,
+            plan_file,
+            sets.evaluation,
+            tensorrt.evaluation_profiles(plan, io, sets.evaluation),
+            output=spec.accuracy.output,
+            input_dtypes=built.description.input_dtypes(),
         )
         threshold = getattr(spec.accuracy, item.precision, None) if item.precision != "fp32" else None
         marks = accuracy.Thresholds(
@@ -126,7 +139,34 @@ def target_artifacts(
             threshold.min if threshold else 0.99,
         )
         engine["accuracy"] = accuracy.gate(
-            name, item.precision, cand, ref, marks, output=stats["output"], labels=sets.labels
+            name,
+            item.precision,
+            cand,
+            ref,
+            marks,
+            output=stats["output"],
+            labels=sets.labels,
+            runtime="tensorrt",
         )
-    config = tensorrt.tensorrt_config(name, plan, io, spec)
-    return {tensorrt.PLAN_FILE: plan_file}, config, {"engine": engine}
+    config = engine_config(
+        name,
+        built.description,
+        compute_capability=plan.compute_capability,
+        instance_count=spec.instances.count,
+        max_queue_delay_us=spec.batching.max_queue_delay_us,
+        preferred_batch_sizes=plan.preferred_batch_sizes,
+    )
+    return {PLAN_FILE: plan_file}, config, {"engine": engine}
+
+
+def check_tensorrt_data(
+    spec: BuildSpec, source: Source, plan: tensorrt.EnginePlan, sets: Datasets | None
+) -> None:
+    """Refuse, before anything is built, data the engine cannot take: evaluation batches that no
+    optimization profile covers, and (legacy INT8 calibrator) too few samples for one batch at the
+    calibration profile's OPT shape."""
+    if sets is None:
+        return
+    tensorrt.evaluation_profiles(plan, source.graph, sets.evaluation)
+    if "int8" in spec.precisions and plan.legacy_calibrator:
+        tensorrt_loaders.calibration_feeds(sets.calibration, tensorrt.calibration_shapes(plan, source.graph))

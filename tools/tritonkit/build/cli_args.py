@@ -5,7 +5,8 @@ registers them).
 ``tritonkit build --onnx FILE`` is the as-is import preset (:func:`tritonkit.build.portable.import_spec`):
 one portable FP32 version named after the file; asking it for another target or precision
 (``--precision fp16,int8 --calibration-data cal.npz --eval-data ev.npz``) builds the file like a
-spec does. Precedence, highest first: these flags, ``TRITONKIT_*`` environment variables
+spec does. Paths given as flags (or variables) resolve against the working directory, paths in a
+spec against the spec's folder. Precedence, highest first: these flags, ``TRITONKIT_*`` environment variables
 (:data:`tritonkit.build.spec.ENV_OVERRIDES`), the spec, the defaults. Every flag defaults to None,
 "not given", so that only a flag the user typed overrides the layers below it.
 """
@@ -51,7 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="0 disables batching (default: 64 when the graph's first axis is dynamic, else 0)",
     )
     parser.add_argument("--instances", type=int, metavar="N", help="model instances (default 1)")
-    parser.add_argument("--instance-kind", choices=INSTANCE_KINDS, help="instance kind (default KIND_CPU)")
+    parser.add_argument(
+        "--instance-kind",
+        choices=INSTANCE_KINDS,
+        help="instance kind (default: KIND_CPU for portable, KIND_GPU for onnxruntime and tensorrt)",
+    )
     parser.add_argument(
         "--max-queue-delay-us",
         type=int,
@@ -77,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eval-data", metavar="PATH", help="held-out evaluation data (same kinds as calibration)"
     )
     group.add_argument("--eval-samples", type=int, metavar="N", help="held-out samples for the accuracy gate")
+    group.add_argument(
+        "--timing-cache",
+        metavar="FILE",
+        help="TensorRT timing cache (default: $XDG_CACHE_HOME/tritonkit/tensorrt/<gpu>-trt<version>/timing.cache)",
+    )
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,10 +3,11 @@
 data (:mod:`.datasets`) → each precision's artifact and accuracy gate → target files and config
 (:mod:`.artifacts`) → one version per model, written by the repository.
 
-Every check that can fail without building runs first (GPU profile, precisions, TensorRT settings
-and availability, data); every precision is built and gated, and every model's config checked
-against the repository, before the first version is written, so a failure leaves the repository
-untouched (and a repository that did not exist is not created).
+Every check that can fail without building runs first (GPU profile, precisions, TensorRT settings,
+data, evaluation and calibration shapes against the TensorRT profiles); every precision is built
+and gated, and every model's config checked against the repository, before the first version is
+written, so a failure leaves the repository untouched (and a repository that did not exist is not
+created). Only the TensorRT builder itself needs ``import tensorrt``.
 
 ``tritonkit build --onnx FILE`` and :func:`tritonkit.build.portable.import_onnx` are the *as-is
 preset* of this pipeline (``spec.as_is``): one portable FP32 version of the file, served as given,
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.build import gpu, tensorrt
-from tritonkit.build.artifacts import Built, Files, build_precision, target_artifacts
+from tritonkit.build.artifacts import Built, Files, build_precision, check_tensorrt_data, target_artifacts
 from tritonkit.build.datasets import Datasets, prepare_data
 from tritonkit.build.flagship import FLAGSHIP_SPECS, flagship_spec
 from tritonkit.build.memory import estimate_memory
@@ -188,8 +189,9 @@ def build_from_spec(
     plan = None
     if spec.target == "tensorrt":
         assert profile is not None
-        plan = tensorrt.plan_for_spec(spec, profile)  # refuses impossible settings before any work
-        tensorrt.require_tensorrt()
+        # Refuses impossible settings before any work. `import tensorrt` is needed only by the builder
+        # itself: export, clean-up, precision gates and every shape check run anywhere.
+        plan = tensorrt.plan_for_spec(spec, profile)
     existing = _existing(repo)
     names = [spec.model_name(p) for p in spec.precisions]
     if existing is not None and version is not None and not force:
@@ -210,6 +212,8 @@ def build_from_spec(
             tensorrt.check_shapes(plan, source.graph)
         needs_calibration = "int8" in spec.precisions
         sets = prepare_data(spec, source, needs_calibration) if set(spec.precisions) - {"fp32"} else None
+        if plan is not None:
+            check_tensorrt_data(spec, source, plan, sets)  # shapes no profile covers: refused before building
         planning: dict[str, Any] = {}
         mbs = _max_batch(spec, profile, source, planning)
         if planning:

@@ -152,7 +152,7 @@ def portable_config(spec: BuildSpec, source: Source, name: str, mbs: int) -> tup
         source.graph,
         max_batch_size=mbs,
         instance_count=spec.instances.count,
-        instance_kind=spec.instances.kind,
+        instance_kind=spec.instance_kind,
         max_queue_delay_us=spec.batching.max_queue_delay_us,
         parameters=spec.portable.parameters,
     )

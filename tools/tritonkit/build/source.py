@@ -3,11 +3,15 @@ as one FP32 ONNX graph, plus what later stages need to know about it (:class:`So
 
 Exports go through :mod:`tritonkit.build.export` and the flagship modules; the graph is then cleaned
 up by :func:`tritonkit.build.sanitize.sanitize_onnx`, except for the as-is import preset, which serves
-the ONNX file exactly as given, external-data files included.
+the ONNX file exactly as given, external-data files included. A ``source.torch`` module is
+imported with the spec's folder first on the import path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,19 @@ def _as_is(spec: BuildSpec) -> Source:
     return Source(onnx=path, origin=path, graph=graph, details={"opset": graph.opset}, companions=companions)
 
 
+@contextlib.contextmanager
+def _spec_folder_importable(spec: BuildSpec) -> Iterator[None]:
+    """The spec's folder first on ``sys.path`` while ``source.torch`` is imported, so a module kept
+    beside the spec is found without PYTHONPATH. (A spec is code: that module is imported and run.)"""
+    folder = str(Path(spec.base_dir).resolve())
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
 def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
     """Export (if needed) and clean up the source of ``spec`` into ``workdir``."""
     if spec.as_is:
@@ -80,7 +97,9 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
         origin = raw
         image_shape = (3, size, size)
     elif spec.source.torch is not None:
-        load_torch_source(spec.source.torch).export(raw)
+        with _spec_folder_importable(spec):
+            torch_source = load_torch_source(spec.source.torch)
+        torch_source.export(raw)
         origin = raw
     else:
         assert spec.source.onnx is not None

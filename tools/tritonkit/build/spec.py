@@ -30,8 +30,10 @@ from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
 
 __all__ = [
+    "DEFAULT_INSTANCE_KIND",
     "DEFAULT_MAX_BATCH_SIZE",
     "ENV_OVERRIDES",
+    "PATH_KEYS",
     "PRECISIONS",
     "TARGETS",
     "AccuracySpec",
@@ -138,10 +140,16 @@ class BatchingSpec:
     memory_fraction: float = 0.8
 
 
+#: Instance kind per target when ``instances.kind`` is not given: the portable target serves on the
+#: embedded server's CPU; the onnxruntime and tensorrt targets run where a GPU serves them.
+DEFAULT_INSTANCE_KIND = {"portable": "KIND_CPU", "onnxruntime": "KIND_GPU", "tensorrt": "KIND_GPU"}
+
+
 @dataclass
 class InstancesSpec:
     count: int = 1
-    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"] = "KIND_CPU"
+    #: null: the target's default (:data:`DEFAULT_INSTANCE_KIND`).
+    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"] | None = None
 
 
 @dataclass
@@ -157,7 +165,10 @@ class TensorRTSpec:
     profiles: list[ProfileSpec] = field(default_factory=list)
     workspace_gib: float | None = None  # default from the GPU profile (4 GiB on T4)
     optimization_level: int = 3
-    timing_cache: str = ".cache/tensorrt/timing.cache"
+    #: Timing-cache file; null: a per-user cache keyed by GPU and TensorRT version
+    #: (``$XDG_CACHE_HOME/tritonkit/tensorrt/<gpu>-trt<version>/timing.cache``). ``{gpu}`` and
+    #: ``{tensorrt}`` in a given path are replaced by the GPU profile and the TensorRT version.
+    timing_cache: str | None = None
     strongly_typed: Literal["auto", "on", "off"] = "auto"
 
 
@@ -174,6 +185,9 @@ class OnnxRuntimeSpec:
     accelerator: Literal["tensorrt", "cuda", "none"] = "tensorrt"
     precision_mode: Literal["FP32", "FP16", "INT8"] | None = None  # default: from the precision
     max_workspace_size_bytes: int | None = None
+    #: Where the TensorRT execution provider keeps the engines it builds (``trt_engine_cache_path``),
+    #: inside the serving container; null turns the engine cache off.
+    engine_cache_path: str | None = "/tmp/tritonkit/ort-trt-engines"
 
 
 @dataclass
@@ -207,6 +221,11 @@ class BuildSpec:
     def resolve(self, path: str) -> Path:
         candidate = Path(path)
         return candidate if candidate.is_absolute() else Path(self.base_dir) / candidate
+
+    @property
+    def instance_kind(self) -> str:
+        """``instances.kind``, or the target's default when not given."""
+        return self.instances.kind or DEFAULT_INSTANCE_KIND[self.target]
 
     def model_name(self, precision: str) -> str:
         if self.as_is:
@@ -394,7 +413,14 @@ ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
     ("calibration_samples", "TRITONKIT_CALIBRATION_SAMPLES", "calibration.samples", int),
     ("eval_data", "TRITONKIT_EVAL_DATA", "evaluation.data", str),
     ("eval_samples", "TRITONKIT_EVAL_SAMPLES", "evaluation.samples", int),
+    ("timing_cache", "TRITONKIT_TIMING_CACHE", "tensorrt.timing_cache", str),
 )
+
+#: Spec keys holding a file path. Given in the spec they resolve against the spec's folder; given
+#: as a flag or a variable, against the working directory (like any path typed on a command line).
+PATH_KEYS = ("calibration.data", "evaluation.data", "tensorrt.timing_cache")
+#: Values of the data keys that name a built-in set, not a file.
+_NOT_PATHS = ("pydoc", "synthetic")
 
 
 def _as_dict(obj: Any) -> Any:
@@ -431,6 +457,8 @@ def apply_overrides(
             given[key] = f"--{dest.replace('_', '-')}"
         if value is None:
             continue
+        if key in PATH_KEYS and isinstance(value, str) and value not in _NOT_PATHS:
+            value = str(Path(value).expanduser().absolute())
         if key == "requested_gpu":
             requested_gpu = str(value)
             continue

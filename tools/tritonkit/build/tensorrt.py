@@ -1,7 +1,8 @@
-"""The TensorRT target: derive optimization profiles, builder flags, memory pools and the Triton
-config from a spec and a GPU profile (pure functions, tested everywhere), then build the engine
-with Polygraphy's loaders (``NetworkFromOnnxPath`` → ``CreateConfig`` → ``EngineFromNetwork`` →
-``SaveEngine``) wherever ``import tensorrt`` works.
+"""The TensorRT target's plan: optimization profiles, builder flags, memory pool, timing-cache
+location, TensorRT version guard, and which profile serves each evaluation batch: everything
+decided (and refused) before a builder exists, as pure functions tested everywhere. The loader
+graph that builds the engine is :mod:`tritonkit.build.tensorrt_loaders`; the Triton config comes
+from the built engine's own I/O (:mod:`tritonkit.build.engine_io`).
 
 Precision handling by TensorRT major version:
 
@@ -10,36 +11,48 @@ Precision handling by TensorRT major version:
 - TensorRT <= 10: fp16 builds the FP32 graph with the FP16 flag; int8 builds the Q/DQ graph with
   INT8 + FP16 flags (the hybrid's unquantized layers run in FP16), or, when the spec asks for
   ``int8.legacy_calibrator``, the FP32 graph with the deprecated implicit-INT8 calibrator and its cache.
+
+On TensorRT 11 the int8 engine runs what the Q/DQ ONNX says: its unquantized layers stay FP32 (the
+Q/DQ graph is made from the FP32 graph), so an int8 engine there is INT8 + FP32, not INT8 + FP16.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tritonkit.build.gpu import GIB, GpuProfile, check_precision
 from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 
 __all__ = [
-    "PLAN_FILE",
+    "TENSORRT_DROPPED",
     "BuilderFlags",
     "EnginePlan",
     "ShapeRange",
-    "build_engine",
     "builder_flags",
-    "create_config",
+    "calibration_shapes",
+    "check_shapes",
+    "check_tensorrt_version",
+    "evaluation_profiles",
     "plan_for_spec",
-    "polygraphy_profiles",
+    "profile_for",
     "require_tensorrt",
     "resolve_profiles",
-    "tensorrt_config",
     "tensorrt_major",
+    "timing_cache_path",
 ]
 
-PLAN_FILE = "model.plan"
+#: The oldest TensorRT this builder drives: the engine's I/O is read through the tensor API
+#: (``num_io_tensors``, ``get_tensor_profile_shape``) that TensorRT 8.5 introduced.
+TENSORRT_MIN = (8, 5)
+#: Compute capability → first TensorRT (major, minor) that no longer supports it. Turing (7.5, the
+#: T4) is listed as supported by every TensorRT support matrix checked (8.5 through 10.x; the 11.x
+#: migration guides remove APIs, not Turing), so it has no entry; add one when NVIDIA drops it.
+TENSORRT_DROPPED: dict[str, tuple[int, int]] = {}
 INSTALL_HINT = (
     "the TensorRT builder is not importable here (`import tensorrt` failed); run the build on a "
     "machine with TensorRT (a T4 node, or NVIDIA's TensorRT/Triton container: `pip install tensorrt` "
@@ -74,7 +87,8 @@ class EnginePlan:
     preferred_batch_sizes: tuple[int, ...]
     workspace_bytes: int
     optimization_level: int
-    timing_cache: Path
+    #: ``tensorrt.timing_cache`` as resolved (flag, TRITONKIT_TIMING_CACHE, spec); None: the default.
+    timing_cache: str | None
     compute_capability: str
     gpu: str
     strongly_typed: str  # "auto" | "on" | "off"; resolved per TensorRT version by builder_flags
@@ -120,6 +134,10 @@ def plan_for_spec(spec: BuildSpec, gpu: GpuProfile) -> EnginePlan:
     """Everything about the engine that can be decided (and refused) before building anything."""
     for precision in spec.precisions:
         check_precision(gpu, precision)
+    if spec.instance_kind == "KIND_CPU":
+        raise SpecError(
+            "`instances.kind` KIND_CPU: a TensorRT engine runs on GPU instances only; expected KIND_GPU"
+        )
     requested = spec.batching.max_batch_size
     if requested == "auto":
         requested = gpu.max_batch_cap
@@ -157,7 +175,7 @@ def plan_for_spec(spec: BuildSpec, gpu: GpuProfile) -> EnginePlan:
         preferred_batch_sizes=tuple(spec.batching.preferred_batch_sizes),
         workspace_bytes=int(workspace * GIB),
         optimization_level=spec.tensorrt.optimization_level,
-        timing_cache=spec.resolve(spec.tensorrt.timing_cache),
+        timing_cache=str(spec.resolve(spec.tensorrt.timing_cache)) if spec.tensorrt.timing_cache else None,
         compute_capability=gpu.compute_capability,
         gpu=gpu.name,
         strongly_typed=spec.tensorrt.strongly_typed,
@@ -175,6 +193,9 @@ class BuilderFlags:
     legacy_calibrator: bool
     #: Which ONNX the network is parsed from: "fp32" or the precision's own artifact.
     network_source: str
+    #: The precision the layers that are not quantized run in ("fp32", "fp16", "bf16"): for int8 on
+    #: TensorRT 11 this is what the Q/DQ ONNX carries, FP32, where TensorRT <= 10 picked FP16 kernels.
+    unquantized: str = "fp32"
 
 
 def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProfile) -> BuilderFlags:
@@ -197,7 +218,9 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
             raise SpecError(
                 "bf16 with a strongly typed network needs a BF16 ONNX model, which this builder does not make"
             )
-        return BuilderFlags(True, False, False, False, False, False, precision)
+        return BuilderFlags(
+            True, False, False, False, False, False, precision, "fp16" if precision == "fp16" else "fp32"
+        )
     return BuilderFlags(
         strongly_typed=False,
         fp16=precision in ("fp16", "int8"),
@@ -206,34 +229,7 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
         tf32=gpu.tf32 and precision == "fp32",
         legacy_calibrator=legacy,
         network_source="fp32" if precision in ("fp16", "bf16") or legacy else precision,
-    )
-
-
-def tensorrt_config(name: str, plan: EnginePlan, io: Any, spec: BuildSpec) -> ModelConfig:
-    """``platform: tensorrt_plan`` config: max batch = the profiles' max, one instance group per profile."""
-    for tensor in (*io.inputs, *io.outputs):
-        if not tensor.shape or tensor.shape[0] != -1:
-            raise SpecError(
-                f"tensor `{tensor.name}` has a fixed leading dim {list(tensor.shape)}; TensorRT batching needs a dynamic batch axis"
-            )
-    several = len(plan.profiles) > 1
-    groups = [
-        InstanceGroup(kind="KIND_GPU", count=spec.instances.count, profile=[str(i)] if several else [])
-        for i in range(len(plan.profiles) if several else 1)
-    ]
-    return ModelConfig(
-        name=name,
-        platform="tensorrt_plan",
-        max_batch_size=plan.max_batch,
-        inputs=[TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in io.inputs],
-        outputs=[TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in io.outputs],
-        dynamic_batching=DynamicBatching(
-            max_queue_delay_microseconds=spec.batching.max_queue_delay_us,
-            preferred_batch_size=list(plan.preferred_batch_sizes),
-        ),
-        instance_groups=groups,
-        cc_model_filenames={plan.compute_capability: PLAN_FILE},
-        default_model_filename=PLAN_FILE,
+        unquantized="fp16" if precision in ("fp16", "int8") else ("bf16" if precision == "bf16" else "fp32"),
     )
 
 
@@ -262,7 +258,101 @@ def check_shapes(plan: EnginePlan, io: Any) -> None:
                 )
 
 
-# --- the builder (needs TensorRT) --------------------------------------------------------------
+# --- TensorRT version, caches, shapes per profile ---------------------------------------------
+def check_tensorrt_version(
+    gpu: GpuProfile, version: str, dropped: Mapping[str, tuple[int, int]] = TENSORRT_DROPPED
+) -> None:
+    """GpuProfileError (one line) when TensorRT ``version`` cannot build for ``gpu``."""
+    parts = [int(p) for p in version.split(".")[:2] if p.isdigit()]
+    have = [*parts, 0, 0][:2]
+    if tuple(have) < TENSORRT_MIN:
+        raise GpuProfileError(
+            f"TensorRT {version} is too old: expected >= {TENSORRT_MIN[0]}.{TENSORRT_MIN[1]} "
+            "(the engine I/O tensor API this build reads)"
+        )
+    end = dropped.get(gpu.compute_capability)
+    if end is not None and tuple(have) >= end:
+        raise GpuProfileError(
+            f"TensorRT {version} does not support {gpu.name} (compute capability {gpu.compute_capability}): "
+            f"dropped in TensorRT {end[0]}.{end[1]}; build with an older TensorRT"
+        )
+
+
+def timing_cache_path(
+    setting: str | None, gpu: str, tensorrt_version: str, env: Mapping[str, str] | None = None
+) -> Path:
+    """Where the timing cache lives: ``setting`` (``{gpu}``/``{tensorrt}`` filled in), else
+    ``TRITONKIT_TIMING_CACHE``, else ``$XDG_CACHE_HOME/tritonkit/tensorrt/<gpu>-trt<version>/timing.cache``.
+
+    A timing cache is only valid for one GPU model and one TensorRT version, hence the key; it is
+    never kept beside the spec (read-only in a builder image, and gone with the pod).
+    """
+    environ = os.environ if env is None else env
+    chosen = setting or environ.get("TRITONKIT_TIMING_CACHE") or None
+    if chosen:
+        return Path(chosen.replace("{gpu}", gpu).replace("{tensorrt}", tensorrt_version)).expanduser()
+    root = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "tritonkit" / "tensorrt" / f"{gpu}-trt{tensorrt_version}" / "timing.cache"
+
+
+def _full_ranges(
+    profile: EngineProfile, io: Any
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """(min, opt, max) full shapes (batch + dims) of every input in ``profile``."""
+    ranges = {}
+    for t in io.inputs:
+        fixed = tuple(t.shape[1:])
+        ranges[t.name] = (
+            profile.full(t.name, "min", fixed),
+            profile.full(t.name, "opt", fixed),
+            profile.full(t.name, "max", fixed),
+        )
+    return ranges
+
+
+def profile_for(plan: EnginePlan, io: Any, shapes: Mapping[str, Sequence[int]]) -> int | None:
+    """Index of the first profile whose min..max holds every input shape in ``shapes``; None if none."""
+    for index, profile in enumerate(plan.profiles):
+        ranges = _full_ranges(profile, io)
+        if all(
+            name in ranges
+            and len(shape) == len(ranges[name][0])
+            and all(lo <= d <= hi for d, lo, hi in zip(shape, ranges[name][0], ranges[name][2], strict=True))
+            for name, shape in shapes.items()
+        ):
+            return index
+    return None
+
+
+def evaluation_profiles(plan: EnginePlan, io: Any, feeds: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The profile each evaluation batch runs on; SpecError naming the first batch no profile covers."""
+    chosen = []
+    for number, feed in enumerate(feeds):
+        shapes = {name: tuple(int(d) for d in value.shape) for name, value in feed.items()}
+        index = profile_for(plan, io, shapes)
+        if index is None:
+            ranges = "; ".join(
+                f"profile {i}: "
+                + ", ".join(f"{n} {list(r[0])}..{list(r[2])}" for n, r in _full_ranges(p, io).items())
+                for i, p in enumerate(plan.profiles)
+            )
+            given = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())
+            raise SpecError(
+                f"evaluation batch {number} has shapes {given}, which no TensorRT profile covers ({ranges}); "
+                "lower `evaluation.batch_size` or widen `tensorrt.profiles`"
+            )
+        chosen.append(index)
+    return chosen
+
+
+def calibration_shapes(plan: EnginePlan, io: Any) -> dict[str, tuple[int, ...]]:
+    """Full input shapes every legacy-calibrator batch must have: the last profile's OPT shapes
+    (TensorRT calibrates at the calibration profile's OPT shape, and Polygraphy's ``CreateConfig``
+    makes the last profile the calibration profile)."""
+    last = plan.profiles[-1]
+    return {t.name: last.full(t.name, "opt", tuple(t.shape[1:])) for t in io.inputs}
+
+
 def tensorrt_major() -> int:
     trt = require_tensorrt()
     return int(str(trt.__version__).split(".")[0])
@@ -275,87 +365,3 @@ def require_tensorrt() -> Any:
     except Exception as exc:  # ImportError, or a broken install raising OSError
         raise TensorRTUnavailableError(f"{INSTALL_HINT} ({type(exc).__name__})") from None
     return tensorrt
-
-
-def polygraphy_profiles(plan: EnginePlan, io: Any) -> list[Any]:
-    """One Polygraphy ``Profile`` per plan profile, with full (batch + dims) min/opt/max shapes."""
-    from polygraphy.backend.trt import Profile
-
-    check_shapes(plan, io)
-    fixed = {t.name: tuple(t.shape[1:]) for t in io.inputs}
-    profiles = []
-    for profile in plan.profiles:
-        tp = Profile()
-        for name, dims in fixed.items():
-            tp.add(
-                name,
-                min=profile.full(name, "min", dims),
-                opt=profile.full(name, "opt", dims),
-                max=profile.full(name, "max", dims),
-            )
-        profiles.append(tp)
-    return profiles
-
-
-def create_config(
-    plan: EnginePlan, flags: BuilderFlags, profiles: list[Any], workspace_key: Any, calibrator: Any = None
-) -> Any:
-    """Polygraphy ``CreateConfig`` for the plan and flags (``workspace_key``: ``trt.MemoryPoolType.WORKSPACE``)."""
-    from polygraphy.backend.trt import CreateConfig
-
-    kwargs: dict[str, Any] = {
-        "profiles": profiles,
-        "memory_pool_limits": {workspace_key: plan.workspace_bytes},
-        "builder_optimization_level": plan.optimization_level,
-        "load_timing_cache": str(plan.timing_cache) if plan.timing_cache.is_file() else None,
-    }
-    if not flags.strongly_typed:  # TensorRT 11 has no precision flags; strongly typed networks carry types
-        kwargs.update(
-            fp16=flags.fp16, int8=flags.int8, bf16=flags.bf16, tf32=flags.tf32, calibrator=calibrator
-        )
-    return CreateConfig(**kwargs)
-
-
-def build_engine(
-    fp32_onnx: Path,
-    precision_onnx: Path,
-    plan_file: Path,
-    plan: EnginePlan,
-    precision: str,
-    gpu: GpuProfile,
-    io: Any,
-    calibration: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
-    """Build and save the engine; return what goes into ``build.json``."""
-    trt = require_tensorrt()
-    from polygraphy.backend.trt import Calibrator, EngineFromNetwork, NetworkFromOnnxPath, SaveEngine
-
-    flags = builder_flags(plan, precision, int(str(trt.__version__).split(".")[0]), gpu)
-    profiles = polygraphy_profiles(plan, io)
-    source = fp32_onnx if flags.network_source == "fp32" else precision_onnx
-    network = NetworkFromOnnxPath(str(source), strongly_typed=flags.strongly_typed or None)
-    calibrator = None
-    if flags.legacy_calibrator:
-        cache = plan.timing_cache.with_name(f"{plan_file.stem}.int8-calibration.cache")
-        calibrator = Calibrator(iter(calibration or []), cache=str(cache))
-    plan.timing_cache.parent.mkdir(parents=True, exist_ok=True)
-    config = create_config(plan, flags, profiles, trt.MemoryPoolType.WORKSPACE, calibrator)
-    engine = EngineFromNetwork(network, config=config, save_timing_cache=str(plan.timing_cache))
-    SaveEngine(engine, path=str(plan_file))()
-    return {
-        "tensorrt": str(trt.__version__),
-        "strongly_typed": flags.strongly_typed,
-        "flags": {k: getattr(flags, k) for k in ("fp16", "int8", "bf16", "tf32", "legacy_calibrator")},
-        "network_source": flags.network_source,
-        "profiles": [
-            {
-                "batch": list(p.batch),
-                "shapes": {n: [list(r.min), list(r.opt), list(r.max)] for n, r in p.shapes.items()},
-            }
-            for p in plan.profiles
-        ],
-        "workspace_bytes": plan.workspace_bytes,
-        "optimization_level": plan.optimization_level,
-        "timing_cache": str(plan.timing_cache),
-        "compute_capability": plan.compute_capability,
-    }

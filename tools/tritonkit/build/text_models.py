@@ -101,6 +101,6 @@ def text_runner_config(spec: BuildSpec, source: Source, name: str, mbs: int) -> 
         inputs=[TensorConfig(TEXT_INPUT, "BYTES", [1])],
         outputs=[TensorConfig(TEXT_OUTPUT, "FP32", [_embedding_dim(source)])],
         dynamic_batching=dynamic_batching(spec, mbs),
-        instance_groups=[InstanceGroup(kind=spec.instances.kind, count=spec.instances.count)],
+        instance_groups=[InstanceGroup(kind=spec.instances.kind or "KIND_CPU", count=spec.instances.count)],
         parameters={"max_seq_length": str(source.max_seq_length), "intra_op_threads": "1"},
     )

@@ -1,4 +1,5 @@
-"""``tritonkit check --repo DIR``: print one line per repository problem; exit 1 if any.
+"""``tritonkit check --repo DIR [--target embedded|triton-image]``: print one line per repository
+problem, including what the target server cannot load (default: the embedded server); exit 1 if any.
 
 The rules live in :mod:`tritonkit.repository.check`; this module only parses arguments and prints.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tritonkit.repository.check import check_repository
+from tritonkit.repository.check import CHECK_TARGETS, check_repository
 from tritonkit.repository.store import ModelRepository
 
 __all__ = ["register", "run"]
@@ -19,12 +20,20 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.add_argument(
         "--repo", default="model_repository", help="model repository directory (default: model_repository)"
     )
+    parser.add_argument(
+        "--target",
+        choices=CHECK_TARGETS,
+        default="embedded",
+        help="server that will load the repository: embedded (default; python backend and ensembles, "
+        "GPU only if one is here) or triton-image (NVIDIA's Triton container, every backend)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     repo = ModelRepository(args.repo)
-    problems = check_repository(repo)
+    target = getattr(args, "target", "embedded")
+    problems = check_repository(repo, target)
     for line in problems:
         print(line)
     if problems:

@@ -7,11 +7,18 @@ least one numeric version directory, and the artifact its backend or platform im
 artifacts (``onnxruntime_onnx``, or the portable runner's ``onnx_file`` parameter) the config's
 input and output names, data types and dims must match the graph, respecting ``max_batch_size``
 (python-backend versions only when they run the portable ONNX runner, which serves the graph as is).
+
+Given a target server (``embedded``: the tritonserver of the nvidia-pytriton wheel, with the python
+backend and ensembles only; ``triton-image``: NVIDIA's Triton container), it also names the models
+that server cannot load: backends it lacks, and KIND_GPU instances where no GPU is found.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 from tritonkit.config import ModelConfig, TensorConfig, load
@@ -22,7 +29,20 @@ from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.serve.runners import ONNX_RUNNER, runner_path
 
-__all__ = ["check_model", "check_repository", "compare_tensors", "expected_artifacts"]
+__all__ = [
+    "CHECK_TARGETS",
+    "check_model",
+    "check_repository",
+    "compare_tensors",
+    "expected_artifacts",
+    "target_problems",
+]
+
+#: Servers ``tritonkit check --target`` knows.
+CHECK_TARGETS = ("embedded", "triton-image")
+#: What the embedded server (nvidia-pytriton's tritonserver) can run: python-backend models and ensembles.
+_EMBEDDED_BACKENDS = ("python",)
+_EMBEDDED_PLATFORMS = ("ensemble",)
 
 _ONNX_PLATFORMS = ("onnxruntime_onnx",)
 _ONNX_BACKENDS = ("onnxruntime",)
@@ -175,10 +195,55 @@ def check_model(model_dir: Path) -> list[str]:
     return problems
 
 
-def check_repository(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
+@functools.cache
+def local_gpu() -> bool:
+    """True when ``nvidia-smi -L`` lists a GPU here."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def target_problems(config: ModelConfig, target: str, gpu_available: bool | None = None) -> list[str]:
+    """Why the ``target`` server cannot load ``config`` (empty when it can)."""
+    if target not in CHECK_TARGETS:
+        raise RepositoryError(f"unknown check target {target!r}; expected one of {', '.join(CHECK_TARGETS)}")
+    problems: list[str] = []
+    backend, platform = config.backend or "", config.platform or ""
+    kinds = {g.kind for g in config.instance_groups}
+    if target == "embedded":
+        if backend not in _EMBEDDED_BACKENDS and platform not in _EMBEDDED_PLATFORMS:
+            what = f"platform `{platform}`" if platform else f"backend `{backend or 'none'}`"
+            problems.append(
+                f"the embedded server cannot load {what}: it has the python backend and ensembles only; "
+                "serve it with NVIDIA's Triton image (check with --target triton-image)"
+            )
+        gpu = local_gpu() if gpu_available is None else gpu_available
+        if "KIND_GPU" in kinds and not gpu:
+            problems.append(
+                "instance_group kind KIND_GPU, but no GPU is found here; the embedded server would refuse "
+                "to load it (rebuild with --instance-kind KIND_CPU)"
+            )
+    elif (platform == "tensorrt_plan" or backend == "tensorrt") and kinds - {"KIND_GPU", "KIND_AUTO"}:
+        problems.append(f"a TensorRT engine runs on GPU instances only; got instance kinds {sorted(kinds)}")
+    return problems
+
+
+def check_repository(
+    root: str | os.PathLike[str] | ModelRepository,
+    target: str | None = None,
+    *,
+    gpu_available: bool | None = None,
+) -> list[str]:
     """Every problem in the repository as ``"MODEL: problem"`` lines (empty when all is well).
 
-    RepositoryError if ``root`` is not a directory at all.
+    With a ``target`` (:data:`CHECK_TARGETS`), also what that server cannot load
+    (:func:`target_problems`; ``gpu_available`` None: ask ``nvidia-smi``). RepositoryError if
+    ``root`` is not a directory at all.
     """
     repo = root if isinstance(root, ModelRepository) else ModelRepository(root)
     problems: list[str] = []
@@ -195,4 +260,10 @@ def check_repository(root: str | os.PathLike[str] | ModelRepository) -> list[str
             problems.append(f"{entry.name}: hidden directory; Triton would try to load it as a model")
             continue
         problems.extend(f"{entry.name}: {p}" for p in check_model(entry))
+        if target is not None and (entry / CONFIG_FILE).is_file():
+            try:
+                config = load(entry / CONFIG_FILE)
+            except ConfigError:
+                continue  # already reported by check_model
+            problems.extend(f"{entry.name}: {p}" for p in target_problems(config, target, gpu_available))
     return problems

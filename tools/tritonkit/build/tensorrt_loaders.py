@@ -1,0 +1,235 @@
+"""The TensorRT build as one composed Polygraphy loader graph:
+``SaveEngine(EngineFromNetwork(NetworkFromOnnxPath(...), CreateConfig(profiles, flags, caches,
+calibrator), save_timing_cache=...), path)``.
+
+Polygraphy's loaders are lazy: constructing them imports nothing from TensorRT, so
+:func:`engine_loader_graph` runs (and its every argument is inspected by tests) anywhere; only
+calling the graph builds. :func:`build_engine` is that call, where ``import tensorrt`` works. The
+legacy INT8 calibrator's batches are reshaped here too (:func:`calibration_feeds`), because
+TensorRT calibrates only at the calibration profile's OPT shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonkit.build.data import Feeds
+from tritonkit.build.engine_io import EngineDescription, describe_engine
+from tritonkit.build.gpu import GpuProfile
+from tritonkit.build.tensorrt import (
+    BuilderFlags,
+    EnginePlan,
+    builder_flags,
+    calibration_shapes,
+    check_shapes,
+    check_tensorrt_version,
+    require_tensorrt,
+    timing_cache_path,
+)
+from tritonkit.errors import CalibrationError
+
+__all__ = [
+    "BuiltEngine",
+    "build_engine",
+    "calibration_cache_for",
+    "calibration_feeds",
+    "create_config",
+    "engine_loader_graph",
+    "polygraphy_profiles",
+]
+
+
+def polygraphy_profiles(plan: EnginePlan, io: Any) -> list[Any]:
+    """One Polygraphy ``Profile`` per plan profile, with full (batch + dims) min/opt/max shapes."""
+    from polygraphy.backend.trt import Profile
+
+    check_shapes(plan, io)
+    fixed = {t.name: tuple(t.shape[1:]) for t in io.inputs}
+    profiles = []
+    for profile in plan.profiles:
+        tp = Profile()
+        for name, dims in fixed.items():
+            tp.add(
+                name,
+                min=profile.full(name, "min", dims),
+                opt=profile.full(name, "opt", dims),
+                max=profile.full(name, "max", dims),
+            )
+        profiles.append(tp)
+    return profiles
+
+
+def create_config(
+    plan: EnginePlan,
+    flags: BuilderFlags,
+    profiles: list[Any],
+    workspace_key: Any,
+    calibrator: Any = None,
+    timing_cache: Path | None = None,
+) -> Any:
+    """Polygraphy ``CreateConfig`` (``workspace_key``: ``trt.MemoryPoolType.WORKSPACE`` in a build).
+
+    With a calibrator, Polygraphy makes the *last* profile the calibration profile.
+    """
+    from polygraphy.backend.trt import CreateConfig
+
+    kwargs: dict[str, Any] = {
+        "profiles": profiles,
+        "memory_pool_limits": {workspace_key: plan.workspace_bytes},
+        "builder_optimization_level": plan.optimization_level,
+        "load_timing_cache": str(timing_cache)
+        if timing_cache is not None and timing_cache.is_file()
+        else None,
+    }
+    if not flags.strongly_typed:  # TensorRT 11 has no precision flags; strongly typed networks carry types
+        kwargs.update(
+            fp16=flags.fp16, int8=flags.int8, bf16=flags.bf16, tf32=flags.tf32, calibrator=calibrator
+        )
+    return CreateConfig(**kwargs)
+
+
+def engine_loader_graph(
+    network_onnx: Path,
+    plan_file: Path,
+    plan: EnginePlan,
+    flags: BuilderFlags,
+    io: Any,
+    *,
+    workspace_key: Any,
+    timing_cache: Path,
+    calibrator: Any = None,
+) -> Any:
+    """``SaveEngine(EngineFromNetwork(NetworkFromOnnxPath, CreateConfig), plan_file)``, not yet called."""
+    from polygraphy.backend.trt import EngineFromNetwork, NetworkFromOnnxPath, SaveEngine
+
+    network = NetworkFromOnnxPath(str(network_onnx), strongly_typed=flags.strongly_typed or None)
+    config = create_config(
+        plan, flags, polygraphy_profiles(plan, io), workspace_key, calibrator, timing_cache
+    )
+    engine = EngineFromNetwork(network, config=config, save_timing_cache=str(timing_cache))
+    return SaveEngine(engine, path=str(plan_file))
+
+
+def _fit(array: Any, shape: tuple[int, ...]) -> Any:
+    """Crop or zero-pad every non-batch axis of ``array`` to ``shape`` (the batch axis untouched)."""
+    out = np.zeros((array.shape[0], *shape), dtype=array.dtype)
+    region = tuple(slice(0, min(a, b)) for a, b in zip(array.shape[1:], shape, strict=True))
+    out[(slice(None), *region)] = array[(slice(None), *region)]
+    return out
+
+
+def calibration_feeds(
+    batches: Sequence[Feeds], shapes: Mapping[str, tuple[int, ...]], *, int64_as_int32: bool = False
+) -> list[Feeds]:
+    """The calibration samples regrouped into batches of exactly ``shapes`` (the calibration
+    profile's OPT shapes): sequence axes zero-padded or cropped (a zero attention mask marks the
+    padding), samples grouped by the OPT batch; leftover samples short of a full batch are dropped.
+    ``int64_as_int32``: TensorRT < 10 parses INT64 inputs as INT32, and Polygraphy's calibrator
+    checks the feeds' dtypes against the network's."""
+    if not batches:
+        raise CalibrationError("legacy INT8 calibration needs calibration data; got none")
+    names = list(shapes)
+    missing = [n for n in names if n not in batches[0]]
+    if missing:
+        raise CalibrationError(f"calibration data lacks inputs {missing}; expected {names}")
+    for name in names:
+        ranks = {np.asarray(b[name]).ndim for b in batches}
+        if ranks != {len(shapes[name])}:
+            raise CalibrationError(
+                f"calibration input `{name}` has rank {sorted(ranks)}; the model expects {len(shapes[name])}"
+            )
+    fitted = {
+        n: np.concatenate([_fit(np.asarray(b[n]), tuple(shapes[n][1:])) for b in batches]) for n in names
+    }
+    if int64_as_int32:
+        fitted = {n: a.astype(np.int32) if a.dtype == np.int64 else a for n, a in fitted.items()}
+    samples = next(iter(fitted.values())).shape[0]
+    batch = shapes[names[0]][0]
+    if samples < batch:
+        raise CalibrationError(
+            f"legacy INT8 calibration runs at the calibration profile's OPT batch {batch}; got {samples} samples"
+        )
+    return [{n: fitted[n][i : i + batch] for n in names} for i in range(0, samples - batch + 1, batch)]
+
+
+def calibration_cache_for(plan_file: Path) -> Path:
+    """The legacy calibrator's cache: one per model and build, beside its plan in the build folder.
+    (A cache shared across models, beside the shared timing cache, hands one model another's scales.)"""
+    return plan_file.with_suffix(".int8-calibration.cache")
+
+
+@dataclass
+class BuiltEngine:
+    """What a build made: the engine's own I/O (the config is written from it) and build.json facts."""
+
+    description: EngineDescription
+    record: dict[str, Any]
+
+
+def build_engine(
+    fp32_onnx: Path,
+    precision_onnx: Path,
+    plan_file: Path,
+    plan: EnginePlan,
+    precision: str,
+    gpu: GpuProfile,
+    io: Any,
+    calibration: Sequence[Feeds] | None = None,
+) -> BuiltEngine:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
+    """Build and save the engine at ``plan_file`` from the FP32 graph or the precision's ONNX
+    (:func:`tritonkit.build.tensorrt.builder_flags` says which); describe it."""
+    trt = require_tensorrt()
+    version = str(trt.__version__)
+    check_tensorrt_version(gpu, version)
+    flags = builder_flags(plan, precision, int(version.split(".", maxsplit=1)[0]), gpu)
+    cache = timing_cache_path(plan.timing_cache, plan.gpu, version)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    calibrator = None
+    calibration_cache = None
+    if flags.legacy_calibrator:
+        from polygraphy.backend.trt import Calibrator
+
+        calibration_cache = calibration_cache_for(plan_file)
+        feeds = calibration_feeds(
+            calibration or [],
+            calibration_shapes(plan, io),
+            int64_as_int32=int(version.split(".", maxsplit=1)[0]) < 10,
+        )
+        calibrator = Calibrator(feeds, cache=str(calibration_cache))
+    graph = engine_loader_graph(
+        fp32_onnx if flags.network_source == "fp32" else precision_onnx,
+        plan_file,
+        plan,
+        flags,
+        io,
+        workspace_key=trt.MemoryPoolType.WORKSPACE,
+        timing_cache=cache,
+        calibrator=calibrator,
+    )
+    description = describe_engine(graph())
+    record = {
+        "tensorrt": version,
+        "strongly_typed": flags.strongly_typed,
+        "flags": {k: getattr(flags, k) for k in ("fp16", "int8", "bf16", "tf32", "legacy_calibrator")},
+        "network_source": flags.network_source,
+        "unquantized_layers": flags.unquantized,
+        "profiles": [
+            {
+                "batch": list(p.batch),
+                "shapes": {n: [list(r.min), list(r.opt), list(r.max)] for n, r in p.shapes.items()},
+            }
+            for p in plan.profiles
+        ],
+        "workspace_bytes": plan.workspace_bytes,
+        "optimization_level": plan.optimization_level,
+        "timing_cache": str(cache),
+        "calibration_cache": str(calibration_cache) if calibration_cache else None,
+        "compute_capability": plan.compute_capability,
+        "io": description.as_json(),
+    }
+    return BuiltEngine(description, record)
