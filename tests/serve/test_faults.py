@@ -29,6 +29,15 @@ from tritonkit.serve.process import stubs_of
 from .test_server import ADD_ONE, _http_infer, write_python_model
 
 
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Kill ``process`` if it still runs, reap it and close its pipes (no ResourceWarning)."""
+    process.kill()
+    process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo = tmp_path_factory.mktemp("repo")
@@ -151,8 +160,7 @@ def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
         assert _wait_until(lambda: not any(_alive(s.pid) for s in stubs), 10)
         assert not any(Path("/dev/shm", s.region).exists() for s in stubs)
     finally:
-        wrapper.kill()
-        wrapper.wait()
+        _stop(wrapper)
 
 
 def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) -> None:
@@ -257,8 +265,7 @@ def test_cli_serve_restarts_after_a_dead_stub(tmp_path: Path) -> None:
         assert process.wait(timeout=60) == 1
         assert "error: the python stub of model `add_one`" in process.stderr.read()
     finally:
-        process.kill()
-        process.wait()
+        _stop(process)
 
 
 # --- 6. usage errors and a model that cannot start -----------------------------------------------
@@ -352,5 +359,4 @@ def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
-        process.kill()
-        process.wait()
+        _stop(process)

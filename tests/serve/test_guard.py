@@ -24,6 +24,15 @@ from tritonkit.serve.process import stubs_of
 from .test_server import ADD_ONE, SLOW_ADD_ONE, _http_infer, write_python_model
 
 
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Kill ``process`` if it still runs, reap it and close its pipes (no ResourceWarning)."""
+    process.kill()
+    process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo = tmp_path_factory.mktemp("repo")
@@ -119,6 +128,8 @@ def test_drain_finishes_accepted_requests_and_serves_nothing_new(tmp_path: Path)
         late = idle.getresponse().status
     except (ConnectionError, http.client.HTTPException):
         late = 0
+    finally:
+        idle.close()
     assert late in (0, 503), f"a request sent after the stop began was answered {late}"
     for worker in workers:
         worker.join(timeout=30)
@@ -201,5 +212,4 @@ def test_cli_serve_guards_by_default(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
-        process.kill()
-        process.wait()
+        _stop(process)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tritonkit import config
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.process import stubs_of
@@ -36,7 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     version.mkdir(parents=True)
     shutil.copy(runner_path("text_embedding"), version / "model.py")
     shutil.copy(tokenizer_json, version / "tokenizer.json")
-    ModelConfig(
+    cfg = ModelConfig(
         name="tok",
         backend="python",
         max_batch_size=4,
@@ -44,7 +45,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
         outputs=[TensorConfig("input_ids", "INT64", [-1]), TensorConfig("attention_mask", "INT64", [-1])],
         instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
         parameters={"mode": "tokenize", "max_seq_length": str(MAX_TOKENS)},
-    ).save(repo / "tok" / "config.pbtxt")
+    )
+    config.save(cfg, repo / "tok" / "config.pbtxt")
     with EmbeddedServer(repo, exit_timeout=1) as server:
         yield server
 
