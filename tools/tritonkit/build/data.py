@@ -95,7 +95,8 @@ def load_npz(path: str | Path, input_names: Sequence[str]) -> dict[str, NDArray[
     if not file.is_file():
         raise CalibrationError(f"calibration data not found: {str(file)!r}; expected an .npz file")
     try:
-        with np.load(file, allow_pickle=False) as archive:
+        # Opened here, not by np.load: it leaks its handle when the archive is corrupt.
+        with file.open("rb") as handle, np.load(handle, allow_pickle=False) as archive:
             arrays = {name: np.asarray(archive[name]) for name in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise CalibrationError(
