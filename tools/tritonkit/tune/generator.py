@@ -260,22 +260,29 @@ class _Loop:
 _STOP = "stop"
 
 
+class _StopFlag:
+    """True once the parent has sent "stop" (read without blocking)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.flag = conn, False
+
+    def __call__(self) -> bool:
+        while not self.flag and self.conn.poll():
+            self.flag = self.conn.recv() == _STOP
+        return self.flag
+
+
 def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs in a spawned process
     """A worker process: run each level it is sent until told to stop; ``None`` ends it."""
     while True:
         message = conn.recv()
         if message is None:
             return
+        if message == _STOP:  # the level already ended on its own
+            continue
         level, window = message
-        flag = [False]
-
-        def stopped() -> bool:
-            while not flag[0] and conn.poll():
-                flag[0] = conn.recv() == _STOP
-            return flag[0]
-
         try:
-            asyncio.run(_Loop(target, time.process_time).run(level, window, conn.send, stopped))
+            asyncio.run(_Loop(target, time.process_time).run(level, window, conn.send, _StopFlag(conn)))
         except Exception as exc:
             conn.send(exc if isinstance(exc, TritonKitError) else TritonKitError(" ".join(str(exc).split())))
         conn.send("done")
@@ -320,7 +327,9 @@ class LoadGenerator:
         self.stop()
         if self._procs:
             parts = level.split(len(self._procs))
-            spec = window if not window.count else WindowSpec(window.seconds, max(1, window.count // len(parts)))
+            spec = (
+                window if not window.count else WindowSpec(window.seconds, max(1, window.count // len(parts)))
+            )
             for (_, conn), part in zip(self._procs, parts, strict=False):
                 conn.send((part, spec))
             self._active = len(parts)
@@ -384,4 +393,3 @@ class LoadGenerator:
                 self._thread.join(timeout=self.target.timeout_s + 10)
             self._thread = None
         self._active = 0
-

@@ -35,8 +35,8 @@ __all__ = ["LevelResult", "MeasureOptions", "Measurer", "Window", "find_max", "s
 class MeasureOptions:
     """How a level is measured: windows, the stability rule, and the generator check's limits."""
 
-    window: WindowSpec = WindowSpec()
-    stability: StabilityRule = StabilityRule()
+    window: WindowSpec = WindowSpec()  # noqa: RUF009 - frozen, never mutated
+    stability: StabilityRule = StabilityRule()  # noqa: RUF009 - frozen, never mutated
     max_windows: int = 10
     max_generator_cpu: float = 0.9
     max_late_share: float = 0.05
@@ -134,10 +134,12 @@ class LevelResult:
         total = self.successes + self.failures
         return self.failures / total if total else 0.0
 
-    def within(self, budget_ms: float | None, max_failure_ratio: float = 0.0) -> bool:
-        """Stable, not generator-limited, failures within bounds, and p99 within ``budget_ms``."""
+    def within(
+        self, budget_ms: float | None, max_failure_ratio: float = 0.0, require_stable: bool = True
+    ) -> bool:
+        """Stable (unless not required), not generator-limited, failures within bounds, p99 within ``budget_ms``."""
         return (
-            self.stable
+            (self.stable or not require_stable)
             and not self.generator_limited
             and self.successes > 0
             and self.failure_ratio <= max_failure_ratio
@@ -278,6 +280,7 @@ def find_max(
     limit: float = 256.0,
     refine: int = 2,
     max_failure_ratio: float = 0.0,
+    require_stable: bool = True,
     on_result: Callable[[LevelResult], None] | None = None,
 ) -> tuple[LevelResult | None, list[LevelResult]]:
     """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
@@ -300,7 +303,7 @@ def find_max(
     value = start
     while value <= limit:
         result = run(value)
-        if not result.within(budget_ms, max_failure_ratio):
+        if not result.within(budget_ms, max_failure_ratio, require_stable):
             bad = value
             break
         if good is not None and result.throughput < good.throughput * 1.02:
@@ -321,14 +324,18 @@ def find_max(
         elif mid <= 0:
             break
         result = run(mid)
-        if result.within(budget_ms, max_failure_ratio) and (good is None or result.throughput >= good.throughput):
+        if result.within(budget_ms, max_failure_ratio, require_stable) and (
+            good is None or result.throughput >= good.throughput
+        ):
             good, lo = result, mid
         else:
             bad = mid
     return good, results
 
 
-def wait_ready(url: str, protocol: str, model: str, headers: dict[str, str] | None, timeout: float = 60) -> None:
+def wait_ready(
+    url: str, protocol: str, model: str, headers: dict[str, str] | None, timeout: float = 60
+) -> None:
     """Block until ``model`` is ready on the server (after a load through the repository API)."""
     from tritonkit.client import Client
 

@@ -88,7 +88,10 @@ class _Cache:
 
 def grid(axes: Sequence[Axis]) -> list[Point]:
     """Every point of the grid (axis order kept)."""
-    return [dict(zip([a.name for a in axes], combo, strict=True)) for combo in itertools.product(*(a.values for a in axes))]
+    return [
+        dict(zip([a.name for a in axes], combo, strict=True))
+        for combo in itertools.product(*(a.values for a in axes))
+    ]
 
 
 def brute(axes: Sequence[Axis], evaluate: Callable[[Point], Outcome]) -> SearchResult:
@@ -148,7 +151,9 @@ def quick(
         best = max(_neighbours(axes, current, couples), key=lambda p: _score(cache(p)), default=current)
         if _score(cache(best)) <= _score(cache(current)):
             # Stuck: before giving up, one step of every pair of axes (interactions nobody declared).
-            best = max(_neighbours(axes, current, every_pair), key=lambda p: _score(cache(p)), default=current)
+            best = max(
+                _neighbours(axes, current, every_pair), key=lambda p: _score(cache(p)), default=current
+            )
             if _score(cache(best)) <= _score(cache(current)):
                 break
         current = best
