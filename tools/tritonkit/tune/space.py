@@ -44,8 +44,10 @@ def profile_batch_range(cfg: ModelConfig, model_dir: str | os.PathLike[str] | No
         except (OSError, ValueError):
             continue
         profiles = data.get("extra", {}).get("tensorrt", {}).get("profiles", [])
-        batches = [
-            p.get("batch") for p in profiles if isinstance(p, dict) and isinstance(p.get("batch"), list)
+        batches: list[list[Any]] = [
+            p["batch"]
+            for p in profiles
+            if isinstance(p, dict) and isinstance(p.get("batch"), list) and p["batch"]
         ]
         if batches:
             low = max(low, min(int(b[0]) for b in batches))
