@@ -19,7 +19,9 @@ def _url(server: EmbeddedServer, protocol: str) -> str:
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_windows_have_microsecond_percentiles_and_the_server_split(server: EmbeddedServer, protocol: str) -> None:
+def test_windows_have_microsecond_percentiles_and_the_server_split(
+    server: EmbeddedServer, protocol: str
+) -> None:
     with Measurer(Target(_url(server, protocol), "work", protocol), QUICK) as measurer:
         result = measurer.measure(Level("concurrency", 2))
     assert result.windows, "every level keeps its windows"
@@ -70,7 +72,9 @@ def test_request_rate_counts_late_sends_and_generator_cpu(server: EmbeddedServer
 
 
 def test_count_windows_system_shared_memory_and_worker_processes(server: EmbeddedServer) -> None:
-    options = MeasureOptions(window=WindowSpec(count=60), stability=StabilityRule(3, 0.6), max_windows=3, workers=2)
+    options = MeasureOptions(
+        window=WindowSpec(count=60), stability=StabilityRule(3, 0.6), max_windows=3, workers=2
+    )
     target = Target(server.grpc_url, "add", "grpc", shared_memory="system")
     with Measurer(target, options) as measurer:
         result = measurer.measure(Level("concurrency", 2))

@@ -31,7 +31,11 @@ def test_each_point_is_measured_once() -> None:
         calls.append(repr(sorted(point.items())))
         return surface(point, 20.0)
 
-    quick(AXES, evaluate, {"max_batch_size": 1, "delay_us": 0, "preferred": "none", "instances": 1, "queue": "unbounded"})
+    quick(
+        AXES,
+        evaluate,
+        {"max_batch_size": 1, "delay_us": 0, "preferred": "none", "instances": 1, "queue": "unbounded"},
+    )
     assert len(calls) == len(set(calls))
 
 
@@ -41,7 +45,11 @@ def test_infeasible_everywhere_gives_no_winner_and_min_throughput_counts() -> No
 
 
 def test_snap_moves_a_start_onto_the_grid() -> None:
-    axes = [Axis("max_batch_size", (1, 2, 4, 8)), Axis("delay_us", ("off", 0, 500)), Axis("preferred", ("none", "max"))]
+    axes = [
+        Axis("max_batch_size", (1, 2, 4, 8)),
+        Axis("delay_us", ("off", 0, 500)),
+        Axis("preferred", ("none", "max")),
+    ]
     assert snap(axes, {"max_batch_size": 6, "delay_us": 2000, "preferred": "max"}) == {
         "max_batch_size": 4,
         "delay_us": "off",

@@ -55,7 +55,9 @@ def test_stability_rule_is_settable() -> None:
 
 
 def test_server_split_is_the_difference_of_two_snapshots_per_request() -> None:
-    before = _stats(success_count=10, inference_count=10, execution_count=10, queue_ns=10_000, success_ns=90_000)
+    before = _stats(
+        success_count=10, inference_count=10, execution_count=10, queue_ns=10_000, success_ns=90_000
+    )
     before.batch_executions.update({1: 10})
     after = _stats(
         success_count=110, inference_count=110, execution_count=35, fail_count=2,

@@ -54,9 +54,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.add_argument(
         "--max-concurrency", type=int, default=64, help="highest concurrency tried (default 64)"
     )
-    parser.add_argument(
-        "--accept-unstable", action="store_true", help="let an unstable level count (noisy hosts)"
-    )
     parser.add_argument("--write", default="config", help="config (default), none, or model:NAME")
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)

@@ -44,6 +44,9 @@ def add_measure_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-windows", type=int, default=10, help="give up on stability after (default 10)")
     parser.add_argument("--workers", type=int, default=1, help="generator processes (default 1: a thread)")
+    parser.add_argument(
+        "--accept-unstable", action="store_true", help="let an unstable level be the best (noisy hosts)"
+    )
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (default 30)")
 
 
@@ -139,6 +142,6 @@ def connect(args: argparse.Namespace, models: Sequence[str], **server_options: A
             f"model `{missing[0]}` not found in {repo}; expected {repo}/{missing[0]}/config.pbtxt"
         )
     loads = [f"--load-model={m}" for m in dict.fromkeys(models)]
-    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=5) as server:
+    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
         url = server.grpc_url if args.protocol == "grpc" else server.http_url
         yield Connection(url, server.http_url, server.admin_headers, server)

@@ -129,7 +129,7 @@ def _server(options: TuneOptions) -> Iterator[tuple[str, str, dict[str, str], Em
         yield options.url, options.http_url or options.url, headers, None
         return
     assert options.repo is not None
-    server = EmbeddedServer(options.repo, model_control_mode="explicit", exit_timeout=5)
+    server = EmbeddedServer(options.repo, model_control_mode="explicit", exit_timeout=1)
     with server:
         url = server.grpc_url if options.protocol == "grpc" else server.http_url
         yield url, server.http_url, server.admin_headers, server
@@ -148,6 +148,14 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     header, done = load_trials(report) if options.resume else (None, [])
     if not options.resume and log.exists():
         log.unlink()
+    if header is not None and (header.get("model"), header.get("budget_ms")) != (
+        options.model,
+        options.latency_budget_ms,
+    ):
+        raise TritonKitError(
+            f"--resume: {log} was written for another tune ({header.get('model')}, "
+            f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
+        )
     with _server(options) as (url, http_url, headers, server):
         api = RepositoryApi(http_url, headers)
         try:
@@ -286,6 +294,9 @@ def _write_back(options: TuneOptions, base: ModelConfig, winner: dict[str, Any] 
     if winner is None or options.write == "none" or options.repo is None:
         return ""
     model_dir = Path(options.repo) / options.model
+    if not (model_dir / "config.pbtxt").exists():
+        _say(options, f"tritonkit tune: {model_dir}/config.pbtxt not found; the winner is in the report only")
+        return ""
     cfg = apply_point(base, winner["point"])
     if options.write.startswith("model:"):
         _, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
