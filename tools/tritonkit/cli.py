@@ -32,7 +32,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "profile",
         "tritonkit.commands.profile",
-        "measure one model at load levels until stable (µs percentiles)",
+        "measure a model at load levels until stable",
     ),
     ("tune", "tritonkit.commands.tune", "find the best config under a latency budget and write it back"),
     ("compare", "tritonkit.commands.compare", "compare models or versions under identical load, interleaved"),
