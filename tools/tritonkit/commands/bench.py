@@ -22,6 +22,7 @@ from tritonkit.machine import cpu_model
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("client", "tritonkit.bench.client"),
     ("loadtest", "tritonkit.bench.loadtest"),
+    ("tune", "tritonkit.bench.tune"),
 )
 
 
