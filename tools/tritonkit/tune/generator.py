@@ -26,7 +26,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -106,29 +106,48 @@ class RawWindow:
     error: str = ""
 
 
-def make_inputs(metadata: Any, batch_size: int = 1, variable_dim: int = 16, seed: int = 0) -> dict[str, Any]:
-    """One request's inputs for a model from its metadata: batch ``batch_size``, variable dims ``variable_dim``.
+def make_inputs(
+    metadata: Any, batch_size: int = 1, variable_dim: int = 16, seed: int = 0, count: int = 4
+) -> list[dict[str, Any]]:
+    """``count`` requests' inputs for a model from its metadata: batch ``batch_size``, variable dims ``variable_dim``.
 
-    Numbers are random in [0, 10) (integers) or [0, 1) (floats); BYTES inputs carry a short sentence.
+    The same data as ``tritonkit loadtest``'s ``auto`` payloads with the same seed (drawn in the same
+    order): real English sentences for BYTES inputs, ones for integer masks, zeros for type ids, a small
+    vocabulary range for other integers, standard normal floats; so both tools load a model alike.
     """
+    from tritonkit.loadtest.payloads import sample_sentences
+
     rng = np.random.default_rng(seed)
-    inputs: dict[str, Any] = {}
-    for tensor in metadata.inputs:
-        shape = list(tensor.shape)
-        if shape and shape[0] == -1:
-            shape[0] = batch_size
-        shape = [variable_dim if d < 0 else d for d in shape]
-        if tensor.datatype == "BYTES":
-            inputs[tensor.name] = np.full(shape, b"the quick brown fox jumps over the lazy dog", dtype=object)
-        elif tensor.datatype == "BOOL":
-            inputs[tensor.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            dtype = tensor.numpy_dtype
-            if np.issubdtype(dtype, np.integer):
-                inputs[tensor.name] = rng.integers(0, 10, size=shape).astype(dtype)
+    out: list[dict[str, Any]] = []
+    for _ in range(count):
+        inputs: dict[str, Any] = {}
+        for tensor in metadata.inputs:
+            shape = list(tensor.shape)
+            if shape and shape[0] == -1:
+                shape[0] = batch_size
+            shape = [variable_dim if d < 0 else d for d in shape]
+            lowered = tensor.name.lower()
+            if tensor.datatype == "BYTES":
+                sentences = sample_sentences()
+                picks = rng.integers(0, len(sentences), size=shape).reshape(-1)
+                inputs[tensor.name] = np.array([sentences[i].encode() for i in picks], dtype=object).reshape(
+                    shape
+                )
+            elif tensor.datatype == "BOOL":
+                inputs[tensor.name] = rng.integers(0, 2, size=shape).astype(bool)
             else:
-                inputs[tensor.name] = rng.random(size=shape).astype(dtype)
-    return inputs
+                dtype = tensor.numpy_dtype
+                if np.issubdtype(dtype, np.integer):
+                    if "mask" in lowered:
+                        inputs[tensor.name] = np.ones(shape, dtype=dtype)
+                    elif "type" in lowered:
+                        inputs[tensor.name] = np.zeros(shape, dtype=dtype)
+                    else:
+                        inputs[tensor.name] = rng.integers(0, 1000, size=shape).astype(dtype)
+                else:
+                    inputs[tensor.name] = rng.standard_normal(size=shape).astype(dtype)
+        out.append(inputs)
+    return out
 
 
 class _Loop:
@@ -154,8 +173,9 @@ class _Loop:
         self.error = ""
         return window, now
 
-    async def _one(self, client: Any, inputs: Mapping[str, Any]) -> None:
+    async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
         t = self.target
+        inputs = payloads[self.sent % len(payloads)]
         self.sent += 1
         self.in_flight += 1
         start = time.perf_counter_ns()
@@ -170,14 +190,14 @@ class _Loop:
             self.in_flight -= 1
             self.completed += 1
 
-    async def _closed(self, client: Any, inputs: Mapping[str, Any], concurrency: int) -> None:
+    async def _closed(self, client: Any, inputs: Sequence[Mapping[str, Any]], concurrency: int) -> None:
         async def user() -> None:
             while True:
                 await self._one(client, inputs)
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
-    async def _open(self, client: Any, inputs: Mapping[str, Any], level: Level) -> None:
+    async def _open(self, client: Any, inputs: Sequence[Mapping[str, Any]], level: Level) -> None:
         rng = random.Random(self.target.seed)
         tasks: set[asyncio.Task[None]] = set()
         slot = time.perf_counter()
@@ -191,7 +211,7 @@ class _Loop:
     async def _schedule(
         self,
         client: Any,
-        inputs: Mapping[str, Any],
+        inputs: Sequence[Mapping[str, Any]],
         level: Level,
         rng: random.Random,
         tasks: set[asyncio.Task[None]],
@@ -226,7 +246,7 @@ class _Loop:
             metadata = await client.metadata(t.model, t.version or None)
             inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
             with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
-                await client.infer(t.model, inputs, version=t.version or None, timeout=t.timeout_s)
+                await client.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
             sender = (
                 self._closed(client, inputs, int(level.value))
                 if level.mode == "concurrency"
