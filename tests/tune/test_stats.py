@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tritonkit.client import ModelStatistics
-from tritonkit.tune.stats import StabilityRule, latency_percentiles, merge_splits, server_split
+from tritonkit.tune.generator import Level
+from tritonkit.tune.measure import LevelResult, find_max
+from tritonkit.tune.stats import ServerSplit, StabilityRule, latency_percentiles, merge_splits, server_split
 
 
 def _stats(**values: int | dict[int, int]) -> ModelStatistics:
@@ -75,3 +77,27 @@ def test_server_split_is_the_difference_of_two_snapshots_per_request() -> None:
     assert split.average_batch == pytest.approx(100 / 25)
     merged = merge_splits([split, server_split(None, _stats())])
     assert merged.requests == 100 and merged.queue_us == 300.0
+
+
+def _level(value: float, throughput: float, p99_ms: float, stable: bool = True) -> LevelResult:
+    return LevelResult(
+        level=Level("concurrency", value), stable=stable, windows=[], throughput=throughput,
+        percentiles={"p50_us": p99_ms * 500, "p90_us": p99_ms * 900, "p95_us": p99_ms * 950, "p99_us": p99_ms * 1000},
+        failures=0, successes=100, generator_limited=False, generator_cpu=0.1, late_share=0.0, server=ServerSplit(),
+    )  # fmt: skip
+
+
+def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
+    # p99 = 2 ms per unit of concurrency, throughput grows to c=8; c=2 is unstable (inconclusive)
+    def measure(level: Level) -> LevelResult:
+        c = level.value
+        return _level(c, 100.0 * min(c, 8), 2.0 * c, stable=c != 2)
+
+    best, levels = find_max(measure, 13.0, refine=1)
+    assert [r.level.value for r in levels] == [1, 2, 4, 8, 6]  # 8 breaks 13 ms, then bisect 4..8
+    assert best is not None and best.level.value == 6
+    best, _ = find_max(measure, 13.0, refine=0, require_stable=False)
+    assert best is not None and best.level.value == 4
+    # saturation: throughput stops growing past 4 although p99 still fits
+    best, levels = find_max(lambda lv: _level(lv.value, 100.0 * min(lv.value, 4), 1.0), 100.0, refine=0)
+    assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8]

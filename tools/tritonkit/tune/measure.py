@@ -285,9 +285,11 @@ def find_max(
 ) -> tuple[LevelResult | None, list[LevelResult]]:
     """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
 
-    Doubles the level from ``start`` until one breaks the budget (or ``limit``, or throughput stops
-    growing by 2 % while p99 grows: the server is saturated), then bisects ``refine`` times between the
-    last good and the first bad level. Returns (the best level or None, every level measured).
+    Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
+    generator: or ``limit``, or throughput stops growing by 2 %: the server is saturated), then bisects
+    ``refine`` times between the last good and the first bad level. An unstable level within the budget
+    is inconclusive, not bad: the search goes on past it, but only a stable level can be the answer
+    (unless ``require_stable`` is False). Returns (the best level or None, every level measured).
     """
     results: list[LevelResult] = []
 
@@ -303,9 +305,12 @@ def find_max(
     value = start
     while value <= limit:
         result = run(value)
-        if not result.within(budget_ms, max_failure_ratio, require_stable):
+        if not result.within(budget_ms, max_failure_ratio, require_stable=False):
             bad = value
             break
+        if not result.within(budget_ms, max_failure_ratio, require_stable):
+            value *= 2  # unstable but within the budget: inconclusive, look higher
+            continue
         if good is not None and result.throughput < good.throughput * 1.02:
             good = max(good, result, key=lambda r: r.throughput)
             bad = value  # saturated: more load only queues
