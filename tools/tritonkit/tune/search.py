@@ -82,7 +82,7 @@ class _Cache:
         feasible = [(p, o) for p, o in self.trials if o.feasible]
         if not feasible:
             return SearchResult(None, None, self.trials)
-        point, outcome = max(feasible, key=lambda po: po[1].throughput)
+        point, outcome = max(feasible, key=lambda po: (po[1].throughput, -po[1].p99_ms))  # ties: lower p99
         return SearchResult(point, outcome, self.trials)
 
 
