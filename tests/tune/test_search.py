@@ -3,11 +3,16 @@ of the measurements, from many starts and budgets."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
+from tritonkit.config import ModelConfig
+from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis, Outcome, brute, grid, quick, snap
+from tritonkit.tune.space import axes_for
 from tritonkit.tune.synthetic import AXES, surface
 
 
@@ -55,3 +60,21 @@ def test_snap_moves_a_start_onto_the_grid() -> None:
         "delay_us": "off",
         "preferred": "max",
     }
+
+
+def test_tensorrt_batch_axis_stays_within_the_engine_profiles(tmp_path: Path) -> None:
+    cfg = ModelConfig("plan", platform="tensorrt_plan", max_batch_size=64)
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "build.json").write_text(
+        json.dumps({"extra": {"engine": {"profiles": [{"batch": [4, 16, 32]}]}}})
+    )
+    axes = {a.name: a.values for a in axes_for(cfg, model_dir=tmp_path, gpu=True)}
+    assert axes["max_batch_size"] == (4, 8, 16, 32) and axes["kind"] == ("KIND_GPU",)
+    with pytest.raises(TritonKitError, match=r"outside the model's range 4\.\.32"):
+        axes_for(cfg, model_dir=tmp_path, max_batch_sizes=[64])
+    onnx = ModelConfig("m", backend="onnxruntime", max_batch_size=8)
+    assert {a.name: a.values for a in axes_for(onnx)}["max_batch_size"] == (1, 2, 4, 8)
+    assert [a.name for a in axes_for(ModelConfig("n", backend="python", max_batch_size=0))] == [
+        "instances",
+        "kind",
+    ]

@@ -43,7 +43,7 @@ def profile_batch_range(cfg: ModelConfig, model_dir: str | os.PathLike[str] | No
             data = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        profiles = data.get("extra", {}).get("tensorrt", {}).get("profiles", [])
+        profiles = _find_profiles(data)
         batches: list[list[Any]] = [
             p["batch"]
             for p in profiles
@@ -53,6 +53,19 @@ def profile_batch_range(cfg: ModelConfig, model_dir: str | os.PathLike[str] | No
             low = max(low, min(int(b[0]) for b in batches))
             high = min(high, *(int(b[-1]) for b in batches))
     return low, high
+
+
+def _find_profiles(data: Any) -> list[Any]:
+    """The first ``profiles`` list found anywhere in a ``build.json`` (where the engine record keeps it)."""
+    if isinstance(data, dict):
+        found = data.get("profiles")
+        if isinstance(found, list):
+            return found
+        for value in data.values():
+            inner = _find_profiles(value)
+            if inner:
+                return inner
+    return []
 
 
 def _powers(low: int, high: int) -> tuple[int, ...]:
