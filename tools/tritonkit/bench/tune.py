@@ -5,8 +5,8 @@ many starts under several budgets: the quick search's best throughput against br
 measurements against brute force's. Then a live run on this machine: one embedded Triton serving a
 python-backend model that costs a fixed 2 ms per execution plus 0.1 ms per batch item (so batching and
 instances matter), tuned once by brute force and once by quick search, measurements counted as load
-levels. ``quick``: a 16-config live grid and short windows (a few minutes; too small a grid for the
-third); full: 96 configs (about 20 minutes on 2 cores).
+levels. ``quick``: a 54-config live grid and short windows (about 10 minutes on 2 cores); full: 96
+configs and longer windows (about 30 minutes).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _live(quick_mode: bool) -> list[str]:
 
     budget = 20.0
     grid: dict[str, tuple[int | str, ...]] = (
-        {"instances": (1, 2), "delays": ("off", 2000), "sizes": (4, 16)}
+        {"instances": (1, 2, 3), "delays": ("off", 500, 2000), "sizes": (4, 8, 16)}
         if quick_mode
         else {"instances": (1, 2, 3), "delays": ("off", 500, 2000, 4000), "sizes": (2, 4, 8, 16)}
     )
@@ -168,7 +168,7 @@ def run(quick: bool = False) -> str:
         *_synthetic(),
         "",
         "Live, this machine: `tritonkit tune` on a python-backend model costing 2 ms per execution + 0.1 ms per item,",
-        f"grid {'2 x 2 x 2 x 2 = 16' if quick else '3 x 4 x 4 x 2 = 96'} configs (instances, delay, max batch, preferred).",
+        f"grid {'3 x 3 x 3 x 2 = 54' if quick else '3 x 4 x 4 x 2 = 96'} configs (instances, delay, max batch, preferred).",
         "",
         *_live(quick),
         "",
