@@ -138,11 +138,13 @@ def quick(
     *,
     couples: Sequence[tuple[str, str]] = (("max_batch_size", "delay_us"),),
     max_steps: int = 12,
+    min_gain: float = 0.0,
 ) -> SearchResult:
     """Steepest ascent from ``start`` (snapped onto the grid): each step looks at every value of every
     axis with the others fixed (a line search per axis) and at one step of both axes of each coupled
     pair, and moves to the best of them; when none is better it tries one step of every pair of axes, and
-    stops when that finds nothing better either."""
+    stops when that finds nothing better either. ``min_gain``: a live measurement must beat the current
+    point by this share to count as better (noise is no reason to keep walking)."""
     cache = _Cache(evaluate)
     current = snap(axes, start)
     cache(current)

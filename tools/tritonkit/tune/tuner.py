@@ -63,6 +63,8 @@ class TuneOptions:
     shared_memory: str = "none"
     batch_size: int = 1
     plots: bool = True
+    #: quick search moves only for a gain above this share: smaller differences are measurement noise
+    min_gain: float = 0.03
     #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
     require_stable: bool = True
     stream: IO[str] | None = None
@@ -208,7 +210,11 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
 
             search: Callable[..., Any] = brute if options.search == "brute" else quick
-            result = search(axes, evaluate) if search is brute else quick(axes, evaluate, base_point(base))
+            result = (
+                search(axes, evaluate)
+                if search is brute
+                else quick(axes, evaluate, base_point(base), min_gain=options.min_gain)
+            )
             baseline = cached.get(describe(snap(axes, base_point(base))))
             winner = cached[describe(result.best)] if result.best is not None else None
             diff = _write_back(options, base, winner)
