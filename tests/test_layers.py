@@ -29,6 +29,7 @@ LAYERS: tuple[str, ...] = (
     "deploy",
     "client",
     "loadtest",
+    "tune",
     "bench",
     "commands",
     "cli",

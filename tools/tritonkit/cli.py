@@ -32,6 +32,14 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("loadtest", "tritonkit.commands.loadtest", "run a Locust load test and write a capacity report"),
     ("bench", "tritonkit.commands.bench", "run the benchmarks and write docs/benchmarks.md"),
     ("k8s", "tritonkit.commands.k8s", "render and validate the Kubernetes manifests"),
+    (
+        "profile",
+        "tritonkit.commands.profile",
+        "measure a model at load levels until stable",
+    ),
+    ("tune", "tritonkit.commands.tune", "find the best config under a latency budget and write it back"),
+    ("compare", "tritonkit.commands.compare", "compare models or versions under identical load, interleaved"),
+    ("plan", "tritonkit.commands.plan", "capacity plan (replicas, cost, HPA patch) from a tune report"),
 )
 
 

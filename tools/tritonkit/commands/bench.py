@@ -19,6 +19,7 @@ from tritonkit.machine import description
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("client", "tritonkit.bench.client"),
     ("loadtest", "tritonkit.bench.loadtest"),
+    ("tune", "tritonkit.bench.tune"),
 )
 
 

@@ -1,0 +1,103 @@
+"""Measuring levels against the real embedded server: µs windows, the server split, failures, instability,
+open loop, both protocols, shared memory, worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune.cli_args import cuda_missing
+from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
+from tritonkit.tune.stats import StabilityRule
+
+QUICK = MeasureOptions(window=WindowSpec(0.25), stability=StabilityRule(3, 0.6), max_windows=4)
+
+
+def _url(server: EmbeddedServer, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_windows_have_microsecond_percentiles_and_the_server_split(
+    server: EmbeddedServer, protocol: str
+) -> None:
+    with Measurer(Target(_url(server, protocol), "work", protocol), QUICK) as measurer:
+        result = measurer.measure(Level("concurrency", 2))
+    assert result.windows, "every level keeps its windows"
+    assert result.successes > 20 and result.failures == 0
+    latencies = [lat for w in result.windows for lat in w.latencies_ns]
+    assert any(lat % 1_000_000 for lat in latencies)  # not rounded to whole milliseconds
+    assert result.percentiles["p50_us"] != round(result.percentiles["p50_us"] / 1000) * 1000
+    split = result.server
+    # The model sleeps 1 ms per execution: compute infer carries it, the parts fit in the total.
+    assert split.compute_infer_us >= 900
+    assert 0 < split.parts_us <= split.total_us * 1.01
+    # Windows are cut between statistics snapshots: the server saw what the client finished, give or
+    # take the requests in flight at the cuts.
+    assert abs(split.requests - result.successes) <= 2 * 2 * len(result.windows)
+    assert split.batches and set(split.batches) == {1}  # no dynamic batcher: every execution is batch 1
+    assert split.average_batch == pytest.approx(1.0)
+
+
+def test_failures_are_never_throughput(server: EmbeddedServer) -> None:
+    # An open-loop rate the generator keeps up with (a closed loop on this fast model can saturate it)
+    with Measurer(Target(server.http_url, "flaky", late_us=5000), QUICK) as measurer:
+        result = measurer.measure(Level("rate", 300.0))
+    assert result.failures > 0 and result.successes > 0
+    assert result.throughput == pytest.approx(150.0, rel=0.3)  # half of 300 requests/s succeed
+    assert abs(result.failure_ratio - 0.5) < 0.1  # every second request fails
+    wall = sum(w.wall_s for w in result.windows[-3:])
+    assert result.throughput == pytest.approx(result.successes / wall)
+    assert "odd request refused" in result.error
+    assert not result.within(budget_ms=1000.0, require_stable=False)  # failures rule a level out
+    assert result.generator_limited or result.within(
+        budget_ms=1000.0, max_failure_ratio=0.6, require_stable=False
+    )
+
+
+def test_an_unstable_level_is_reported_with_its_numbers(server: EmbeddedServer) -> None:
+    options = MeasureOptions(window=WindowSpec(0.1), stability=StabilityRule(3, 0.0), max_windows=3)
+    with Measurer(Target(server.http_url, "add"), options) as measurer:
+        result = measurer.measure(Level("concurrency", 1))
+    assert not result.stable
+    assert len(result.windows) == 3 and result.successes > 0 and result.throughput > 0
+    assert result.summary()["stable"] is False and result.summary()["p99_ms"] > 0
+
+
+def test_request_rate_counts_late_sends_and_generator_cpu(server: EmbeddedServer) -> None:
+    with Measurer(Target(server.http_url, "add"), QUICK) as measurer:
+        result = measurer.measure(Level("poisson", 200.0))
+        constant = measurer.measure(Level("rate", 100.0))
+    assert 100 < result.throughput < 300
+    assert 0 <= result.late_share <= 1 and 0 < result.generator_cpu < 2
+    assert constant.throughput == pytest.approx(100.0, rel=0.3)
+    assert all(w.sent >= w.successes for w in result.windows)
+
+
+def test_count_windows_system_shared_memory_and_worker_processes(server: EmbeddedServer) -> None:
+    options = MeasureOptions(
+        window=WindowSpec(count=60), stability=StabilityRule(3, 0.6), max_windows=3, workers=2
+    )
+    target = Target(server.grpc_url, "add", "grpc", shared_memory="system")
+    with Measurer(target, options) as measurer:
+        result = measurer.measure(Level("concurrency", 2))
+    assert result.failures == 0
+    assert all(w.successes >= 60 for w in result.windows)  # two workers, 30 completions each at least
+    assert result.server.requests > 0
+
+
+@pytest.mark.gpu
+def test_cuda_shared_memory(server: EmbeddedServer) -> None:
+    assert cuda_missing() is None
+    with Measurer(Target(server.http_url, "add", shared_memory="cuda"), QUICK) as measurer:
+        result = measurer.measure(Level("concurrency", 1))
+    assert result.failures == 0 and result.successes > 0
+
+
+def test_find_max_stops_at_the_budget(server: EmbeddedServer) -> None:
+    with Measurer(Target(server.http_url, "work"), QUICK) as measurer:
+        best, levels = find_max(measurer.measure, 1000.0, limit=4, refine=0, require_stable=False)
+        assert best is not None and [r.level.value for r in levels][:1] == [1]
+        tiny, _ = find_max(measurer.measure, 0.001, limit=4, refine=0, require_stable=False)
+    assert tiny is None  # nothing answers in 1 µs

@@ -1,0 +1,103 @@
+"""The numbers of a window (unit): µs percentiles, the stability rule, and the server split from statistics deltas."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonkit.client import ModelStatistics
+from tritonkit.tune.generator import Level
+from tritonkit.tune.measure import LevelResult, find_max
+from tritonkit.tune.stats import ServerSplit, StabilityRule, latency_percentiles, merge_splits, server_split
+
+
+def _stats(**values: int | dict[int, int]) -> ModelStatistics:
+    fields = dict.fromkeys(
+        (
+            "inference_count", "execution_count", "success_count", "fail_count", "success_ns", "queue_ns",
+            "compute_input_ns", "compute_infer_ns", "compute_output_ns", "last_inference_ms",
+        ),
+        0,
+    )  # fmt: skip
+    fields.update(values)  # type: ignore[arg-type]
+    return ModelStatistics(name="m", version="1", batch_executions={}, **fields)  # type: ignore[arg-type]
+
+
+def test_percentiles_keep_sub_millisecond_resolution() -> None:
+    # 412.3 µs and 1234.567 µs requests: whole-millisecond statistics would say 0 ms and 1 ms
+    latencies = [412_300] * 50 + [1_234_567] * 50
+    p = latency_percentiles(latencies)
+    assert p["p50_us"] == pytest.approx(823.4)
+    assert p["p99_us"] == pytest.approx(1234.6)
+    assert p["mean_us"] == pytest.approx(823.4)
+    assert latency_percentiles([])["p99_us"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("throughputs", "p99s", "stable"),
+    [
+        ([100, 104, 97], [5.0, 5.2, 4.9], True),
+        ([50, 100, 104, 97], [9.0, 5.0, 5.2, 4.9], True),  # only the last three count
+        ([100, 125, 97], [5.0, 5.2, 4.9], False),  # throughput off by more than 10 %
+        ([100, 104, 97], [5.0, 7.0, 4.9], False),  # p99 off by more than 10 %
+        ([100, 104], [5.0, 5.2], False),  # too few windows
+        ([0, 0, 0], [0.0, 0.0, 0.0], False),  # nothing measured is not stable
+    ],
+)
+def test_stability_needs_three_windows_within_ten_percent(
+    throughputs: list[float], p99s: list[float], stable: bool
+) -> None:
+    assert StabilityRule().stable(throughputs, p99s) is stable
+
+
+def test_stability_rule_is_settable() -> None:
+    assert StabilityRule(count=2, tolerance=0.3).stable([100, 125], [5.0, 6.0])
+    assert not StabilityRule(count=4, tolerance=0.3).stable([100, 125, 110], [5.0, 6.0, 5.5])
+    with pytest.raises(ValueError, match="expected >= 1"):
+        StabilityRule(count=0)
+
+
+def test_server_split_is_the_difference_of_two_snapshots_per_request() -> None:
+    before = _stats(
+        success_count=10, inference_count=10, execution_count=10, queue_ns=10_000, success_ns=90_000
+    )
+    before.batch_executions.update({1: 10})
+    after = _stats(
+        success_count=110, inference_count=110, execution_count=35, fail_count=2,
+        queue_ns=10_000 + 100 * 300_000, compute_input_ns=100 * 20_000, compute_infer_ns=100 * 1_000_000,
+        compute_output_ns=100 * 30_000, success_ns=90_000 + 100 * 1_400_000,
+    )  # fmt: skip
+    after.batch_executions.update({1: 15, 4: 25})
+    split = server_split(before, after)
+    assert split.requests == 100 and split.failures == 2
+    assert (split.queue_us, split.compute_input_us, split.compute_infer_us, split.compute_output_us) == (
+        300.0, 20.0, 1000.0, 30.0,
+    )  # fmt: skip
+    assert split.total_us == 1400.0 and split.parts_us == 1350.0
+    assert split.batches == {1: 5, 4: 25}
+    assert split.average_batch == pytest.approx(100 / 25)
+    merged = merge_splits([split, server_split(None, _stats())])
+    assert merged.requests == 100 and merged.queue_us == 300.0
+
+
+def _level(value: float, throughput: float, p99_ms: float, stable: bool = True) -> LevelResult:
+    return LevelResult(
+        level=Level("concurrency", value), stable=stable, windows=[], throughput=throughput,
+        percentiles={"p50_us": p99_ms * 500, "p90_us": p99_ms * 900, "p95_us": p99_ms * 950, "p99_us": p99_ms * 1000},
+        failures=0, successes=100, generator_limited=False, generator_cpu=0.1, late_share=0.0, server=ServerSplit(),
+    )  # fmt: skip
+
+
+def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
+    # p99 = 2 ms per unit of concurrency, throughput grows to c=8; c=2 is unstable (inconclusive)
+    def measure(level: Level) -> LevelResult:
+        c = level.value
+        return _level(c, 100.0 * min(c, 8), 2.0 * c, stable=c != 2)
+
+    best, levels = find_max(measure, 13.0, refine=1)
+    assert [r.level.value for r in levels] == [1, 2, 4, 8, 6]  # 8 breaks 13 ms, then bisect 4..8
+    assert best is not None and best.level.value == 6
+    best, _ = find_max(measure, 13.0, refine=0, require_stable=False)
+    assert best is not None and best.level.value == 4
+    # saturation: throughput stops growing past 4 although p99 still fits
+    best, levels = find_max(lambda lv: _level(lv.value, 100.0 * min(lv.value, 4), 1.0), 100.0, refine=0)
+    assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8]

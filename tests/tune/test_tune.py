@@ -1,0 +1,126 @@
+"""``tritonkit tune`` on a tiny ONNX model with the real server: configs applied through the repository API,
+the trial log kept across an interruption, the winner written atomically, and a named server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tritonkit.cli import main
+from tritonkit.config import ModelConfig, config_to_pbtxt
+from tritonkit.errors import TritonKitError
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune.apply import read_config, write_as_model, write_config
+from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.space import apply_point
+from tritonkit.tune.stats import StabilityRule
+from tritonkit.tune.tuner import TuneOptions, load_trials, tune
+
+from .conftest import build_repository
+
+
+def _options(repo: Path, report: Path, **extra: object) -> TuneOptions:
+    defaults: dict[str, object] = {
+        "repo": repo,
+        "search": "brute",
+        "max_concurrency": 1,
+        "refine": 0,
+        "instances": (1, 2),
+        "delays_us": ("off", 500),
+        "max_batch_sizes": (8,),
+        "preferred": False,
+        "queue": False,
+        "require_stable": False,  # 8 helpers share 2 cores: stability is not this test's subject
+        "measure": MeasureOptions(window=WindowSpec(0.15), stability=StabilityRule(3, 0.5), max_windows=3),
+    }
+    defaults.update(extra)
+    budget = float(defaults.pop("latency_budget_ms", 1000.0))  # type: ignore[arg-type]
+    return TuneOptions("add", budget, report, **defaults)  # type: ignore[arg-type]
+
+
+def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: Path) -> None:
+    repo = build_repository(tmp_path)
+    config_path = repo / "add" / "config.pbtxt"
+    before = config_path.read_text()
+    report = tmp_path / "report"
+    with pytest.raises(KeyboardInterrupt):
+        tune(_options(repo, report), interrupt_after=2)
+    assert config_path.read_text() == before  # nothing written by an interrupted tune
+    header, done = load_trials(report)
+    assert header is not None and header["model"] == "add" and len(done) == 2
+    assert all(t["levels"] and t["config"]["name"] == "add" for t in done)
+
+    result = tune(_options(repo, report, resume=True))
+    _, trials = load_trials(report)
+    assert len(trials) == 4 == result.evaluations  # the two finished trials were not measured again
+    assert [t["key"] for t in trials[:2]] == [t["key"] for t in done]
+    assert result.winner is not None and result.winner["concurrency"] == 1
+    # the winner is the model's config now, and the diff says what changed
+    expected = apply_point(read_config_from_text(before), result.winner["point"])
+    assert config_path.read_text() == config_to_pbtxt(expected)
+    assert (result.diff == "") == (config_path.read_text() == before)
+    data = json.loads((report / "tune.json").read_text())
+    assert len(data["trials"]) == 4 and data["winner"]["key"] == result.winner["key"]
+    assert all(
+        {"config", "throughput", "p50_ms", "p99_ms", "stable", "levels"} <= set(t) for t in data["trials"]
+    )
+    text = (report / "report.md").read_text()
+    assert "| rank | config |" in text and "queue / in / infer / out" in text
+    assert (report / "pareto.png").stat().st_size > 1000
+    # a resume with another budget is refused
+    with pytest.raises(TritonKitError, match="expected the same model, budget and grid"):
+        tune(_options(repo, report, resume=True, latency_budget_ms=5.0))
+
+
+def read_config_from_text(text: str) -> ModelConfig:
+    from tritonkit.config import config_from_pbtxt
+
+    return config_from_pbtxt(text)
+
+
+def test_a_failed_write_leaves_the_old_config(tmp_path: Path) -> None:
+    repo = build_repository(tmp_path)
+    model_dir = repo / "add"
+    before = (model_dir / "config.pbtxt").read_text()
+    bad = read_config(model_dir)
+    bad.max_batch_size = 2
+    assert bad.dynamic_batching is not None
+    bad.dynamic_batching.preferred_batch_size = [8]  # above max_batch_size: invalid
+    with pytest.raises(TritonKitError, match="not valid"):
+        write_config(model_dir, bad)
+    assert (model_dir / "config.pbtxt").read_text() == before
+    assert sorted(p.name for p in model_dir.iterdir()) == ["1", "config.pbtxt"]  # no temporary file left
+    good = apply_point(
+        read_config(model_dir), {"instances": 2, "kind": "KIND_CPU", "max_batch_size": 4, "delay_us": 100}
+    )
+    target, diff = write_as_model(model_dir, "add_tuned", good)
+    assert (target / "1").is_dir() and 'name: "add_tuned"' in (target / "config.pbtxt").read_text()
+    assert "+  count: 2" in diff and (model_dir / "config.pbtxt").read_text() == before
+    with pytest.raises(TritonKitError, match="already exists"):
+        write_as_model(model_dir, "add_tuned", good)
+
+
+def test_tune_a_named_server_through_its_repository_api(
+    explicit_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tritonkit.tune.apply import RepositoryApi
+
+    api = RepositoryApi(explicit_server.http_url, {"tritonkit-admin-key": "wrong"})
+    with pytest.raises(TritonKitError, match="loading model `add`"):
+        api.load("add")
+    RepositoryApi(explicit_server.http_url, explicit_server.admin_headers).load("add")
+    args = [
+        "tune", "--model", "add", "--latency-budget-ms", "1000", "--url", explicit_server.http_url,
+        "--admin-key", explicit_server.admin_key, "--report", str(tmp_path / "r"), "--write", "none",
+        "--instances", "1,2", "--delays-us", "off", "--max-batch-sizes", "8", "--no-preferred",
+        "--no-queue-policy", "--max-concurrency", "1", "--window-s", "0.2", "--max-windows", "3",
+        "--accept-unstable", "--repo", str(explicit_server.repo), "--no-plots",
+    ]  # fmt: skip
+    before = (explicit_server.repo / "add" / "config.pbtxt").read_text()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "winner: " in out and "2 configs" in out
+    assert (explicit_server.repo / "add" / "config.pbtxt").read_text() == before  # --write none

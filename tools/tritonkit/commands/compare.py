@@ -1,0 +1,69 @@
+"""``tritonkit compare``: two or more models or versions under identical load, in interleaved rounds.
+
+Prints (and with ``--json``/``--markdown`` writes) each target's median throughput and p99 and the
+median and interquartile range of its per-round ratios to the first target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    from tritonkit.tune.cli_args import add_measure_args
+
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("models", nargs="+", help="NAME[:VERSION], at least two; the first is the reference")
+    add_measure_args(parser)
+    parser.add_argument("--concurrency", type=int, help="closed-loop level (default 4)")
+    parser.add_argument("--request-rate", type=float, help="open-loop level in requests/s instead")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--json", type=Path, help="write the summary as JSON")
+    parser.add_argument("--markdown", type=Path, help="write the summary as Markdown")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tritonkit.tune.cli_args import connect, measure_options
+    from tritonkit.tune.compare import compare, markdown, summarize
+    from tritonkit.tune.export import write_text_atomic
+    from tritonkit.tune.generator import Level
+    from tritonkit.tune.measure import LevelResult, Measurer
+
+    if len(args.models) < 2 or len(set(args.models)) != len(args.models):
+        raise TritonKitError(f"models {args.models}: expected at least two different NAME[:VERSION]")
+    if args.rounds < 1:
+        raise TritonKitError(f"--rounds {args.rounds}: expected a whole number >= 1")
+    if args.concurrency is not None and args.request_rate is not None:
+        raise TritonKitError("--concurrency and --request-rate: expected one of them")
+    level = (
+        Level("rate", args.request_rate) if args.request_rate else Level("concurrency", args.concurrency or 4)
+    )
+    options = measure_options(args)
+    with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
+
+        def measure(target: str, lvl: Level) -> LevelResult:
+            model, _, version = target.partition(":")
+            with Measurer(conn.target(model, args, version), options) as measurer:
+                result = measurer.measure(lvl)
+            print(
+                f"{target}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+            return result
+
+        summary = summarize(compare(args.models, measure, level, args.rounds))
+    text = markdown(summary)
+    sys.stdout.write(text)
+    if args.json:
+        write_text_atomic(args.json, json.dumps(summary, indent=2) + "\n")
+    if args.markdown:
+        write_text_atomic(args.markdown, text)
+    return 0

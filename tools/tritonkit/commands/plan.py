@@ -1,0 +1,98 @@
+"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report.
+
+Reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and ``capacity-plan.yaml``
+(a kustomize patch of the t4 overlay) next to it; ``--k8s-dir`` also adds the patch to that tree's t4
+overlay and renders and validates it; ``--check-knee`` runs ``tritonkit loadtest``'s ramp and exits 3
+when its knee is not within ``--knee-tolerance`` of the plan's per-replica throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("--tune-report", type=Path, required=True, help="folder holding tune.json")
+    parser.add_argument("--target-rps", type=float, required=True, help="traffic to serve (req/s)")
+    parser.add_argument(
+        "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
+    )
+    parser.add_argument("--headroom", type=float, default=0.3, help="spare capacity share (default 0.3)")
+    parser.add_argument(
+        "--peak-factor", type=float, default=2.0, help="HPA max = replicas x this (default 2)"
+    )
+    parser.add_argument(
+        "--k8s-dir", type=Path, help="add the patch to this kustomize tree's t4 overlay and validate"
+    )
+    parser.add_argument("--check-knee", action="store_true", help="run a loadtest ramp and compare its knee")
+    parser.add_argument("--repo", default="model_repository", help="for --check-knee without --url")
+    parser.add_argument("--url", help="for --check-knee: the server to ramp (default: embedded on --repo)")
+    parser.add_argument("--ramp-duration-s", type=float, default=60.0)
+    parser.add_argument("--knee-tolerance", type=float, default=0.15)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tritonkit.loadtest.scenarios import SCENARIOS
+    from tritonkit.tune.export import write_text_atomic
+    from tritonkit.tune.plan import (
+        PATCH_FILE,
+        apply_patch,
+        check_knee,
+        check_patch,
+        kustomize_patch,
+        make_plan,
+    )
+
+    source = args.tune_report / "tune.json"
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TritonKitError(
+            f"{source} not found; expected the --report folder of `tritonkit tune`"
+        ) from None
+    except ValueError as exc:
+        raise TritonKitError(f"{source} is not valid JSON ({exc})") from None
+    plan = make_plan(
+        data,
+        target_rps=args.target_rps,
+        price_per_gpu_hour=args.gpu_hour_price,
+        headroom=args.headroom,
+        peak_factor=args.peak_factor,
+    )
+    patch = kustomize_patch(plan)
+    write_text_atomic(args.tune_report / PATCH_FILE, patch)
+    write_text_atomic(args.tune_report / "plan.json", json.dumps(plan.as_dict(), indent=2) + "\n")
+    write_text_atomic(args.tune_report / "plan.md", plan.markdown())
+    sys.stdout.write(plan.markdown())
+    code = 0
+    if args.k8s_dir is not None:
+        written = apply_patch(args.k8s_dir, patch)
+        objects, problems = check_patch(args.k8s_dir, SCENARIOS)
+        for line in problems:
+            print(f"PROBLEM {line}")
+        print(f"wrote {written}; t4 overlay: {len(objects)} objects, {len(problems)} problems")
+        code = 1 if problems else 0
+    if args.check_knee:
+        result = check_knee(
+            plan,
+            repo=args.repo,
+            url=args.url,
+            report_dir=args.tune_report / "knee",
+            duration_s=args.ramp_duration_s,
+            tolerance=args.knee_tolerance,
+        )
+        verdict = "within" if result["ok"] else "NOT within"
+        print(
+            f"knee: {result['knee_rps']:.1f} req/s at {result['knee_users']} users ({result['knee_rule']}); plan "
+            f"{result['planned_rps']:.1f} req/s: ratio {result['ratio']:.3f}, {verdict} ±{args.knee_tolerance:.0%}"
+        )
+        code = code or (0 if result["ok"] else 3)
+    return code

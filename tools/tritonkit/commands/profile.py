@@ -1,0 +1,88 @@
+"""``tritonkit profile``: a concurrency or request-rate sweep of one model, or the highest load within a budget.
+
+Each level is measured in windows until ``--stability-windows`` of them agree within ``--stability-pct``
+(throughput and p99); an unstable or generator-limited level is printed and exported as such. Exit code
+0, or 3 with ``--find-max`` when no level met the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    from tritonkit.tune.cli_args import add_measure_args
+
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("--model", required=True, help="NAME[:VERSION]")
+    add_measure_args(parser)
+    parser.add_argument(
+        "--concurrency", help="closed-loop levels: 1,2,4 or 1:32 (powers of two; default 1:16)"
+    )
+    parser.add_argument("--request-rate", help="open-loop levels in requests/s: 50,100,200 or 50:800")
+    parser.add_argument("--poisson", action="store_true", help="with --request-rate: Poisson arrivals")
+    parser.add_argument("--find-max", action="store_true", help="search the highest level within the budget")
+    parser.add_argument("--latency-budget-ms", type=float, help="p99 budget for --find-max (ms)")
+    parser.add_argument("--max-level", type=float, default=256, help="--find-max stops there (default 256)")
+    parser.add_argument("--csv", type=Path, help="write one row per level")
+    parser.add_argument("--json", type=Path, help="write every level with its windows")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tritonkit.tune.cli_args import connect, measure_options, parse_levels
+    from tritonkit.tune.export import table, write_csv, write_json
+    from tritonkit.tune.measure import Measurer, find_max, sweep
+
+    options = measure_options(args)
+    if args.concurrency and args.request_rate:
+        raise TritonKitError("--concurrency and --request-rate: expected one of them")
+    mode = ("poisson" if args.poisson else "rate") if args.request_rate else "concurrency"
+    levels = parse_levels(args.request_rate or args.concurrency or ("" if args.find_max else "1:16"), mode)
+    if args.find_max and (args.latency_budget_ms is None or args.latency_budget_ms <= 0):
+        raise TritonKitError("--find-max: expected --latency-budget-ms with a positive budget")
+    model, _, version = args.model.partition(":")
+    results: list[Any] = []
+    best = None
+    with connect(args, [model]) as conn, Measurer(conn.target(model, args, version), options) as measurer:
+
+        def show(result: Any) -> None:
+            print(table([result]).splitlines()[-1], flush=True)
+
+        print(table([]), flush=True)
+        if args.find_max:
+            start = levels[0].value if levels else (1.0 if mode == "concurrency" else 10.0)
+            best, results = find_max(
+                measurer.measure,
+                args.latency_budget_ms,
+                mode=mode,
+                start=start,
+                limit=args.max_level,
+                on_result=show,
+            )
+        else:
+            for result in sweep(measurer, levels):
+                show(result)
+                results.append(result)
+    extra = {"model": args.model, "protocol": args.protocol, "shared_memory": args.shared_memory}
+    if args.find_max:
+        extra["latency_budget_ms"] = args.latency_budget_ms
+        extra["best"] = best.summary() if best is not None else None
+    if args.csv:
+        write_csv(args.csv, results)
+    if args.json:
+        write_json(args.json, results, extra)
+    if args.find_max:
+        if best is None:
+            print(f"tritonkit profile: no level met p99 <= {args.latency_budget_ms:g} ms", file=sys.stderr)
+            return 3
+        print(
+            f"highest load within p99 {args.latency_budget_ms:g} ms: {best.level.label()}, "
+            f"{best.throughput:.1f} req/s, p99 {best.p99_ms:.3f} ms"
+        )
+    return 0

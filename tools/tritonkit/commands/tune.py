@@ -1,0 +1,108 @@
+"""``tritonkit tune``: the best config of one model under a p99 budget, applied live, written back, reported.
+
+Each config is put into service through Triton's model-repository API (explicit model control, admin
+key), never by restarting the server; its highest concurrency within the budget is measured; brute
+force tries the whole grid, quick search a fraction of it. ``--report DIR`` gets ``trials.jsonl`` (one
+line per finished trial: ``--resume`` goes on from it), ``tune.json``, ``report.md`` and ``pareto.png``;
+the winner replaces the model's ``config.pbtxt`` atomically (``--write none`` keeps it, ``--write
+model:NAME`` writes a new model beside it) and the diff is printed. Exit code 0, 3 when no config met
+the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+
+
+def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | None:
+    if not text:
+        return None
+    out: list[Any] = []
+    for raw in text.split(","):
+        part = raw.strip()
+        if allow_off and part == "off":
+            out.append("off")
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise TritonKitError(f"{what} {text!r}: expected whole numbers separated by commas") from None
+    return out
+
+
+def register(subparsers: Any, *, name: str, help: str) -> None:
+    from tritonkit.tune.cli_args import add_measure_args
+
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--latency-budget-ms", type=float, required=True, help="p99 budget (ms)")
+    parser.add_argument("--min-throughput", type=float, default=0.0, help="req/s a winner must reach")
+    parser.add_argument("--search", default="quick", choices=("quick", "brute"), help="default %(default)s")
+    parser.add_argument("--report", type=Path, required=True, help="folder for the trial log and report")
+    parser.add_argument("--resume", action="store_true", help="go on from the trial log in --report")
+    parser.add_argument("--max-batch-sizes", help="e.g. 8,16,32 (default: powers of two up to the model's)")
+    parser.add_argument("--delays-us", help="batching delays, e.g. off,0,500,2000 (default)")
+    parser.add_argument("--instances", help="instance counts, e.g. 1,2,3 (default)")
+    parser.add_argument("--no-preferred", action="store_true", help="do not tune preferred batch sizes")
+    parser.add_argument("--no-queue-policy", action="store_true", help="do not tune the queue policy")
+    parser.add_argument("--gpu", action="store_true", help="also try KIND_GPU instances")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=64, help="highest concurrency tried (default 64)"
+    )
+    parser.add_argument("--write", default="config", help="config (default), none, or model:NAME")
+    parser.add_argument("--no-plots", action="store_true")
+    add_measure_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tritonkit.tune.cli_args import measure_options
+    from tritonkit.tune.tuner import TuneOptions, tune
+
+    options = TuneOptions(
+        model=args.model,
+        latency_budget_ms=args.latency_budget_ms,
+        report_dir=args.report,
+        repo=Path(args.repo),
+        url=args.url,
+        http_url=args.http_url,
+        admin_key=args.admin_key,
+        protocol=args.protocol,
+        min_throughput=args.min_throughput,
+        search=args.search,
+        resume=args.resume,
+        measure=measure_options(args),
+        max_concurrency=args.max_concurrency,
+        max_batch_sizes=_list(args.max_batch_sizes, "--max-batch-sizes"),
+        delays_us=_list(args.delays_us, "--delays-us", allow_off=True),
+        instances=_list(args.instances, "--instances"),
+        preferred=not args.no_preferred,
+        queue=not args.no_queue_policy,
+        gpu=args.gpu,
+        write=args.write,
+        shared_memory=args.shared_memory,
+        batch_size=args.batch_size,
+        plots=not args.no_plots,
+        require_stable=not args.accept_unstable,
+    )
+    result = tune(options)
+    print(
+        f"tritonkit tune: {result.evaluations} configs, {result.measurements} load levels; report in {args.report}"
+    )
+    if result.winner is None:
+        print(f"tritonkit tune: no config met p99 <= {args.latency_budget_ms:g} ms", file=sys.stderr)
+        return 3
+    w = result.winner
+    print(
+        f"winner: {w['key']}: {w['throughput']:.1f} req/s at concurrency {w['concurrency']}, p99 {w['p99_ms']:.2f} ms"
+    )
+    if result.baseline is not None:
+        print(f"the model's own config: {result.baseline['throughput']:.1f} req/s")
+    if result.diff:
+        sys.stdout.write(result.diff)
+    return 0

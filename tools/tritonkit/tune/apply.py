@@ -1,0 +1,139 @@
+"""Putting a config into service without a restart, and writing the winner back to the repository.
+
+Owns :class:`RepositoryApi` (Triton's model-repository extension over HTTP: ``load`` with a config
+override, the JSON form of the ``ModelConfig`` message, sent with the admin-key header that unlocks the
+restricted ``model-repository`` API; the server must run with ``--model-control-mode=explicit``), and
+:func:`write_config` / :func:`write_as_model`: the winner validated through :mod:`tritonkit.config`, written
+atomically (temporary file or folder in the same directory, fsync, rename: a failure leaves the old
+config as it was), with the unified diff against the old config returned for printing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tritonkit.config import ModelConfig, config_from_pbtxt, config_problems, config_to_dict, config_to_pbtxt
+from tritonkit.errors import TritonKitError
+
+__all__ = ["RepositoryApi", "read_config", "write_as_model", "write_config"]
+
+
+class RepositoryApi:
+    """Load, reload and unload models on a running server (HTTP endpoint ``host:port``)."""
+
+    def __init__(
+        self, http_url: str, headers: Mapping[str, str] | None = None, timeout: float = 300.0
+    ) -> None:
+        import tritonclient.http as httpclient
+
+        self.url = http_url
+        self.headers = dict(headers or {})
+        self._client = httpclient.InferenceServerClient(
+            http_url, connection_timeout=timeout, network_timeout=timeout
+        )
+
+    def _do(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            fn(*args, headers=self.headers or None, **kwargs)
+        except InferenceServerException as exc:
+            message = " ".join(str(exc.message() or exc).split())
+            hint = ""
+            if "explicit" in message or "polling" in message:
+                hint = "; expected a server started with --model-control-mode=explicit"
+            elif "restricted" in message.lower() or "unauthenticated" in message.lower():
+                hint = "; expected the admin key of the model-repository API (--admin-key)"
+            raise TritonKitError(f"{what} on {self.url} failed: {message}{hint}") from None
+
+    def load(self, model: str, config: ModelConfig | None = None) -> None:
+        """(Re)load ``model``; with ``config`` that config replaces ``config.pbtxt`` for this load only."""
+        extra = {} if config is None else {"config": json.dumps(config_to_dict(config))}
+        self._do(f"loading model `{model}`", self._client.load_model, model, **extra)
+
+    def unload(self, model: str) -> None:
+        self._do(f"unloading model `{model}`", self._client.unload_model, model)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+def read_config(model_dir: str | os.PathLike[str]) -> ModelConfig:
+    path = Path(model_dir) / "config.pbtxt"
+    try:
+        return config_from_pbtxt(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TritonKitError(f"no config.pbtxt in {model_dir}; expected a model directory") from None
+
+
+def _valid_text(cfg: ModelConfig) -> str:
+    problems = config_problems(cfg)
+    if problems:
+        raise TritonKitError(f"the tuned config of `{cfg.name}` is not valid: {problems[0]}")
+    return config_to_pbtxt(cfg)
+
+
+def _diff(old: str, new: str, name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"{name} (before)",
+            f"{name} (tuned)",
+        )
+    )
+
+
+def write_config(model_dir: str | os.PathLike[str], cfg: ModelConfig) -> str:
+    """Replace ``<model_dir>/config.pbtxt`` with ``cfg`` atomically; return the diff (empty: unchanged)."""
+    target = Path(model_dir) / "config.pbtxt"
+    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    text = _valid_text(cfg)
+    fd, tmp = tempfile.mkstemp(prefix=".config.pbtxt.", suffix=".tmp", dir=target.parent)
+    try:
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return _diff(old, text, str(target))
+
+
+def write_as_model(model_dir: str | os.PathLike[str], name: str, cfg: ModelConfig) -> tuple[Path, str]:
+    """A new model ``name`` next to ``model_dir``: its versions copied, ``cfg`` (renamed) as its config.
+
+    Triton keeps one config per model, not per version, so "the tuned config as a new version" is a new
+    model beside the old one; it appears whole or not at all (built in a hidden folder, then renamed).
+    """
+    source = Path(model_dir)
+    target = source.parent / name
+    if target.exists():
+        raise TritonKitError(f"model folder {target} already exists; expected a new model name")
+    renamed = dataclasses.replace(cfg, name=name)
+    text = _valid_text(renamed)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=source.parent))
+    try:
+        for entry in source.iterdir():
+            if entry.is_dir() and entry.name.isdigit():
+                shutil.copytree(entry, staging / entry.name, symlinks=True)
+        (staging / "config.pbtxt").write_text(text, encoding="utf-8")
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = (source / "config.pbtxt").read_text(encoding="utf-8")
+    return target, _diff(old, text, str(target / "config.pbtxt"))

@@ -1,0 +1,147 @@
+"""Arguments shared by ``tritonkit profile``, ``tune`` and ``compare``, and the server they measure.
+
+Owns the measurement flags (windows, stability, generator workers, transport, shared memory) and their
+checks (one line, expected vs given), and :func:`connect`: the user's server (``--url``) or the
+embedded one started on ``--repo`` in explicit model-control mode with only the named models loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
+from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.stats import StabilityRule
+
+__all__ = ["Connection", "add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels"]
+
+SHARED_MEMORY = ("none", "system", "cuda")
+
+
+def add_measure_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", help="Triton endpoint HOST:PORT of --protocol (default: start the embedded server)"
+    )
+    parser.add_argument("--http-url", help="with --url over gRPC: the HTTP endpoint (model-repository API)")
+    parser.add_argument("--admin-key", help=f"with --url: the value of the `{ADMIN_HEADER}` header")
+    parser.add_argument("--repo", default="model_repository", help="repository the embedded server serves")
+    parser.add_argument("--protocol", default="http", choices=("http", "grpc"), help="default %(default)s")
+    parser.add_argument("--shared-memory", default="none", choices=SHARED_MEMORY, help="tensor transport")
+    parser.add_argument("--batch-size", type=int, default=1, help="rows per request (default 1)")
+    parser.add_argument("--window-s", type=float, default=1.0, help="window length in seconds (default 1)")
+    parser.add_argument("--window-count", type=int, help="end a window after this many completions instead")
+    parser.add_argument("--stability-pct", type=float, default=10.0, help="agreement of windows (default 10)")
+    parser.add_argument(
+        "--stability-windows", type=int, default=3, help="windows that must agree (default 3)"
+    )
+    parser.add_argument("--max-windows", type=int, default=10, help="give up on stability after (default 10)")
+    parser.add_argument("--workers", type=int, default=1, help="generator processes (default 1: a thread)")
+    parser.add_argument(
+        "--accept-unstable", action="store_true", help="let an unstable level be the best (noisy hosts)"
+    )
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (default 30)")
+
+
+def measure_options(args: argparse.Namespace) -> MeasureOptions:
+    if not args.window_s > 0:
+        raise TritonKitError(f"--window-s {args.window_s}: expected seconds > 0")
+    if args.window_count is not None and args.window_count < 1:
+        raise TritonKitError(f"--window-count {args.window_count}: expected a whole number >= 1")
+    if args.stability_pct < 0 or args.stability_windows < 1 or args.max_windows < args.stability_windows:
+        raise TritonKitError(
+            f"stability {args.stability_pct}% over {args.stability_windows} of at most {args.max_windows} windows: "
+            "expected pct >= 0, windows >= 1 and --max-windows >= --stability-windows"
+        )
+    if args.workers < 1:
+        raise TritonKitError(f"--workers {args.workers}: expected a whole number >= 1")
+    if args.batch_size < 1:
+        raise TritonKitError(f"--batch-size {args.batch_size}: expected a whole number >= 1")
+    if args.shared_memory == "cuda" and (reason := cuda_missing()):
+        raise TritonKitError(
+            f"--shared-memory cuda: {reason}; expected a GPU host (or --shared-memory system)"
+        )
+    return MeasureOptions(
+        window=WindowSpec(args.window_s, args.window_count),
+        stability=StabilityRule(args.stability_windows, args.stability_pct / 100.0),
+        max_windows=args.max_windows,
+        workers=args.workers,
+    )
+
+
+def cuda_missing() -> str | None:
+    """Why CUDA shared memory cannot work here (None when a GPU is present)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no NVIDIA GPU here (`nvidia-smi` is not on PATH)"
+    result = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or "GPU" not in result.stdout:
+        return "no NVIDIA GPU here (`nvidia-smi -L` lists none)"
+    return None
+
+
+def parse_levels(text: str | None, mode: str) -> list[Level]:
+    """``1,2,4,8`` (or ``1:16`` = powers of two from 1 to 16) as levels of ``mode``."""
+    if not text:
+        return []
+    values: list[float] = []
+    try:
+        for part in text.split(","):
+            if ":" in part:
+                low, high = (float(x) for x in part.split(":", 1))
+                v = low
+                while v <= high:
+                    values.append(v)
+                    v *= 2
+            else:
+                values.append(float(part))
+    except ValueError:
+        raise TritonKitError(f"levels {text!r}: expected numbers like 1,2,4 or a range 1:16") from None
+    return [Level(mode, int(v) if mode == "concurrency" else v) for v in values]
+
+
+class Connection:
+    """Where the load goes: inference URL, HTTP URL (repository API), headers, the embedded server if any."""
+
+    def __init__(
+        self, url: str, http_url: str, headers: dict[str, str], server: EmbeddedServer | None
+    ) -> None:
+        self.url, self.http_url, self.headers, self.server = url, http_url, headers, server
+
+    def target(self, model: str, args: argparse.Namespace, version: str = "") -> Target:
+        return Target(
+            self.url, model, args.protocol, version=version, headers=self.headers,
+            shared_memory=args.shared_memory, batch_size=args.batch_size, timeout_s=args.timeout_s,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def connect(args: argparse.Namespace, models: Sequence[str], **server_options: Any) -> Iterator[Connection]:
+    """The user's server, or the embedded one on ``--repo`` with only ``models`` loaded."""
+    if args.url:
+        if (
+            args.protocol == "grpc"
+            and getattr(args, "http_url", None) is None
+            and server_options.get("need_http")
+        ):
+            raise TritonKitError("--url over gRPC: expected --http-url for the model-repository API")
+        headers = {ADMIN_HEADER: args.admin_key} if args.admin_key else {}
+        yield Connection(args.url, args.http_url or args.url, headers, None)
+        return
+    repo = Path(args.repo)
+    missing = [m for m in models if not (repo / m / "config.pbtxt").exists()]
+    if missing:
+        raise TritonKitError(
+            f"model `{missing[0]}` not found in {repo}; expected {repo}/{missing[0]}/config.pbtxt"
+        )
+    loads = [f"--load-model={m}" for m in dict.fromkeys(models)]
+    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
+        url = server.grpc_url if args.protocol == "grpc" else server.http_url
+        yield Connection(url, server.http_url, server.admin_headers, server)

@@ -1,0 +1,415 @@
+"""The load generator: tritonkit's :class:`~tritonkit.client.AsyncClient` on an asyncio loop, cut into windows.
+
+Why this and not Locust: Locust's statistics keep whole milliseconds (a 0.4 ms model shows p99 "1 ms"),
+and its gevent users are the generator whose saturation this module must detect, not hide. One asyncio
+loop with ``AsyncClient`` sends HTTP or gRPC (or through system/CUDA shared memory) at a few tens of µs of
+CPU per request, times every request with ``perf_counter_ns``, and measures its own CPU time; where one
+core is not enough, ``workers`` processes each run a loop with a share of the load.
+
+A load level is a concurrency (closed loop: that many requests always in flight) or a request rate (open
+loop, constant spacing or Poisson arrivals; a send that starts more than ``late_us`` after its slot is
+*late*, and one that finds ``max_in_flight`` requests outstanding is *dropped*: both say the generator,
+not the server, set the pace). Windows end by time (``window_s``) or by completions (``window_count``).
+A request counts in the window in which it completes; failures are counted apart, never as throughput.
+
+:class:`LoadGenerator` hides where the loops run: ``workers=1`` a thread of this process (its CPU is the
+thread's), ``workers>1`` spawned processes kept for every level of a sweep (their CPU is the process').
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import multiprocessing
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from tritonkit.errors import TritonKitError
+
+__all__ = ["Level", "LoadGenerator", "RawWindow", "Target", "WindowSpec", "make_inputs"]
+
+MODES = ("concurrency", "rate", "poisson")
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """One load level: ``concurrency`` (closed loop), ``rate`` (constant open loop) or ``poisson`` (requests/s)."""
+
+    mode: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise TritonKitError(f"load mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if not self.value > 0 or (self.mode == "concurrency" and self.value != int(self.value)):
+            kind = "a whole concurrency >= 1" if self.mode == "concurrency" else "a rate > 0 requests/s"
+            raise TritonKitError(f"load level {self.value!r}: expected {kind}")
+
+    def split(self, workers: int) -> list[Level]:
+        """This level shared by ``workers`` loops (concurrency in whole parts; idle loops get none)."""
+        if self.mode == "concurrency":
+            n = int(self.value)
+            parts = [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
+            return [Level(self.mode, p) if p else Level(self.mode, 1) for p in parts if p]
+        return [Level(self.mode, self.value / workers) for _ in range(workers)]
+
+    def label(self) -> str:
+        return f"c{int(self.value)}" if self.mode == "concurrency" else f"{self.value:g}/s"
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSpec:
+    """How a window ends: after ``seconds`` of wall time, or after ``count`` completions when set."""
+
+    seconds: float = 1.0
+    count: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What the generator sends: one model of one server, the same request every time."""
+
+    url: str
+    model: str
+    protocol: str = "http"
+    version: str = ""
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    shared_memory: str = "none"
+    batch_size: int = 1
+    #: size of every variable (-1) dimension other than the batch
+    variable_dim: int = 16
+    timeout_s: float = 30.0
+    late_us: float = 1000.0
+    max_in_flight: int = 4096
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class RawWindow:
+    """One loop's window: success latencies (ns), failures, sends, lateness, its CPU and wall time."""
+
+    latencies_ns: list[int]
+    failures: int
+    sent: int
+    late: int
+    dropped: int
+    cpu_s: float
+    wall_s: float
+    error: str = ""
+
+
+def make_inputs(
+    metadata: Any, batch_size: int = 1, variable_dim: int = 16, seed: int = 0, count: int = 4
+) -> list[dict[str, Any]]:
+    """``count`` requests' inputs for a model from its metadata: batch ``batch_size``, variable dims ``variable_dim``.
+
+    The same data as ``tritonkit loadtest``'s ``auto`` payloads with the same seed (drawn in the same
+    order): real English sentences for BYTES inputs, ones for integer masks, zeros for type ids, a small
+    vocabulary range for other integers, standard normal floats; so both tools load a model alike.
+    """
+    from tritonkit.loadtest.payloads import sample_sentences
+
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, Any]] = []
+    for _ in range(count):
+        inputs: dict[str, Any] = {}
+        for tensor in metadata.inputs:
+            shape = list(tensor.shape)
+            if shape and shape[0] == -1:
+                shape[0] = batch_size
+            shape = [variable_dim if d < 0 else d for d in shape]
+            lowered = tensor.name.lower()
+            if tensor.datatype == "BYTES":
+                sentences = sample_sentences()
+                picks = rng.integers(0, len(sentences), size=shape).reshape(-1)
+                inputs[tensor.name] = np.array([sentences[i].encode() for i in picks], dtype=object).reshape(
+                    shape
+                )
+            elif tensor.datatype == "BOOL":
+                inputs[tensor.name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                dtype = tensor.numpy_dtype
+                if np.issubdtype(dtype, np.integer):
+                    if "mask" in lowered:
+                        inputs[tensor.name] = np.ones(shape, dtype=dtype)
+                    elif "type" in lowered:
+                        inputs[tensor.name] = np.zeros(shape, dtype=dtype)
+                    else:
+                        inputs[tensor.name] = rng.integers(0, 1000, size=shape).astype(dtype)
+                else:
+                    inputs[tensor.name] = rng.standard_normal(size=shape).astype(dtype)
+        out.append(inputs)
+    return out
+
+
+class _Loop:
+    """The asyncio side: send at one level, cut windows, hand each to ``emit``; stop when ``stopped()``."""
+
+    def __init__(self, target: Target, cpu_clock: Callable[[], float]) -> None:
+        self.target = target
+        self.cpu_clock = cpu_clock
+        self.latencies: list[int] = []
+        self.failures = self.sent = self.late = self.dropped = 0
+        self.error = ""
+        self.in_flight = 0
+        self.completed = 0
+
+    def _cut(self, started: tuple[float, float]) -> tuple[RawWindow, tuple[float, float]]:
+        now = (time.perf_counter(), self.cpu_clock())
+        window = RawWindow(
+            self.latencies, self.failures, self.sent, self.late, self.dropped,
+            cpu_s=now[1] - started[1], wall_s=now[0] - started[0], error=self.error,
+        )  # fmt: skip
+        self.latencies = []
+        self.failures = self.sent = self.late = self.dropped = 0
+        self.error = ""
+        return window, now
+
+    async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
+        t = self.target
+        inputs = payloads[self.sent % len(payloads)]
+        self.sent += 1
+        self.in_flight += 1
+        start = time.perf_counter_ns()
+        try:
+            await client.infer(t.model, inputs, version=t.version or None, timeout=t.timeout_s)
+        except Exception as exc:  # any failure is counted, kept as the window's first message, never timed
+            self.failures += 1
+            self.error = self.error or " ".join(str(exc).split())[:200]
+        else:
+            self.latencies.append(time.perf_counter_ns() - start)
+        finally:
+            self.in_flight -= 1
+            self.completed += 1
+
+    async def _closed(self, client: Any, inputs: Sequence[Mapping[str, Any]], concurrency: int) -> None:
+        async def user() -> None:
+            while True:
+                await self._one(client, inputs)
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+
+    async def _open(self, client: Any, inputs: Sequence[Mapping[str, Any]], level: Level) -> None:
+        rng = random.Random(self.target.seed)
+        tasks: set[asyncio.Task[None]] = set()
+        slot = time.perf_counter()
+        late_s = self.target.late_us / 1e6
+        try:
+            await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _schedule(
+        self,
+        client: Any,
+        inputs: Sequence[Mapping[str, Any]],
+        level: Level,
+        rng: random.Random,
+        tasks: set[asyncio.Task[None]],
+        slot: float,
+        late_s: float,
+    ) -> None:
+        while True:
+            slot += rng.expovariate(level.value) if level.mode == "poisson" else 1.0 / level.value
+            delay = slot - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif -delay > late_s:
+                self.late += 1
+            if self.in_flight >= self.target.max_in_flight:
+                self.dropped += 1
+                continue
+            task = asyncio.create_task(self._one(client, inputs))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async def run(
+        self, level: Level, window: WindowSpec, emit: Callable[[RawWindow], None], stopped: Callable[[], bool]
+    ) -> None:
+        from tritonkit.client import AsyncClient
+
+        t = self.target
+        client = AsyncClient(
+            t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
+            shared_memory=t.shared_memory,
+        )  # fmt: skip
+        try:
+            metadata = await client.metadata(t.model, t.version or None)
+            inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
+            with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
+                await client.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
+            sender = (
+                self._closed(client, inputs, int(level.value))
+                if level.mode == "concurrency"
+                else self._open(client, inputs, level)
+            )
+            task = asyncio.ensure_future(sender)
+            started = (time.perf_counter(), self.cpu_clock())
+            self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
+            self.completed = 0
+            while not stopped():
+                if window.count:
+                    goal = self.completed + window.count
+                    while self.completed < goal and not task.done() and not stopped():
+                        await asyncio.sleep(0.001)
+                else:
+                    await asyncio.sleep(max(0.0, started[0] + window.seconds - time.perf_counter()))
+                if task.done():
+                    task.result()  # raises what stopped the sender
+                raw, started = self._cut(started)
+                emit(raw)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            # let cancelled requests unwind before the client closes under them
+            await asyncio.sleep(0)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+
+_STOP = "stop"
+
+
+class _StopFlag:
+    """True once the parent has sent "stop" (read without blocking)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.flag = conn, False
+
+    def __call__(self) -> bool:
+        while not self.flag and self.conn.poll():
+            self.flag = self.conn.recv() == _STOP
+        return self.flag
+
+
+def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs in a spawned process
+    """A worker process: run each level it is sent until told to stop; ``None`` ends it."""
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        if message == _STOP:  # the level already ended on its own
+            continue
+        level, window = message
+        try:
+            asyncio.run(_Loop(target, time.process_time).run(level, window, conn.send, _StopFlag(conn)))
+        except Exception as exc:
+            conn.send(exc if isinstance(exc, TritonKitError) else TritonKitError(" ".join(str(exc).split())))
+        conn.send("done")
+
+
+class LoadGenerator:
+    """Runs load levels on one or more asyncio loops and yields their windows; a context manager."""
+
+    def __init__(self, target: Target, workers: int = 1) -> None:
+        if workers < 1:
+            raise TritonKitError(f"generator workers {workers}: expected >= 1")
+        self.target = target
+        self.workers = workers
+        self._procs: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue[RawWindow | BaseException | str] = queue.Queue()
+        self._stop = threading.Event()
+        self._active = 0
+
+    def __enter__(self) -> LoadGenerator:
+        if self.workers > 1:
+            ctx = multiprocessing.get_context("spawn")  # grpc and threads do not survive fork
+            for _ in range(self.workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_child, args=(child, self.target), daemon=True)
+                proc.start()
+                self._procs.append((proc, parent))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        for proc, conn in self._procs:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+        self._procs = []
+
+    def start(self, level: Level, window: WindowSpec) -> None:
+        """Begin sending at ``level``; windows come from :meth:`next_window`."""
+        self.stop()
+        if self._procs:
+            parts = level.split(len(self._procs))
+            spec = (
+                window if not window.count else WindowSpec(window.seconds, max(1, window.count // len(parts)))
+            )
+            for (_, conn), part in zip(self._procs, parts, strict=False):
+                conn.send((part, spec))
+            self._active = len(parts)
+            return
+        self._stop.clear()
+        self._queue = queue.Queue()
+        q = self._queue
+
+        def body() -> None:
+            try:
+                asyncio.run(_Loop(self.target, time.thread_time).run(level, window, q.put, self._stop.is_set))
+            except BaseException as exc:  # handed to the caller of next_window
+                q.put(exc)
+            q.put("done")
+
+        self._thread = threading.Thread(target=body, name="tritonkit-load", daemon=True)
+        self._thread.start()
+        self._active = 1
+
+    def next_window(self, timeout: float) -> list[RawWindow]:
+        """The next window of every loop (blocks up to ``timeout`` seconds for each)."""
+        if not self._active:
+            raise TritonKitError("the load generator is not running; call start() first")
+        if self._procs:
+            out = []
+            for _, conn in self._procs[: self._active]:
+                if not conn.poll(timeout):
+                    raise TritonKitError(f"no window from a generator worker within {timeout:g} s")
+                out.append(self._checked(conn.recv()))
+            return out
+        try:
+            return [self._checked(self._queue.get(timeout=timeout))]
+        except queue.Empty:
+            raise TritonKitError(f"no window from the load generator within {timeout:g} s") from None
+
+    @staticmethod
+    def _checked(item: object) -> RawWindow:
+        if isinstance(item, RawWindow):
+            return item
+        if isinstance(item, TritonKitError):
+            raise item
+        if isinstance(item, BaseException):
+            raise TritonKitError(f"the load generator failed: {' '.join(str(item).split())}") from item
+        raise TritonKitError("the load generator stopped before its window was complete")
+
+    def stop(self) -> None:
+        """Stop the level being sent (in-flight requests are abandoned) and wait for the loops to end."""
+        if not self._active:
+            return
+        if self._procs:
+            for _, conn in self._procs[: self._active]:
+                conn.send(_STOP)
+            for _, conn in self._procs[: self._active]:
+                deadline = time.monotonic() + self.target.timeout_s + 10
+                while time.monotonic() < deadline and conn.poll(max(0.0, deadline - time.monotonic())):
+                    if conn.recv() == "done":
+                        break
+        else:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=self.target.timeout_s + 10)
+            self._thread = None
+        self._active = 0

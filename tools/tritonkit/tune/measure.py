@@ -1,0 +1,349 @@
+"""Measuring a load level until it is stable, sweeps of levels, and the highest level within a budget.
+
+Owns :class:`Window` (one window's client numbers, Triton's split from statistics deltas, and the
+generator check), :class:`LevelResult` (a level's verdict: stable or not, always with its numbers),
+:class:`Measurer` (one model, one generator, statistics snapshots between windows), :func:`sweep` and
+:func:`find_max` (doubling, then bisection, for the highest load whose p99 stays within the budget).
+
+Throughput counts successes only: failed requests are reported as ``failures`` and ``failure_ratio``.
+The generator check marks a window ``generator_limited`` when its loop used more than
+``max_generator_cpu`` of a core or, at a request rate, sent more than ``max_late_share`` of its requests
+late or dropped them: such a level measures the generator, and is reported as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+from tritonkit.tune.generator import Level, LoadGenerator, RawWindow, Target, WindowSpec
+from tritonkit.tune.stats import (
+    ServerSplit,
+    StabilityRule,
+    latency_percentiles,
+    merge_splits,
+    server_split,
+)
+
+__all__ = ["LevelResult", "MeasureOptions", "Measurer", "Window", "find_max", "sweep"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureOptions:
+    """How a level is measured: windows, the stability rule, and the generator check's limits."""
+
+    window: WindowSpec = WindowSpec()  # noqa: RUF009 - frozen, never mutated
+    stability: StabilityRule = StabilityRule()  # noqa: RUF009 - frozen, never mutated
+    max_windows: int = 10
+    max_generator_cpu: float = 0.9
+    max_late_share: float = 0.05
+    workers: int = 1
+
+
+@dataclasses.dataclass
+class Window:
+    """One window of a level, every loop merged."""
+
+    wall_s: float
+    successes: int
+    failures: int
+    sent: int
+    late: int
+    dropped: int
+    throughput: float
+    percentiles: dict[str, float]
+    generator_cpu: float
+    server: ServerSplit
+    error: str = ""
+    latencies_ns: list[int] = dataclasses.field(default_factory=list, repr=False)
+
+    @property
+    def p99_us(self) -> float:
+        return self.percentiles["p99_us"]
+
+    @property
+    def late_share(self) -> float:
+        return (self.late + self.dropped) / (self.sent + self.dropped) if self.sent + self.dropped else 0.0
+
+    @classmethod
+    def merge(cls, raws: Sequence[RawWindow], split: ServerSplit) -> Window:
+        wall = max(r.wall_s for r in raws)
+        latencies = [lat for r in raws for lat in r.latencies_ns]
+        shares = [r.cpu_s / r.wall_s for r in raws if r.wall_s > 0]
+        return cls(
+            wall_s=wall,
+            successes=len(latencies),
+            failures=sum(r.failures for r in raws),
+            sent=sum(r.sent for r in raws),
+            late=sum(r.late for r in raws),
+            dropped=sum(r.dropped for r in raws),
+            throughput=len(latencies) / wall if wall > 0 else 0.0,
+            percentiles=latency_percentiles(latencies),
+            generator_cpu=max(shares) if shares else 0.0,
+            server=split,
+            error=next((r.error for r in raws if r.error), ""),
+            latencies_ns=latencies,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall_s, 4),
+            "successes": self.successes,
+            "failures": self.failures,
+            "sent": self.sent,
+            "late": self.late,
+            "dropped": self.dropped,
+            "throughput": round(self.throughput, 3),
+            **self.percentiles,
+            "generator_cpu": round(self.generator_cpu, 3),
+            "server": self.server.as_dict(),
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+@dataclasses.dataclass
+class LevelResult:
+    """A level's verdict. ``stable`` False still carries the numbers of its last windows."""
+
+    level: Level
+    stable: bool
+    windows: list[Window]
+    throughput: float
+    percentiles: dict[str, float]
+    failures: int
+    successes: int
+    generator_limited: bool
+    generator_cpu: float
+    late_share: float
+    server: ServerSplit
+    error: str = ""
+
+    @property
+    def p99_ms(self) -> float:
+        return self.percentiles["p99_us"] / 1000.0
+
+    @property
+    def p50_ms(self) -> float:
+        return self.percentiles["p50_us"] / 1000.0
+
+    @property
+    def failure_ratio(self) -> float:
+        total = self.successes + self.failures
+        return self.failures / total if total else 0.0
+
+    def within(
+        self, budget_ms: float | None, max_failure_ratio: float = 0.0, require_stable: bool = True
+    ) -> bool:
+        """Stable (unless not required), not generator-limited, failures within bounds, p99 within ``budget_ms``."""
+        return (
+            (self.stable or not require_stable)
+            and not self.generator_limited
+            and self.successes > 0
+            and self.failure_ratio <= max_failure_ratio
+            and (budget_ms is None or self.p99_ms <= budget_ms)
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The flat record of one level (what CSV rows, tune trials and reports keep)."""
+        return {
+            "mode": self.level.mode,
+            "level": self.level.value,
+            "stable": self.stable,
+            "throughput": round(self.throughput, 3),
+            "p50_ms": round(self.p50_ms, 4),
+            "p90_ms": round(self.percentiles["p90_us"] / 1000.0, 4),
+            "p95_ms": round(self.percentiles["p95_us"] / 1000.0, 4),
+            "p99_ms": round(self.p99_ms, 4),
+            "successes": self.successes,
+            "failures": self.failures,
+            "failure_ratio": round(self.failure_ratio, 5),
+            "windows": len(self.windows),
+            "generator_cpu": round(self.generator_cpu, 3),
+            "late_share": round(self.late_share, 4),
+            "generator_limited": self.generator_limited,
+            "queue_us": self.server.queue_us,
+            "compute_input_us": self.server.compute_input_us,
+            "compute_infer_us": self.server.compute_infer_us,
+            "compute_output_us": self.server.compute_output_us,
+            "server_total_us": self.server.total_us,
+            "average_batch": round(self.server.average_batch, 3),
+            "batches": {str(k): v for k, v in sorted(self.server.batches.items())},
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+def _verdict(level: Level, windows: list[Window], stable: bool, options: MeasureOptions) -> LevelResult:
+    used = windows[-options.stability.count :] if windows else []
+    wall = sum(w.wall_s for w in used)
+    latencies = [lat for w in used for lat in w.latencies_ns]
+    late = max((w.late_share for w in used), default=0.0)
+    cpu = max((w.generator_cpu for w in used), default=0.0)
+    return LevelResult(
+        level=level,
+        stable=stable,
+        windows=windows,
+        throughput=len(latencies) / wall if wall > 0 else 0.0,
+        percentiles=latency_percentiles(latencies),
+        failures=sum(w.failures for w in used),
+        successes=len(latencies),
+        generator_limited=cpu > options.max_generator_cpu
+        or (level.mode != "concurrency" and late > options.max_late_share),
+        generator_cpu=cpu,
+        late_share=late,
+        server=merge_splits([w.server for w in used]),
+        error=next((w.error for w in used if w.error), ""),
+    )
+
+
+class Measurer:
+    """Measures levels of one model: a generator plus Triton's statistics between windows.
+
+    ``statistics`` returns the model version's cumulative :class:`~tritonkit.client.ModelStatistics`
+    (or None); by default a blocking :class:`~tritonkit.client.Client` on the target asks for them.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        options: MeasureOptions | None = None,
+        statistics: Callable[[], Any] | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options or MeasureOptions()
+        self._statistics = statistics
+        self._client: Any = None
+        self._generator: LoadGenerator | None = None
+        self.measurements = 0
+
+    def __enter__(self) -> Measurer:
+        self._generator = LoadGenerator(self.target, self.options.workers).__enter__()
+        if self._statistics is None:
+            from tritonkit.client import Client
+
+            t = self.target
+            self._client = Client(t.url, t.protocol, timeout=10, headers=dict(t.headers) or None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._generator is not None:
+            self._generator.__exit__()
+        if self._client is not None:
+            self._client.close()
+
+    def snapshot(self) -> Any:
+        """The model version's cumulative statistics now (None when the server has none yet)."""
+        if self._statistics is not None:
+            return self._statistics()
+        t = self.target
+        rows = self._client.statistics(t.model, t.version or None)
+        return rows[-1] if rows else None
+
+    def measure(self, level: Level) -> LevelResult:
+        """Send ``level`` until ``stability.count`` windows agree or ``max_windows`` pass."""
+        generator = self._generator
+        if generator is None:
+            raise TritonKitError("Measurer used outside its `with` block")
+        options = self.options
+        timeout = (options.window.seconds if not options.window.count else 60.0) + self.target.timeout_s + 30
+        windows: list[Window] = []
+        self.measurements += 1
+        generator.start(level, options.window)
+        try:
+            before = self.snapshot()
+            while len(windows) < options.max_windows:
+                raws = generator.next_window(timeout)
+                after = self.snapshot()
+                windows.append(Window.merge(raws, server_split(before, after)))
+                before = after
+                if options.stability.stable([w.throughput for w in windows], [w.p99_us for w in windows]):
+                    return _verdict(level, windows, True, options)
+            return _verdict(level, windows, False, options)
+        finally:
+            generator.stop()
+
+
+def sweep(measurer: Measurer, levels: Sequence[Level]) -> Iterator[LevelResult]:
+    """Measure each level in turn (every result, stable or not)."""
+    for level in levels:
+        yield measurer.measure(level)
+
+
+def find_max(
+    measure: Callable[[Level], LevelResult],
+    budget_ms: float,
+    *,
+    mode: str = "concurrency",
+    start: float = 1.0,
+    limit: float = 256.0,
+    refine: int = 2,
+    max_failure_ratio: float = 0.0,
+    require_stable: bool = True,
+    on_result: Callable[[LevelResult], None] | None = None,
+) -> tuple[LevelResult | None, list[LevelResult]]:
+    """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
+
+    Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
+    generator: or ``limit``, or throughput stops growing by 2 %: the server is saturated), then bisects
+    ``refine`` times between the last good and the first bad level. An unstable level within the budget
+    is inconclusive, not bad: the search goes on past it, but only a stable level can be the answer
+    (unless ``require_stable`` is False). Returns (the best level or None, every level measured).
+    """
+    results: list[LevelResult] = []
+
+    def run(value: float) -> LevelResult:
+        result = measure(Level(mode, round(value) if mode == "concurrency" else value))
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    good: LevelResult | None = None
+    bad: float | None = None
+    value = start
+    while value <= limit:
+        result = run(value)
+        if not result.within(budget_ms, max_failure_ratio, require_stable=False):
+            bad = value
+            break
+        if not result.within(budget_ms, max_failure_ratio, require_stable):
+            value *= 2  # unstable but within the budget: inconclusive, look higher
+            continue
+        if good is not None and result.throughput < good.throughput * 1.02:
+            good = max(good, result, key=lambda r: r.throughput)
+            bad = value  # saturated: more load only queues
+            break
+        good = result
+        value *= 2
+    lo = good.level.value if good is not None else 0.0
+    for _ in range(refine):
+        if bad is None:
+            break
+        mid = (lo + bad) / 2
+        if mode == "concurrency":
+            mid = round(mid)
+            if mid <= lo or mid >= bad:
+                break
+        elif mid <= 0:
+            break
+        result = run(mid)
+        if result.within(budget_ms, max_failure_ratio, require_stable) and (
+            good is None or result.throughput >= good.throughput
+        ):
+            good, lo = result, mid
+        else:
+            bad = mid
+    return good, results
+
+
+def wait_ready(
+    url: str, protocol: str, model: str, headers: dict[str, str] | None, timeout: float = 60
+) -> None:
+    """Block until ``model`` is ready on the server (after a load through the repository API)."""
+    from tritonkit.client import Client
+
+    deadline = time.monotonic() + timeout
+    with Client(url, protocol, timeout=10, headers=headers) as client:
+        client.wait_until_ready(timeout=max(1.0, deadline - time.monotonic()), model=model)

@@ -1,0 +1,169 @@
+"""The files of a tune: ``tune.json``, ``report.md`` (ranked table, server split per config) and ``pareto.png``.
+
+Owns the ranking (feasible configs by throughput within the budget, then the rest by p99), the
+throughput/p99 Pareto front (configs no other config beats on both), and the plot of every trial with
+the front and the latency budget drawn in. Every file is written through a temporary file and a rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["pareto_front", "ranked", "write_report"]
+
+
+def ranked(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(trials, key=lambda t: (not t["feasible"], -t["throughput"], t["p99_ms"] or 0.0))
+
+
+def pareto_front(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials with a measured level that no other trial beats on both throughput (higher) and p99 (lower)."""
+    points = [t for t in trials if t.get("best")]
+    front = [
+        t
+        for t in points
+        if not any(
+            o["throughput"] >= t["throughput"]
+            and o["p99_ms"] <= t["p99_ms"]
+            and (o["throughput"] > t["throughput"] or o["p99_ms"] < t["p99_ms"])
+            for o in points
+        )
+    ]
+    return sorted(front, key=lambda t: t["p99_ms"])
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _split(t: dict[str, Any]) -> str:
+    b = t.get("best") or {}
+    if not b:
+        return "–"
+    return (
+        f"{b['queue_us']:.0f} / {b['compute_input_us']:.0f} / {b['compute_infer_us']:.0f} / "
+        f"{b['compute_output_us']:.0f} (batch {b['average_batch']:.2f})"
+    )
+
+
+def markdown(
+    model: str,
+    budget_ms: float,
+    trials: Sequence[dict[str, Any]],
+    winner: dict[str, Any] | None,
+    baseline: dict[str, Any] | None,
+    search: str,
+    measurements: int,
+) -> str:
+    lines = [
+        f"# tritonkit tune: `{model}`",
+        "",
+        f"Latency budget p99 {budget_ms:g} ms; search `{search}`: {len(trials)} configs, {measurements} load levels "
+        "measured. Throughput counts successes only, at the highest concurrency whose p99 fits the budget "
+        "(stable over 3 windows).",
+        "",
+    ]
+    if winner is not None:
+        gain = ""
+        if baseline is not None and baseline["throughput"] > 0:
+            gain = (
+                f" ({winner['throughput'] / baseline['throughput'] - 1:+.1%} against the model's own config: "
+                f"{baseline['throughput']:.1f} req/s)"
+            )
+        lines += [
+            f"**Winner**: `{winner['key']}`: {winner['throughput']:.1f} req/s at concurrency "
+            f"{winner['concurrency']}, p50 {winner['p50_ms']:.2f} ms, p99 {winner['p99_ms']:.2f} ms{gain}.",
+            "",
+        ]
+    else:
+        lines += ["**No config met the budget.**", ""]
+    lines += [
+        "| rank | config | within budget | req/s | concurrency | p50 ms | p99 ms | stable | "
+        "server µs/request: queue / in / infer / out | batches (size: executions) |",
+        "|---:|---|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for i, t in enumerate(ranked(trials), 1):
+        b = t.get("best") or {}
+        batches = ", ".join(f"{k}: {v}" for k, v in b.get("batches", {}).items()) or "–"
+        p50 = "–" if t["p50_ms"] is None else f"{t['p50_ms']:.2f}"
+        lines.append(
+            f"| {i} | `{t['key']}` | {'yes' if t['feasible'] else 'no'} | {t['throughput']:.1f} | "
+            f"{t['concurrency'] or '–'} | {p50} | "
+            f"{(t['p99_ms'] or 0):.2f} | {'yes' if t['stable'] else 'no'} | {_split(t)} | {batches} |"
+        )
+    lines += [
+        "",
+        "Pareto front (throughput vs p99): " + ", ".join(f"`{t['key']}`" for t in pareto_front(trials)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(path: Path, trials: Sequence[dict[str, Any]], budget_ms: float, model: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [t for t in trials if t.get("best")]
+    front = pareto_front(trials)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter([t["p99_ms"] for t in measured], [t["throughput"] for t in measured], s=18, label="configs")
+    ax.plot(
+        [t["p99_ms"] for t in front], [t["throughput"] for t in front], "o-", color="C3", label="Pareto front"
+    )
+    ax.axvline(budget_ms, color="grey", linestyle="--", label=f"budget p99 {budget_ms:g} ms")
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("throughput (req/s, successes)")
+    ax.set_title(f"tritonkit tune: {model}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_report(
+    report_dir: Path,
+    *,
+    model: str,
+    budget_ms: float,
+    search: str,
+    trials: Sequence[dict[str, Any]],
+    winner: dict[str, Any] | None,
+    baseline: dict[str, Any] | None,
+    measurements: int,
+    plots: bool = True,
+) -> list[Path]:
+    """Write ``tune.json``, ``report.md`` and (with ``plots``) ``pareto.png``; return their paths."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "model": model,
+        "latency_budget_ms": budget_ms,
+        "search": search,
+        "measurements": measurements,
+        "winner": winner,
+        "baseline": baseline,
+        "trials": list(trials),
+    }
+    written = [report_dir / "tune.json", report_dir / "report.md"]
+    _atomic(written[0], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    text = markdown(model, budget_ms, trials, winner, baseline, search, measurements)
+    _atomic(written[1], text.encode())
+    if plots:
+        written.append(report_dir / "pareto.png")
+        plot(written[-1], trials, budget_ms, model)
+    return written

@@ -1,0 +1,310 @@
+"""``tritonkit tune`` as a function: every config of the search measured live, logged, ranked, written back.
+
+Owns :class:`TuneOptions`, the trial log (``trials.jsonl`` in the report folder: a header line naming
+the model, budget and grid, then one line per finished trial, appended and flushed as it finishes, so an
+interrupted tune keeps every finished measurement and ``resume`` replays them instead of measuring
+again), and :func:`tune`: start the embedded server in explicit model-control mode (or use the user's,
+with its admin key), apply each config through the model-repository API, find the highest concurrency
+whose p99 fits the budget, search (brute or quick), write the report, write the winner back atomically,
+and load the model again from its (new) ``config.pbtxt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from tritonkit.config import ModelConfig, config_from_proto, config_to_dict
+from tritonkit.errors import TritonKitError
+from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
+from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
+from tritonkit.tune.generator import Target
+from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.report import write_report
+from tritonkit.tune.search import Outcome, brute, quick, snap
+from tritonkit.tune.space import apply_point, axes_for, base_point, describe
+
+__all__ = ["TuneOptions", "TuneResult", "load_trials", "tune"]
+
+LOG = "trials.jsonl"
+
+
+@dataclasses.dataclass
+class TuneOptions:
+    """Everything one tune needs. ``url`` None: the embedded server on ``repo`` (explicit model control)."""
+
+    model: str
+    latency_budget_ms: float
+    report_dir: Path
+    repo: Path | None = Path("model_repository")
+    url: str | None = None
+    http_url: str | None = None
+    admin_key: str | None = None
+    protocol: str = "http"
+    min_throughput: float = 0.0
+    search: str = "quick"
+    resume: bool = False
+    measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
+    max_concurrency: int = 64
+    refine: int = 1
+    max_batch_sizes: Sequence[int] | None = None
+    delays_us: Sequence[int | str] | None = None
+    instances: Sequence[int] | None = None
+    preferred: bool = True
+    queue: bool = True
+    gpu: bool = False
+    write: str = "config"  # config | none | model:NAME
+    shared_memory: str = "none"
+    batch_size: int = 1
+    plots: bool = True
+    #: quick search moves only for a gain above this share: smaller differences are measurement noise
+    min_gain: float = 0.03
+    #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
+    require_stable: bool = True
+    stream: IO[str] | None = None
+
+    def validate(self) -> None:
+        if not self.latency_budget_ms > 0:
+            raise TritonKitError(f"--latency-budget-ms {self.latency_budget_ms}: expected a positive number")
+        if self.search not in ("quick", "brute"):
+            raise TritonKitError(f"--search {self.search!r}: expected quick or brute")
+        if self.protocol not in ("http", "grpc"):
+            raise TritonKitError(f"--protocol {self.protocol!r}: expected http or grpc")
+        if self.write not in {"config", "none"} and not self.write.startswith("model:"):
+            raise TritonKitError(f"--write {self.write!r}: expected config, none or model:NAME")
+        if self.url is None and (self.repo is None or not (Path(self.repo) / self.model).is_dir()):
+            raise TritonKitError(
+                f"model folder {self.repo}/{self.model} not found; expected --repo with the model"
+            )
+        if self.url is not None and self.protocol == "grpc" and not self.http_url:
+            raise TritonKitError("--url over gRPC: expected --http-url for the model-repository API")
+        if self.url is not None and not self.admin_key:
+            raise TritonKitError("--url: expected --admin-key (the model-repository API is restricted)")
+
+
+@dataclasses.dataclass
+class TuneResult:
+    winner: dict[str, Any] | None
+    baseline: dict[str, Any] | None
+    trials: list[dict[str, Any]]
+    evaluations: int
+    measurements: int
+    diff: str = ""
+
+
+def load_trials(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(header, finished trials) of a trial log; a cut-off last line (interrupted write) is dropped."""
+    path = Path(report_dir) / LOG
+    if not path.exists():
+        return None, []
+    header: dict[str, Any] | None = None
+    trials = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("kind") == "header":
+            header = row
+        elif row.get("kind") == "trial":
+            trials.append(row)
+    return header, trials
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+
+
+@contextlib.contextmanager
+def _server(options: TuneOptions) -> Iterator[tuple[str, str, dict[str, str], EmbeddedServer | None]]:
+    """(inference url, http url, admin headers, embedded server or None)."""
+    if options.url is not None:
+        headers = {ADMIN_HEADER: options.admin_key or ""}
+        yield options.url, options.http_url or options.url, headers, None
+        return
+    assert options.repo is not None
+    server = EmbeddedServer(options.repo, model_control_mode="explicit", exit_timeout=1)
+    with server:
+        url = server.grpc_url if options.protocol == "grpc" else server.http_url
+        yield url, server.http_url, server.admin_headers, server
+
+
+def _say(options: TuneOptions, text: str) -> None:
+    print(text, file=options.stream or sys.stderr, flush=True)
+
+
+def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneResult:
+    """Run the search; ``interrupt_after`` (tests) stops with KeyboardInterrupt after that many new trials."""
+    options.validate()
+    report = Path(options.report_dir)
+    report.mkdir(parents=True, exist_ok=True)
+    log = report / LOG
+    header, done = load_trials(report) if options.resume else (None, [])
+    if not options.resume and log.exists():
+        log.unlink()
+    if header is not None and (header.get("model"), header.get("budget_ms")) != (
+        options.model,
+        options.latency_budget_ms,
+    ):
+        raise TritonKitError(
+            f"--resume: {log} was written for another tune ({header.get('model')}, "
+            f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
+        )
+    with _server(options) as (url, http_url, headers, server):
+        api = RepositoryApi(http_url, headers)
+        try:
+            if server is not None:
+                api.load(options.model)
+            wait_ready(url, options.protocol, options.model, headers)
+            base = _base_config(options, url, headers)
+            axes = axes_for(
+                base,
+                model_dir=(Path(options.repo) / options.model) if options.repo else None,
+                gpu=options.gpu,
+                max_batch_sizes=options.max_batch_sizes,
+                delays_us=options.delays_us,
+                instances=options.instances,
+                queue=options.queue,
+            )
+            if not options.preferred:
+                axes = [a for a in axes if a.name != "preferred"]
+            grid = {a.name: list(a.values) for a in axes}
+            wanted = {"model": options.model, "budget_ms": options.latency_budget_ms, "grid": grid}
+            if header is not None and {k: header.get(k) for k in wanted} != json.loads(json.dumps(wanted)):
+                raise TritonKitError(
+                    f"--resume: {log} was written for another tune ({header.get('model')}, "
+                    f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
+                )
+            if header is None:
+                _append(log, {"kind": "header", **wanted, "search": options.search, "base": base_point(base)})
+            cached = {t["key"]: t for t in done}
+            trials: list[dict[str, Any]] = list(done)
+            counter = {"new": 0, "levels": 0}
+            target = Target(
+                url, options.model, options.protocol, headers=headers,
+                shared_memory=options.shared_memory, batch_size=options.batch_size,
+            )  # fmt: skip
+
+            def evaluate(point: dict[str, Any]) -> Outcome:
+                key = describe(point)
+                if key in cached:
+                    t = cached[key]
+                else:
+                    if interrupt_after is not None and counter["new"] >= interrupt_after:
+                        raise KeyboardInterrupt
+                    t = _trial(options, api, target, base, point, key, url, headers)
+                    counter["new"] += 1
+                    counter["levels"] += len(t["levels"])
+                    _append(log, t)
+                    trials.append(t)
+                    cached[key] = t
+                    _say(options, _line(t, len(trials)))
+                return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
+
+            search: Callable[..., Any] = brute if options.search == "brute" else quick
+            result = (
+                search(axes, evaluate)
+                if search is brute
+                else quick(axes, evaluate, base_point(base), min_gain=options.min_gain)
+            )
+            baseline = cached.get(describe(snap(axes, base_point(base))))
+            winner = cached[describe(result.best)] if result.best is not None else None
+            diff = _write_back(options, base, winner)
+            if server is not None or diff or winner is not None:
+                api.load(options.model)  # back to what config.pbtxt says (the winner, once written)
+        finally:
+            api.close()
+    used = [t for t in trials if t["key"] in {describe(p) for p, _ in result.trials}]
+    measurements = sum(len(t["levels"]) for t in used)
+    write_report(
+        report,
+        model=options.model,
+        budget_ms=options.latency_budget_ms,
+        search=options.search,
+        trials=used,
+        winner=winner,
+        baseline=baseline,
+        measurements=measurements,
+        plots=options.plots,
+    )
+    return TuneResult(winner, baseline, used, result.evaluations, measurements, diff)
+
+
+def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> ModelConfig:
+    if options.repo is not None and (Path(options.repo) / options.model / "config.pbtxt").exists():
+        return read_config(Path(options.repo) / options.model)
+    from tritonkit.client import Client
+
+    with Client(url, options.protocol, timeout=30, headers=headers) as client:
+        return config_from_proto(client.config(options.model))
+
+
+def _trial(
+    options: TuneOptions,
+    api: RepositoryApi,
+    target: Target,
+    base: ModelConfig,
+    point: dict[str, Any],
+    key: str,
+    url: str,
+    headers: dict[str, str],
+) -> dict[str, Any]:
+    cfg = apply_point(base, point)
+    row: dict[str, Any] = {"kind": "trial", "key": key, "point": point, "config": config_to_dict(cfg)}
+    started = time.monotonic()
+    levels: list[LevelResult] = []
+    best: LevelResult | None = None
+    try:
+        api.load(options.model, cfg)
+        wait_ready(url, options.protocol, options.model, headers)
+        with Measurer(target, options.measure) as measurer:
+            best, levels = find_max(
+                measurer.measure,
+                options.latency_budget_ms,
+                limit=options.max_concurrency,
+                refine=options.refine,
+                require_stable=options.require_stable,
+            )
+    except TritonKitError as exc:
+        row["error"] = " ".join(str(exc).split())
+    row["levels"] = [r.summary() for r in levels]
+    row["best"] = best.summary() if best is not None else None
+    row["concurrency"] = int(best.level.value) if best is not None else None
+    row["throughput"] = best.throughput if best is not None else 0.0
+    row["p50_ms"] = best.p50_ms if best is not None else None
+    row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
+    row["stable"] = best.stable if best is not None else False
+    row["feasible"] = best is not None and best.throughput >= options.min_throughput
+    row["seconds"] = round(time.monotonic() - started, 2)
+    return row
+
+
+def _line(t: dict[str, Any], n: int) -> str:
+    where = f"c={t['concurrency']}" if t["concurrency"] else "no level within budget"
+    return (
+        f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
+        + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
+        + (f" [{t['error']}]" if t.get("error") else "")
+    )
+
+
+def _write_back(options: TuneOptions, base: ModelConfig, winner: dict[str, Any] | None) -> str:
+    if winner is None or options.write == "none" or options.repo is None:
+        return ""
+    model_dir = Path(options.repo) / options.model
+    if not (model_dir / "config.pbtxt").exists():
+        _say(options, f"tritonkit tune: {model_dir}/config.pbtxt not found; the winner is in the report only")
+        return ""
+    cfg = apply_point(base, winner["point"])
+    if options.write.startswith("model:"):
+        _, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
+        return diff
+    return write_config(model_dir, cfg)
