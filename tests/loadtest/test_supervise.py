@@ -62,7 +62,9 @@ def test_progress_line_shows_the_latest_aggregated_row(tmp_path: Path) -> None:
     progress.update(5.0)
     # Locust's own Requests/s still reads 0 while requests have been counted: the line's rate is
     # the requests between rows over the seconds between them, (2500 - 100) / (4 - 1) s
-    history.write_text(HEADER + "1,4,,Aggregated,0.0,0.0,3,7,100,0\n" + "4,4,,Aggregated,0.0,0.0,3,7,2500,1\n")
+    history.write_text(
+        HEADER + "1,4,,Aggregated,0.0,0.0,3,7,100,0\n" + "4,4,,Aggregated,0.0,0.0,3,7,2500,1\n"
+    )
     progress.update(7.0)  # under 5 s since the last line: nothing
     progress.update(10.0)
     progress.done()

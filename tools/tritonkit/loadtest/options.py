@@ -19,8 +19,16 @@ from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
+from tritonkit.serve.options import ADMIN_HEADER
 
-__all__ = ["ADMIN_KEY_ENV", "GRPC_TRANSPORTS", "HTTP_TRANSPORTS", "LoadTestOptions", "ModelTarget", "parse_model"]
+__all__ = [
+    "ADMIN_KEY_ENV",
+    "GRPC_TRANSPORTS",
+    "HTTP_TRANSPORTS",
+    "LoadTestOptions",
+    "ModelTarget",
+    "parse_model",
+]
 
 GRPC_TRANSPORTS = ("wire",)
 HTTP_TRANSPORTS = ("lean", "tritonclient")
@@ -94,8 +102,6 @@ class LoadTestOptions:
 
     def admin_headers(self) -> dict[str, str]:
         """The header that opens the restricted APIs of ``url``'s server, when a key is known."""
-        from tritonkit.serve.options import ADMIN_HEADER
-
         key = self.admin_key or os.environ.get(ADMIN_KEY_ENV)
         return {ADMIN_HEADER: key} if key else {}
 

@@ -1,0 +1,75 @@
+"""What the report says the server did is what Triton counted: batch sizes formed from Triton's
+statistics API (not from averages), precision never named after the backend, and a note that
+names what was tried when ``/metrics`` or the statistics cannot be read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tritonkit.serve.embedded import EmbeddedServer
+
+
+def _formed(summary: Any, label: str) -> dict[str, Any]:
+    stats = summary["models"][label]["batch_stats"]
+    assert stats is not None, summary["notes"]
+    return dict(stats)
+
+
+def test_no_batching_shows_batch_1_only(
+    loadtest: Callable[..., Any], server: EmbeddedServer, tmp_path: Path
+) -> None:
+    summary = loadtest(("probe_nobatch",), users=6, admin_key=server.admin_key)
+    stats = _formed(summary, "probe_nobatch:1")
+    # the batcher is off: every execution ran one request, whatever the concurrency
+    assert stats["batch_sizes"] == {"1": stats["executions"]}
+    assert stats["inferences"] == stats["executions"] == summary["requests"] > 0
+    md = (tmp_path / "report" / "summary.md").read_text()
+    assert f"| 1: {stats['executions']:,} |" in md
+
+
+def test_batching_run_shows_the_real_distribution(
+    loadtest: Callable[..., Any], server: EmbeddedServer
+) -> None:
+    summary = loadtest(("probe_add",), users=8, admin_key=server.admin_key)
+    stats = _formed(summary, "probe_add:1")
+    sizes = {int(b): n for b, n in stats["batch_sizes"].items()}
+    # every inference ran in exactly one execution of the size Triton formed
+    assert sum(b * n for b, n in sizes.items()) == stats["inferences"] == summary["requests"]
+    assert sum(sizes.values()) == stats["executions"]
+    assert summary["models"]["probe_add:1"]["server"]["executions"] == stats["executions"]
+
+
+def test_restricted_statistics_are_said_not_invented(
+    loadtest: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRITONKIT_ADMIN_KEY", raising=False)
+    summary = loadtest(("probe_add",))
+    assert summary["models"]["probe_add:1"]["batch_stats"] is None
+    assert any("statistics API is restricted" in n and "--admin-key" in n for n in summary["notes"])
+    md = (tmp_path / "report" / "summary.md").read_text()
+    assert "unavailable (see note)" in md and "--admin-key" in md
+
+
+def test_admin_key_from_the_environment(
+    loadtest: Callable[..., Any], server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITONKIT_ADMIN_KEY", server.admin_key)
+    summary = loadtest(("probe_add",), duration="1s")
+    assert _formed(summary, "probe_add:1")["inferences"] == summary["requests"]
+
+
+def test_url_mode_precision_is_unknown_not_the_backend(loadtest: Callable[..., Any]) -> None:
+    summary = loadtest(("probe_add",), duration="1s")
+    assert summary["models"]["probe_add:1"]["precision"] == "unknown"
+
+
+def test_guessed_metrics_url_note_names_what_was_tried(
+    loadtest: Callable[..., Any], server: EmbeddedServer
+) -> None:
+    summary = loadtest(("probe_add",), duration="1s", metrics_url=None)
+    note = next(n for n in summary["notes"] if n.startswith("server view unavailable"))
+    assert "tried http://127.0.0.1:8002/metrics" in note and "--metrics-url" in note
