@@ -73,3 +73,24 @@ def test_guessed_metrics_url_note_names_what_was_tried(
     summary = loadtest(("probe_add",), duration="1s", metrics_url=None)
     note = next(n for n in summary["notes"] if n.startswith("server view unavailable"))
     assert "tried http://127.0.0.1:8002/metrics" in note and "--metrics-url" in note
+
+
+def _whole_us(ms: float | None) -> bool:
+    return ms is not None and abs(ms * 1000 - round(ms * 1000)) < 1e-6
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ramp_steps_percentiles_are_microseconds(
+    loadtest: Callable[..., Any], tmp_path: Path, workers: int
+) -> None:
+    summary = loadtest(("probe_add",), scenario="ramp", users=4, ramp_steps=2, duration="6s", workers=workers)
+    steps = summary["ramp_steps"]
+    assert [s["users"] for s in steps] == [2, 4]
+    for step in steps:
+        assert step["requests"] > 0 and step["rps"] > 0
+        # the latency of a request at that rank, in whole µs; not a bucket of Locust's whole ms
+        assert all(_whole_us(step[k]) for k in ("p50_ms", "p95_ms", "p99_ms")), step
+        assert step["p50_ms"] <= step["p95_ms"] <= step["p99_ms"]
+    # with workers, the steps see the requests the workers reported (every few seconds)
+    assert sum(s["requests"] for s in steps) <= summary["requests"]
+    assert sum(s["requests"] for s in steps) >= (0.5 if workers else 0.9) * summary["requests"]

@@ -20,7 +20,7 @@ from locust import events
 from locust.runners import WorkerRunner
 
 from tritonkit.loadtest.scenarios import make_plan
-from tritonkit.loadtest.shapes import RampShape, shape_for
+from tritonkit.loadtest.shapes import Live, RampShape, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
 
@@ -86,6 +86,10 @@ if _CONFIG is not None:
         ramp_steps=int(_CONFIG.get("ramp_steps", 5)),
     )
     TritonShape = shape_for(_plan, _slo)
+    #: the ramp's step measurements: this process's requests (standalone), or those the workers
+    #: report (master); a worker keeps what it has not reported yet in _UNREPORTED
+    _LIVE: Live | None = TritonShape.live if issubclass(TritonShape, RampShape) else None
+    _UNREPORTED = Live()
 
     @events.request.add_listener  # type: ignore[untyped-decorator]
     def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
@@ -98,6 +102,21 @@ if _CONFIG is not None:
             entry[1] += 1
         entry[3] = time.time()
         _HISTOGRAMS[name].add(response_time)
+        if _LIVE is not None:
+            _LIVE.add(response_time, exception is not None)
+            _UNREPORTED.add(response_time, exception is not None)
+
+    @events.report_to_master.add_listener  # type: ignore[untyped-decorator]
+    def _report(data: dict[str, Any], **_: Any) -> None:
+        global _UNREPORTED
+        if _LIVE is not None and _UNREPORTED.requests:
+            data["tritonkit_live"] = _UNREPORTED.to_json()
+            _UNREPORTED = Live()
+
+    @events.worker_report.add_listener  # type: ignore[untyped-decorator]
+    def _merge_report(data: dict[str, Any], **_: Any) -> None:
+        if _LIVE is not None and "tritonkit_live" in data:
+            _LIVE.merge_json(data["tritonkit_live"])
 
     @events.test_start.add_listener  # type: ignore[untyped-decorator]
     def _cpu_start(**_: Any) -> None:
