@@ -4,12 +4,15 @@ names what was tried when ``/metrics`` or the statistics cannot be read."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tritonkit.loadtest.report import plots
+from tritonkit.loadtest.slo import SLO
 from tritonkit.serve.embedded import EmbeddedServer
 
 
@@ -94,3 +97,32 @@ def test_ramp_steps_percentiles_are_microseconds(
     # with workers, the steps see the requests the workers reported (every few seconds)
     assert sum(s["requests"] for s in steps) <= summary["requests"]
     assert sum(s["requests"] for s in steps) >= (0.5 if workers else 0.9) * summary["requests"]
+
+
+def test_plots_show_the_slo_throughput_one_time_axis_and_whole_users(
+    loadtest: Callable[..., Any], tmp_path: Path
+) -> None:
+    report = tmp_path / "plots"
+    summary = loadtest(
+        ("probe_add",), report_dir=report, plots=True, duration="4s", slo=SLO(p95_ms=5_000, p99_ms=10_000)
+    )
+    assert set(summary["plots"]) == {"latency_over_time.png", "server_queue_compute.png"}
+    fig = plots.latency_over_time(report, summary["slo"])
+    latency, throughput, users = fig.axes
+    slo_lines = {line.get_label(): list(line.get_ydata()) for line in latency.get_lines()}
+    assert slo_lines["SLO p95 5000 ms"] == [5_000, 5_000] and slo_lines["SLO p99 10000 ms"] == [
+        10_000,
+        10_000,
+    ]
+    (rate,) = throughput.get_lines()
+    assert max(rate.get_ydata()) > 0 and throughput.get_ylabel() == "throughput (req/s)"
+    assert all(float(tick).is_integer() for tick in users.get_yticks())
+    # the server plot counts seconds from the same origin as the client plot
+    t0 = plots._t0(report)
+    records = json.loads((report / "server_metrics.json").read_text())["probe_add:1"]
+    server_lines = plots.server_queue_compute(report).axes[0].get_lines()
+    assert t0 is not None and list(server_lines[0].get_xdata()) == [r["unix"] - t0 for r in records]
+    ramp = plots.ramp_throughput_p99(
+        [{"users": 2, "rps": 10.0, "p99_ms": 3.0, "breaches": []}], summary["slo"]
+    )
+    assert "SLO p99 10000 ms" in [line.get_label() for line in ramp.axes[0].get_lines()]

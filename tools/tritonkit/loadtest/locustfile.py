@@ -108,10 +108,8 @@ if _CONFIG is not None:
 
     @events.report_to_master.add_listener  # type: ignore[untyped-decorator]
     def _report(data: dict[str, Any], **_: Any) -> None:
-        global _UNREPORTED
         if _LIVE is not None and _UNREPORTED.requests:
-            data["tritonkit_live"] = _UNREPORTED.to_json()
-            _UNREPORTED = Live()
+            data["tritonkit_live"] = _UNREPORTED.take()
 
     @events.worker_report.add_listener  # type: ignore[untyped-decorator]
     def _merge_report(data: dict[str, Any], **_: Any) -> None:

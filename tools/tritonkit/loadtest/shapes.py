@@ -55,6 +55,13 @@ class Live:
             "histogram": {str(k): v for k, v in self.hist.counts.items()},
         }
 
+    def take(self) -> dict[str, Any]:
+        """:meth:`to_json`, then empty: what a worker has not reported yet, reported once."""
+        data = self.to_json()
+        self.requests = self.failures = 0
+        self.hist = Histogram()
+        return data
+
     def merge_json(self, data: Mapping[str, Any]) -> None:
         self.requests += int(data["requests"])
         self.failures += int(data["failures"])

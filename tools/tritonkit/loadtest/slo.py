@@ -39,7 +39,7 @@ class Histogram:
         us = max(1, round(ms * 1000.0))
         if us < _EXACT_BELOW_US:
             return us
-        scale = 10 ** (len(str(us)) - 4)
+        scale = int(10 ** (len(str(us)) - 4))
         return round(us / scale) * scale
 
     def add(self, ms: float, count: int = 1) -> None:

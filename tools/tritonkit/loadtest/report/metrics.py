@@ -193,7 +193,8 @@ class MetricsScraper:
             for key, d in delta(a, b, tb - ta).items():
                 if wanted is not None and key not in wanted:
                     continue
-                record = {"t": round(tb - t_start, 3), **d.to_json()}
+                # "unix": the wall clock, so plots put server and client on one time axis
+                record = {"t": round(tb - t_start, 3), "unix": round(tb, 3), **d.to_json()}
                 out.setdefault(key, []).append(record)
         return out
 
