@@ -55,6 +55,7 @@ def loadtest(server: EmbeddedServer, tmp_path: Path) -> Callable[..., Any]:
             url=server.grpc_url if protocol == "grpc" else server.http_url,
             http_url=server.http_url,
             metrics_url=overrides.pop("metrics_url", server.metrics_url),
+            admin_key=overrides.pop("admin_key", server.admin_key),
             protocol=protocol,
             users=overrides.pop("users", 4),
             duration=overrides.pop("duration", "2s"),

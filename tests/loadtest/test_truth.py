@@ -22,10 +22,8 @@ def _formed(summary: Any, label: str) -> dict[str, Any]:
     return dict(stats)
 
 
-def test_no_batching_shows_batch_1_only(
-    loadtest: Callable[..., Any], server: EmbeddedServer, tmp_path: Path
-) -> None:
-    summary = loadtest(("probe_nobatch",), users=6, admin_key=server.admin_key)
+def test_no_batching_shows_batch_1_only(loadtest: Callable[..., Any], tmp_path: Path) -> None:
+    summary = loadtest(("probe_nobatch",), users=6)
     stats = _formed(summary, "probe_nobatch:1")
     # the batcher is off: every execution ran one request, whatever the concurrency
     assert stats["batch_sizes"] == {"1": stats["executions"]}
@@ -34,10 +32,8 @@ def test_no_batching_shows_batch_1_only(
     assert f"| 1: {stats['executions']:,} |" in md
 
 
-def test_batching_run_shows_the_real_distribution(
-    loadtest: Callable[..., Any], server: EmbeddedServer
-) -> None:
-    summary = loadtest(("probe_add",), users=8, admin_key=server.admin_key)
+def test_batching_run_shows_the_real_distribution(loadtest: Callable[..., Any]) -> None:
+    summary = loadtest(("probe_add",), users=8)
     stats = _formed(summary, "probe_add:1")
     sizes = {int(b): n for b, n in stats["batch_sizes"].items()}
     # every inference ran in exactly one execution of the size Triton formed
@@ -50,7 +46,7 @@ def test_restricted_statistics_are_said_not_invented(
     loadtest: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("TRITONKIT_ADMIN_KEY", raising=False)
-    summary = loadtest(("probe_add",))
+    summary = loadtest(("probe_add",), admin_key=None)
     assert summary["models"]["probe_add:1"]["batch_stats"] is None
     assert any("statistics API is restricted" in n and "--admin-key" in n for n in summary["notes"])
     md = (tmp_path / "report" / "summary.md").read_text()
@@ -61,7 +57,7 @@ def test_admin_key_from_the_environment(
     loadtest: Callable[..., Any], server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRITONKIT_ADMIN_KEY", server.admin_key)
-    summary = loadtest(("probe_add",), duration="1s")
+    summary = loadtest(("probe_add",), duration="1s", admin_key=None)
     assert _formed(summary, "probe_add:1")["inferences"] == summary["requests"]
 
 
@@ -70,12 +66,15 @@ def test_url_mode_precision_is_unknown_not_the_backend(loadtest: Callable[..., A
     assert summary["models"]["probe_add:1"]["precision"] == "unknown"
 
 
-def test_guessed_metrics_url_note_names_what_was_tried(
-    loadtest: Callable[..., Any], server: EmbeddedServer
-) -> None:
+def test_guessed_metrics_url_note_names_what_was_tried(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     summary = loadtest(("probe_add",), duration="1s", metrics_url=None)
     note = next(n for n in summary["notes"] if n.startswith("server view unavailable"))
     assert "tried http://127.0.0.1:8002/metrics" in note and "--metrics-url" in note
+    # without the /metrics view, the statistics API's batch sizes are still reported
+    md = (tmp_path / "report" / "summary.md").read_text()
+    sizes = summary["models"]["probe_add:1"]["batch_stats"]["batch_sizes"]
+    assert "Batch sizes formed (Triton's statistics, executions):" in md
+    assert f"- probe_add:1: {', '.join(f'{b}: {n:,}' for b, n in sizes.items())}" in md
 
 
 def _whole_us(ms: float | None) -> bool:

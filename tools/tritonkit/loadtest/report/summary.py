@@ -298,6 +298,12 @@ def markdown(summary: Summary) -> str:
                 f"| {label} | {s['requests']:,} | {_ms(s['queue_us_per_request'])} | "
                 f"{_ms(s['compute_us_per_request'])} | {_ms(s['avg_batch'])} | {sizes} |"
             )
+    formed = {
+        k: m["batch_stats"] for k, m in d["models"].items() if m.get("batch_stats") and k not in servers
+    }
+    if formed:  # no /metrics view: the statistics API's batch sizes on their own
+        lines += ["", "Batch sizes formed (Triton's statistics, executions):"]
+        lines += [f"- {label}: {_sizes(b['batch_sizes'])}" for label, b in formed.items()]
     acc = d["accounting"]
     if acc["triton_requests"] is None:
         lines += [
