@@ -100,7 +100,12 @@ def test_progress_rate_is_per_interval_and_clock_stops_at_the_plan(tmp_path: Pat
     progress.update(26.0)  # past the plan: users stopping, no new row yet
     lines = stream.getvalue().splitlines()
     assert "100.0 req/s" in lines[0] and "200.0 req/s" in lines[1]
-    assert lines[2].startswith("[   24s/24s] stopping users (+2s) ") and " - req/s" in lines[2]
+    # no newer row: the last interval's rate again, and the clock stops at the plan's length
+    assert lines[2].startswith("[   24s/24s] stopping users (+2s) ") and "200.0 req/s" in lines[2]
+    single = io.StringIO()
+    history.write_text(HEADER + "1,4,,Aggregated,0.0,0.0,3,7,40,0\n")
+    Progress(single, 24, history).update(5.0)
+    assert " - req/s" in single.getvalue()  # one row: no interval yet, so no rate is made up
 
 
 def test_failing_locust_is_one_line_error(tmp_path: Path) -> None:

@@ -76,6 +76,7 @@ class Progress:
         self.last_print = 0.0
         #: (Timestamp, Total Request Count) of the row the previous line showed
         self._base: tuple[float, float] | None = None
+        self._rate_text = f"{'-':>9}"
 
     def _rate(self, rows: list[dict[str, str]]) -> str:
         row = rows[-1]
@@ -83,9 +84,10 @@ class Progress:
         first = rows[0]
         base = self._base or (as_float(first.get("Timestamp")), as_float(first.get("Total Request Count")))
         if now[0] <= base[0]:
-            return f"{'-':>9}"
+            return self._rate_text  # no newer row: the last interval's rate (a terminal redraws often)
         self._base = now
-        return f"{(now[1] - base[1]) / (now[0] - base[0]):9,.1f}"
+        self._rate_text = f"{(now[1] - base[1]) / (now[0] - base[0]):9,.1f}"
+        return self._rate_text
 
     def update(self, elapsed: float) -> None:
         if not self.tty and elapsed - self.last_print < 5:
