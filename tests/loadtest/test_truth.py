@@ -1,6 +1,7 @@
-"""What the report says the server did is what Triton counted: batch sizes formed from Triton's
-statistics API (not from averages), precision never named after the backend, and a note that
-names what was tried when ``/metrics`` or the statistics cannot be read."""
+"""What the report says is what happened, against the real server: batch sizes formed from Triton's
+statistics API (not from averages), precision never named after the backend, notes that name what
+was tried when ``/metrics`` or the statistics cannot be read, ramp steps gated on µs percentiles,
+and plots with the SLO, throughput, one time axis and whole user ticks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.loadtest.report import plots
+from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
 from tritonkit.serve.embedded import EmbeddedServer
 
@@ -125,3 +128,25 @@ def test_plots_show_the_slo_throughput_one_time_axis_and_whole_users(
         [{"users": 2, "rps": 10.0, "p99_ms": 3.0, "breaches": []}], summary["slo"]
     )
     assert "SLO p99 10000 ms" in [line.get_label() for line in ramp.axes[0].get_lines()]
+
+
+def test_embedded_server_reads_its_own_statistics(tmp_path: Path) -> None:
+    """Without --url the run starts its own server and opens the statistics with that server's key."""
+    repo = tmp_path / "repo"
+    write_probe_model(repo, "probe_add")
+    options = LoadTestOptions(
+        models=[parse_model("probe_add")],
+        report_dir=tmp_path / "report",
+        repo=repo,
+        users=2,
+        duration="2s",
+        progress=False,
+        plots=False,
+    )
+    summary = run(options)
+    stats = _formed(summary, "probe_add:1")
+    assert (
+        sum(int(b) * n for b, n in stats["batch_sizes"].items()) == stats["inferences"] == summary["requests"]
+    )
+    # a version without build.json: no precision is made up from the backend's name
+    assert summary["models"]["probe_add:1"]["precision"] == "unknown"
