@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -172,15 +176,77 @@ def test_models_table(
     assert rows["pair"][3].split() == ["A:FP32[-1,3],", "B:FP32[-1,3]", "SUM:FP32[-1,3],", "DIFF:FP32[-1,3]"]
 
 
-def test_models_restricted_index(url: str, protocol: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_models_with_admin_key(
+    server: EmbeddedServer,
+    protocol: str,
+    url: str,
+    how: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TRITONKIT_ADMIN_KEY", raising=False)
+    argv = ["models", "--url", url, "--protocol", protocol]
+    if how == "option":
+        argv += ["--admin-key", server.admin_key]
+    else:
+        monkeypatch.setenv("TRITONKIT_ADMIN_KEY", server.admin_key)
+    code, out, err = _cli(capsys, *argv)
+    assert code == 0 and err == ""
+    names = {line.split()[0] for line in out.splitlines()[1:]}
+    assert names == {"add", "echo", "fixed", "pair", "queued", "slow"}
+
+
+def test_models_restricted_index(
+    url: str, protocol: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRITONKIT_ADMIN_KEY", raising=False)
     code, _, err = _cli(capsys, "models", "--url", url, "--protocol", protocol)
-    assert code == 1 and "restricted" in err and "--header KEY=VALUE, or name models with --model" in err
+    assert code == 1 and "restricted" in err and len(err.strip().splitlines()) == 1
+    assert "--admin-key KEY or TRITONKIT_ADMIN_KEY (`tritonkit serve` prints it)" in err
     code, out, err = _cli(
         capsys, "models", "--url", url, "--protocol", protocol, "--model", "fixed", "--model", "nope"
     )
     assert code == 0, err
+    assert err.strip() == (
+        "tritonkit models: the repository index is restricted; listing the --model names only "
+        "(for every model: --admin-key KEY or TRITONKIT_ADMIN_KEY)"
+    )
     rows = [line.split() for line in out.splitlines()[1:]]
     assert rows == [
         ["fixed", "1", "READY", "A:INT64[2,3]", "Z:INT64[2,3]"],
         ["nope", "-", "NOT_FOUND", "-", "-"],
     ]
+
+
+def test_serve_prints_a_key_line_that_models_accepts(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copyable line `tritonkit serve` prints opens `tritonkit models` on that server."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(repo), "--http-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    try:
+        assert process.stdout.readline().startswith("tritonkit serve: ready")
+        line = process.stdout.readline()
+        assert "export TRITONKIT_ADMIN_KEY=" in line
+        key = line.split("export TRITONKIT_ADMIN_KEY=", 1)[1].rstrip(")\n")
+        monkeypatch.setenv("TRITONKIT_ADMIN_KEY", key)
+        code, out, err = _cli(capsys, "models", "--url", f"127.0.0.1:{port}")
+        assert code == 0 and err == ""
+        assert "fixed" in {row.split()[0] for row in out.splitlines()[1:]}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stdout.close()

@@ -8,6 +8,7 @@ processes (it monkey-patches whatever process imports it), never inside pytest.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from tritonkit.bench.probe_model import write_probe_model
+from tritonkit.config import load as load_config
+from tritonkit.config import save
 from tritonkit.loadtest.report.metrics import scrape
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
@@ -28,6 +31,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
         write_probe_model(repo, f"probe_{mode}", mode=mode)
     # 50,000 floats a row: request bodies larger than HTTP/2's initial flow-control window
     write_probe_model(repo, "probe_wide", dims=50_000, max_batch_size=2)
+    # the same add model without the dynamic batcher: every execution is one request
+    folder = write_probe_model(repo, "probe_nobatch", mode="add")
+    config = dataclasses.replace(load_config(folder / "config.pbtxt"), dynamic_batching=None)
+    save(config, folder / "config.pbtxt")
     with EmbeddedServer(repo) as started:
         yield started
 
@@ -47,7 +54,8 @@ def loadtest(server: EmbeddedServer, tmp_path: Path) -> Callable[..., Any]:
             report_dir=overrides.pop("report_dir", tmp_path / "report"),
             url=server.grpc_url if protocol == "grpc" else server.http_url,
             http_url=server.http_url,
-            metrics_url=server.metrics_url,
+            metrics_url=overrides.pop("metrics_url", server.metrics_url),
+            admin_key=overrides.pop("admin_key", server.admin_key),
             protocol=protocol,
             users=overrides.pop("users", 4),
             duration=overrides.pop("duration", "2s"),

@@ -1,5 +1,5 @@
-"""The Locust shapes on Locust's own statistics objects, in a child process (Locust monkey-patches
-the process that imports it, so never pytest's)."""
+"""The Locust shapes fed as the locustfile's listeners feed them (:class:`Live`), in a child process
+(Locust monkey-patches the process that imports it, so never pytest's)."""
 
 from __future__ import annotations
 
@@ -9,28 +9,24 @@ import sys
 
 SCRIPT = r"""
 import json
-from locust.stats import RequestStats
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.shapes import shape_for
 from tritonkit.loadtest.slo import SLO
 
-class Runner:
-    stats = RequestStats()
-
 plan = make_plan("ramp", 12, 30.0, ramp_steps=3)          # steps of 4, 8, 12 users, 10 s each
 Shape = shape_for(plan, SLO(p95_ms=20))
 shape = Shape()
-shape.runner = Runner()
 clock = [0.0]
 shape.get_run_time = lambda: clock[0]
 ticks = []
-latency = {0: 5, 1: 50, 2: 5}                             # step 1 breaks the p95 budget
+# step 1 breaks the p95 budget by 0.4 ms, which Locust's whole milliseconds would round away
+latency = {0: 5, 1: 20.4, 2: 5}
 for t in range(0, 40, 5):
     clock[0] = float(t)
     ticks.append(shape.tick())
     step = int(t // 10)
     for _ in range(100):
-        Runner.stats.log_request("grpc", "m:1", latency.get(step, 5), 10)
+        Shape.live.add(latency.get(step, 5), False)
 steady = shape_for(make_plan("steady", 3, 4.0))()
 steady.get_run_time = lambda: clock[0]
 clock[0] = 1.0; a = steady.tick(); clock[0] = 4.0; b = steady.tick()
@@ -50,5 +46,5 @@ def test_ramp_shape_measures_steps_and_stops_at_the_knee() -> None:
     steps = data["steps"]
     assert [s["users"] for s in steps] == [4, 8]
     assert steps[0]["breaches"] == [] and steps[0]["requests"] == 200
-    assert steps[1]["breaches"] and "p95 latency 50" in steps[1]["breaches"][0]
+    assert steps[1]["breaches"] and "p95 latency 20.40 ms exceeds 20.00" in steps[1]["breaches"][0]
     assert data["steady"] == [[3, 3.0], None]

@@ -60,7 +60,11 @@ def test_progress_line_shows_the_latest_aggregated_row(tmp_path: Path) -> None:
     stream = io.StringIO()  # not a terminal: one line every 5 s
     progress = Progress(stream, 30, history)
     progress.update(5.0)
-    history.write_text(HEADER + "2,4,,Aggregated,1234.5,0.0,3,7,2500,1\n")
+    # Locust's own Requests/s still reads 0 while requests have been counted: the line's rate is
+    # the requests between rows over the seconds between them, (2500 - 100) / (4 - 1) s
+    history.write_text(
+        HEADER + "1,4,,Aggregated,0.0,0.0,3,7,100,0\n" + "4,4,,Aggregated,0.0,0.0,3,7,2500,1\n"
+    )
     progress.update(7.0)  # under 5 s since the last line: nothing
     progress.update(10.0)
     progress.done()
@@ -72,7 +76,7 @@ def test_progress_line_shows_the_latest_aggregated_row(tmp_path: Path) -> None:
         "10s/30s]",
         "users",
         "4",
-        "1,234.5",
+        "800.0",
         "req/s",
         "p95",
         "7",
@@ -82,6 +86,26 @@ def test_progress_line_shows_the_latest_aggregated_row(tmp_path: Path) -> None:
         "failures",
         "1",
     ]
+
+
+def test_progress_rate_is_per_interval_and_clock_stops_at_the_plan(tmp_path: Path) -> None:
+    history = tmp_path / "locust_stats_history.csv"
+    stream = io.StringIO()
+    progress = Progress(stream, 24, history)
+    history.write_text(HEADER + "1,4,,Aggregated,0.0,0.0,3,7,0,0\n" + "6,4,,Aggregated,90.0,0.0,3,7,500,0\n")
+    progress.update(6.0)
+    with history.open("a") as handle:
+        handle.write("21,4,,Aggregated,90.0,0.0,3,7,3500,0\n")
+    progress.update(21.0)
+    progress.update(26.0)  # past the plan: users stopping, no new row yet
+    lines = stream.getvalue().splitlines()
+    assert "100.0 req/s" in lines[0] and "200.0 req/s" in lines[1]
+    # no newer row: the last interval's rate again, and the clock stops at the plan's length
+    assert lines[2].startswith("[   24s/24s] stopping users (+2s) ") and "200.0 req/s" in lines[2]
+    single = io.StringIO()
+    history.write_text(HEADER + "1,4,,Aggregated,0.0,0.0,3,7,40,0\n")
+    Progress(single, 24, history).update(5.0)
+    assert " - req/s" in single.getvalue()  # one row: no interval yet, so no rate is made up
 
 
 def test_failing_locust_is_one_line_error(tmp_path: Path) -> None:

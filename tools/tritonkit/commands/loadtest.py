@@ -72,7 +72,15 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     )
     parser.add_argument("--min-rps", type=_number("--min-rps"), help="minimum throughput (req/s)")
     parser.add_argument("--http-url", help="with --url over gRPC: Triton's HTTP endpoint (default port 8000)")
-    parser.add_argument("--metrics-url", help="Triton's /metrics URL (default http://HOST:8002/metrics)")
+    parser.add_argument(
+        "--metrics-url",
+        help="Triton's /metrics URL (default http://HOST:8002/metrics; `tritonkit serve` prints its own)",
+    )
+    parser.add_argument(
+        "--admin-key",
+        help="with --url: key of the restricted statistics API, for the batch sizes formed "
+        "(default $TRITONKIT_ADMIN_KEY; `tritonkit serve` prints it)",
+    )
     parser.add_argument("--wrk", action="store_true", help="also run wrk on the HTTP endpoint and compare")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
@@ -110,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         repo=args.repo,
         http_url=args.http_url,
         metrics_url=args.metrics_url,
+        admin_key=args.admin_key,
         seed=args.seed,
         wrk=args.wrk,
         plots=not args.no_plots,

@@ -1,18 +1,29 @@
 """``tritonkit models``: list a server's models with their versions, state, inputs and outputs.
 
 Uses the repository index (a restricted API on the embedded server: pass its admin key with
+``--admin-key`` or ``$TRITONKIT_ADMIN_KEY``, as ``tritonkit serve`` prints it, or any header with
 ``--header``); when the index is refused, falls back to the models named with ``--model``, whose
-metadata and readiness are public.
+metadata and readiness are public, and says in one line on stderr that the index was restricted.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections import defaultdict
 from typing import Any
 
 from tritonkit.client import Client, ClientError, ModelNotFoundError, RestrictedApiError, TensorSpec
-from tritonkit.client.cli_args import add_client_arguments, client_of
+from tritonkit.client.cli_args import CLI_RETRIES, add_client_arguments, headers_of
+from tritonkit.serve.options import ADMIN_HEADER
+
+#: where ``--admin-key`` is read from when not given
+ADMIN_KEY_ENV = "TRITONKIT_ADMIN_KEY"
+RESTRICTED_HINT = (
+    "pass the admin key with --admin-key KEY or TRITONKIT_ADMIN_KEY (`tritonkit serve` prints it), "
+    "or name models with --model"
+)
 
 HEADINGS = ("MODEL", "VERSIONS", "STATE", "INPUTS", "OUTPUTS")
 
@@ -26,6 +37,10 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         default=[],
         help="list this model when the index is restricted (repeatable)",
     )
+    parser.add_argument(
+        "--admin-key",
+        help=f"key of the server's restricted APIs, sent as header {ADMIN_HEADER} (default ${ADMIN_KEY_ENV})",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,9 +53,12 @@ def rows(client: Client, names: list[str]) -> list[tuple[str, str, str, str, str
         index = client.models()
     except RestrictedApiError as err:
         if not names:
-            raise ClientError(
-                f"{err}; pass the key with --header KEY=VALUE, or name models with --model"
-            ) from None
+            raise ClientError(f"{err}; {RESTRICTED_HINT}") from None
+        print(
+            "tritonkit models: the repository index is restricted; listing the --model names only "
+            "(for every model: --admin-key KEY or TRITONKIT_ADMIN_KEY)",
+            file=sys.stderr,
+        )
         index = None
     states: dict[str, dict[str, str]] = defaultdict(dict)
     if index is not None:
@@ -78,7 +96,13 @@ def format_table(table: list[tuple[str, str, str, str, str]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with client_of(args) as client:
+    headers = headers_of(args)
+    key = args.admin_key or os.environ.get(ADMIN_KEY_ENV)
+    if key:
+        headers.setdefault(ADMIN_HEADER, key)
+    with Client(
+        args.url, args.protocol, timeout=args.timeout, retries=CLI_RETRIES, headers=headers
+    ) as client:
         table = rows(client, args.model)
     print(format_table(table) if table else "no models")
     return 0

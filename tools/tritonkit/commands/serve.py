@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             )
         if server.restricted_apis and args.admin_key is None:
             print(
-                f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}",
+                f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}  "
+                f"(for tritonkit models/loadtest: export TRITONKIT_ADMIN_KEY={server.admin_key})",
                 flush=True,
             )
         restarts = 0

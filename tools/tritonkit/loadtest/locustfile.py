@@ -5,12 +5,17 @@ at them; every Locust process (standalone, master, workers) reads the same file.
 and the shape, each process keeps a fine latency histogram per request name (Locust rounds its own
 percentiles to whole milliseconds) with exact request and failure counts, and writes them to ``<report>/.latency/<pid>.json`` when it
 quits; the process that runs the shape writes the ramp's steps to ``<report>/ramp_steps.json``.
+
+Without that file (plain ``locust -f loadtests/locustfile.py --host http://HOST:PORT``) it defines
+one HTTP user on the model named by ``--triton-model`` or ``$TRITONKIT_MODEL``, and no shape, so
+Locust's own ``-u``/``-r``/``-t`` drive the run and its own statistics are the report.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,12 +24,15 @@ import locust.stats
 from locust import events
 from locust.runners import WorkerRunner
 
+from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import make_plan
-from tritonkit.loadtest.shapes import RampShape, shape_for
+from tritonkit.loadtest.shapes import Live, RampShape, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
 
 CONFIG_ENV = "TRITONKIT_LOADTEST_CONFIG"
+#: plain ``locust -f``: the model when ``--triton-model`` is not given
+MODEL_ENV = "TRITONKIT_MODEL"
 
 
 def _load() -> dict[str, Any] | None:
@@ -86,6 +94,10 @@ if _CONFIG is not None:
         ramp_steps=int(_CONFIG.get("ramp_steps", 5)),
     )
     TritonShape = shape_for(_plan, _slo)
+    #: the ramp's step measurements: this process's requests (standalone), or those the workers
+    #: report (master); a worker keeps what it has not reported yet in _UNREPORTED
+    _LIVE: Live | None = TritonShape.live if issubclass(TritonShape, RampShape) else None
+    _UNREPORTED = Live()
 
     @events.request.add_listener  # type: ignore[untyped-decorator]
     def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
@@ -98,6 +110,19 @@ if _CONFIG is not None:
             entry[1] += 1
         entry[3] = time.time()
         _HISTOGRAMS[name].add(response_time)
+        if _LIVE is not None:
+            _LIVE.add(response_time, exception is not None)
+            _UNREPORTED.add(response_time, exception is not None)
+
+    @events.report_to_master.add_listener  # type: ignore[untyped-decorator]
+    def _report(data: dict[str, Any], **_: Any) -> None:
+        if _LIVE is not None and _UNREPORTED.requests:
+            data["tritonkit_live"] = _UNREPORTED.take()
+
+    @events.worker_report.add_listener  # type: ignore[untyped-decorator]
+    def _merge_report(data: dict[str, Any], **_: Any) -> None:
+        if _LIVE is not None and "tritonkit_live" in data:
+            _LIVE.merge_json(data["tritonkit_live"])
 
     @events.test_start.add_listener  # type: ignore[untyped-decorator]
     def _cpu_start(**_: Any) -> None:
@@ -127,3 +152,41 @@ if _CONFIG is not None:
         if isinstance(shape, RampShape) and not isinstance(environment.runner, WorkerRunner):
             shape.finish_step(shape.get_run_time())  # type: ignore[no-untyped-call]
             (report / "ramp_steps.json").write_text(json.dumps(type(shape).steps, indent=1))
+
+
+if _CONFIG is None:
+
+    class TritonModelUser(TritonHttpUser):
+        """Plain ``locust -f``: HTTP requests to ``--host`` for ``--triton-model`` (set at init)."""
+
+        abstract = False
+
+    @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
+    def _arguments(parser: Any, **_: Any) -> None:
+        parser.add_argument(
+            "--triton-model",
+            default=os.environ.get(MODEL_ENV, ""),
+            help=f"Triton model to load-test, NAME or NAME:VERSION (default ${MODEL_ENV})",
+        )
+        parser.add_argument(
+            "--triton-batch-mix", default="1", help="BATCH[:WEIGHT],... e.g. 1:0.8,8:0.2 (default 1)"
+        )
+
+    @events.init.add_listener  # type: ignore[untyped-decorator]
+    def _configure(environment: Any, **_: Any) -> None:
+        options = environment.parsed_options
+        if options is None:
+            return  # Locust used as a library: the caller sets the user's attributes
+        # (a --worker reads its own command line and environment: give it the model as well)
+        name, _sep, version = str(options.triton_model).partition(":")
+        if not name:
+            sys.stderr.write(
+                f"tritonkit locustfile: no model: expected --triton-model NAME or {MODEL_ENV}=NAME "
+                "(and --host http://HOST:PORT of Triton's HTTP endpoint)\n"
+            )
+            sys.exit(2)
+        host = str(environment.host or options.host or "")
+        TritonModelUser.model, TritonModelUser.model_version = name, version
+        TritonModelUser.batch_mix = parse_batch_mix(options.triton_batch_mix)
+        if host:
+            TritonModelUser.http_url = host.split("://", 1)[-1].rstrip("/")

@@ -19,11 +19,21 @@ from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
+from tritonkit.serve.options import ADMIN_HEADER
 
-__all__ = ["GRPC_TRANSPORTS", "HTTP_TRANSPORTS", "LoadTestOptions", "ModelTarget", "parse_model"]
+__all__ = [
+    "ADMIN_KEY_ENV",
+    "GRPC_TRANSPORTS",
+    "HTTP_TRANSPORTS",
+    "LoadTestOptions",
+    "ModelTarget",
+    "parse_model",
+]
 
 GRPC_TRANSPORTS = ("wire",)
 HTTP_TRANSPORTS = ("lean", "tritonclient")
+#: where ``--admin-key`` is read from when not given
+ADMIN_KEY_ENV = "TRITONKIT_ADMIN_KEY"
 
 
 @dataclasses.dataclass
@@ -73,6 +83,9 @@ class LoadTestOptions:
     #: with ``url``: where Triton's other endpoints are (default: same host, ports 8000/8001/8002)
     http_url: str | None = None
     metrics_url: str | None = None
+    #: with ``url``: the key of Triton's restricted APIs (statistics, for the batch sizes formed);
+    #: default ``$TRITONKIT_ADMIN_KEY``. The embedded server's own key is used without it.
+    admin_key: str | None = None
     seed: int = 0
     request_timeout: float = 60.0
     #: gRPC transport of the users: ``wire`` (hand-framed HTTP/2 in the gevent loop), the only one;
@@ -86,6 +99,11 @@ class LoadTestOptions:
     progress: bool = True
     #: where progress lines go (default stderr)
     stream: IO[str] | None = None
+
+    def admin_headers(self) -> dict[str, str]:
+        """The header that opens the restricted APIs of ``url``'s server, when a key is known."""
+        key = self.admin_key or os.environ.get(ADMIN_KEY_ENV)
+        return {ADMIN_HEADER: key} if key else {}
 
     def validate(self) -> None:
         """Raise :class:`LoadTestError` for the first bad value (one line, expected vs given).

@@ -25,7 +25,7 @@ from tritonkit.errors import LoadTestError, TritonKitError
 from tritonkit.loadtest.options import LoadTestOptions, ModelTarget, parse_model
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
 from tritonkit.loadtest.report import summary as reporting
-from tritonkit.loadtest.report.metrics import MetricsScraper
+from tritonkit.loadtest.report.metrics import MetricsScraper, batch_stats, server_statistics
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.supervise import run_locust
 from tritonkit.machine import description
@@ -56,6 +56,9 @@ class Endpoints:
     #: the ``/metrics`` URL was named (or is the embedded server's), so it must answer; a guessed
     #: one (port 8002 of ``--url``'s host) may be closed
     metrics_explicit: bool
+    #: headers for Triton's restricted APIs (statistics): the embedded server's admin key, or
+    #: ``--admin-key`` with ``--url``
+    admin_headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -71,7 +74,7 @@ def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
         )
         grpc = url if options.protocol == "grpc" else _with_port(url, 8001)
         metrics = options.metrics_url or f"http://{_with_port(url, 8002)}/metrics"
-        yield Endpoints(http, grpc, metrics, options.metrics_url is not None)
+        yield Endpoints(http, grpc, metrics, options.metrics_url is not None, options.admin_headers())
         return
     from tritonkit.serve.embedded import EmbeddedServer
 
@@ -81,19 +84,20 @@ def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
             f"model repository {repo} is not a directory; expected --repo DIR or --url HOST:PORT"
         )
     with EmbeddedServer(repo) as server:
-        yield Endpoints(server.http_url, server.grpc_url, server.metrics_url, True)
+        yield Endpoints(server.http_url, server.grpc_url, server.metrics_url, True, server.admin_headers)
 
 
 def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
-    """From the version's build manifest when the repository is local; else the platform."""
+    """From the version's ``build.json`` when the repository is local (the embedded server's);
+    else ``unknown``: the platform or backend (``python``, ``onnxruntime``) is not a precision."""
     if options.url is None:
         from tritonkit.repository.store import ModelRepository
 
-        # a version built elsewhere has no manifest (or a version that is not a number): fall back
+        # a version built elsewhere has no manifest (or a version that is not a number)
         with contextlib.suppress(TritonKitError, ValueError):
             manifest = ModelRepository(Path(options.repo)).read_manifest(spec.name, int(spec.version))
             return str(manifest.precision)
-    return spec.platform or "-"
+    return "unknown"
 
 
 def run(
@@ -123,6 +127,7 @@ def run(
         if on_ready is not None:
             on_ready(endpoints)
         scraper, scrape_note = _start_scraper(endpoints)
+        stats_before, stats_note = server_statistics(url, options.protocol, endpoints.admin_headers, specs)
         started_at = time.time()
         try:
             wall = run_locust(
@@ -136,6 +141,12 @@ def run(
         finally:
             if scraper is not None:
                 scraper.stop()
+        stats_after, after_note = (
+            server_statistics(url, options.protocol, endpoints.admin_headers, specs)
+            if stats_before is not None
+            else (None, None)
+        )
+        batches = batch_stats(stats_before, stats_after)
         wrk_result = _wrk(options, endpoints, specs[0], report) if options.wrk else None
         summary = reporting.collect(
             report,
@@ -147,7 +158,8 @@ def run(
             wall_seconds=wall,
             machine=description(),
             wrk=wrk_result,
-            notes=[scrape_note] if scrape_note else [],
+            notes=[n for n in (scrape_note, stats_note, after_note) if n],
+            batch_stats=batches,
         )
         reporting.write(summary, report, plots=options.plots)
         return summary
@@ -198,7 +210,11 @@ def _start_scraper(endpoints: Endpoints) -> tuple[MetricsScraper | None, str | N
     except LoadTestError as exc:
         if endpoints.metrics_explicit:
             raise
-        return None, f"server view unavailable: {exc}"
+        return None, (
+            f"server view unavailable: tried {endpoints.metrics} (Triton's default metrics port of "
+            f"--url's host) and it did not answer ({exc}); name the server's /metrics URL with "
+            "--metrics-url (`tritonkit serve` prints it at start)"
+        )
 
 
 def _wrk(options: LoadTestOptions, endpoints: Endpoints, spec: ModelSpec, report: Path) -> dict[str, Any]:

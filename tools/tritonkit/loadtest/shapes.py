@@ -1,13 +1,16 @@
 """Locust ``LoadTestShape`` wrappers around the plans of :mod:`.scenarios`.
 
-:class:`PlanShape` replays any plan. :class:`RampShape` also measures each step from Locust's
-statistics (requests, failures, latency percentiles, throughput), stops the ramp at the end of the
+:class:`PlanShape` replays any plan. :class:`RampShape` also measures each step (requests,
+failures, µs latency percentiles, throughput) from what the locustfile's listeners collect
+(:class:`Live`), stops the ramp at the end of the
 first step that breaks the SLO (the knee is the step before), and keeps the steps for the report's
 "throughput vs p99" plot. Importing this module imports Locust.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from locust import LoadTestShape
@@ -15,7 +18,7 @@ from locust import LoadTestShape
 from tritonkit.loadtest.scenarios import Plan, Ramp
 from tritonkit.loadtest.slo import SLO, Histogram, Totals, check_slo
 
-__all__ = ["PlanShape", "RampShape", "shape_for"]
+__all__ = ["Live", "PlanShape", "RampShape", "shape_for"]
 
 
 class PlanShape(LoadTestShape):
@@ -28,37 +31,74 @@ class PlanShape(LoadTestShape):
         return self.plan.tick(self.get_run_time())  # type: ignore[no-untyped-call]
 
 
+@dataclasses.dataclass
+class Live:
+    """Every request so far as the process running the shape sees it: counts and µs latencies.
+
+    Standalone, the locustfile's request listener adds to it; on a master, the workers' reports
+    (``report_to_master`` → ``worker_report``) do, as Locust's own statistics travel.
+    """
+
+    requests: int = 0
+    failures: int = 0
+    hist: Histogram = dataclasses.field(default_factory=Histogram)
+
+    def add(self, ms: float, failed: bool) -> None:
+        self.requests += 1
+        self.failures += int(failed)
+        self.hist.add(ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "failures": self.failures,
+            "histogram": {str(k): v for k, v in self.hist.counts.items()},
+        }
+
+    def take(self) -> dict[str, Any]:
+        """:meth:`to_json`, then empty: what a worker has not reported yet, reported once."""
+        data = self.to_json()
+        self.requests = self.failures = 0
+        self.hist = Histogram()
+        return data
+
+    def merge_json(self, data: Mapping[str, Any]) -> None:
+        self.requests += int(data["requests"])
+        self.failures += int(data["failures"])
+        self.hist.merge({int(k): int(v) for k, v in data["histogram"].items()})
+
+
 class RampShape(PlanShape):
-    """A ramp that measures its steps and stops at the first one that breaks ``slo``."""
+    """A ramp that measures its steps and stops at the first one that breaks ``slo``.
+
+    A step's percentiles come from :class:`Live` (µs keys), not from Locust's statistics, whose
+    response times are rounded to whole milliseconds: the SLO decision is taken on the former.
+    """
 
     abstract = True
     plan: ClassVar[Ramp]
     slo: ClassVar[SLO] = SLO()
     #: one record per finished step, in order (read by the locustfile's quitting hook)
     steps: ClassVar[list[dict[str, Any]]] = []
+    #: what the locustfile's listeners collect
+    live: ClassVar[Live] = Live()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._step = -1
-        self._mark: tuple[float, int, int, dict[int, int]] | None = None
+        self._mark: tuple[float, int, int, Histogram] | None = None
 
-    def _snapshot(self, t: float) -> tuple[float, int, int, dict[int, int]]:
-        total = self.runner.stats.total if self.runner is not None else None
-        if total is None:
-            return t, 0, 0, {}
-        return t, total.num_requests, total.num_failures, dict(total.response_times)
+    def _snapshot(self, t: float) -> tuple[float, int, int, Histogram]:
+        live = self.live
+        return t, live.requests, live.failures, live.hist.copy()
 
     def finish_step(self, t: float) -> None:
         """Close the running step: measure it and gate it."""
         if self._mark is None:
             return
-        start, requests0, failures0, times0 = self._mark
-        _, requests1, failures1, times1 = self._snapshot(t)
-        hist = Histogram()
-        for ms, count in times1.items():
-            delta = count - times0.get(ms, 0)
-            if delta > 0:
-                hist.add(max(float(ms), 0.001), delta)
+        start, requests0, failures0, hist0 = self._mark
+        _, requests1, failures1, hist1 = self._snapshot(t)
+        hist = hist1.minus(hist0)
         totals = Totals.from_histogram(hist, failures1 - failures0, t - start, requests=requests1 - requests0)
         breaches = check_slo(self.slo, totals, scope=f"ramp step {self._step + 1}", throughput=False)
         type(self).steps.append(
@@ -93,5 +133,7 @@ class RampShape(PlanShape):
 def shape_for(plan: Plan, slo: SLO | None = None) -> type[PlanShape]:
     """A concrete shape class for ``plan`` (Locust picks up exactly one shape per locustfile)."""
     if isinstance(plan, Ramp):
-        return type("TritonRampShape", (RampShape,), {"plan": plan, "slo": slo or SLO(), "steps": []})
+        return type(
+            "TritonRampShape", (RampShape,), {"plan": plan, "slo": slo or SLO(), "steps": [], "live": Live()}
+        )
     return type(f"Triton{plan.name.title()}Shape", (PlanShape,), {"plan": plan})

@@ -2,8 +2,8 @@
 
 A breach makes ``tritonkit loadtest`` exit non-zero and is named in the report. The same gate
 checks one ramp step (so the ramp can stop at the knee) and a whole run. Pure: numbers in,
-breaches out. Also owns the latency histogram the gates read (1 % wide log buckets, mergeable
-across Locust processes), because Locust's own percentiles are rounded to whole milliseconds.
+breaches out. Also owns the latency histogram the gates read (µs keys, mergeable across Locust
+processes), because Locust's own percentiles are rounded to whole milliseconds.
 """
 
 from __future__ import annotations
@@ -16,20 +16,31 @@ from tritonkit.errors import LoadTestError
 
 __all__ = ["SLO", "Breach", "Histogram", "Totals", "check_slo"]
 
-_STEP = math.log(1.01)
+#: latencies under this many µs are kept exactly; above, to 4 significant digits
+_EXACT_BELOW_US = 10_000
 #: exit code of ``tritonkit loadtest`` when a gate broke (1 is for errors)
 EXIT_SLO_BREACH = 3
 
 
 class Histogram:
-    """Latencies (ms) in buckets 1 % wide: percentiles good to 1 %, merge by adding counts."""
+    """Latencies at microsecond resolution, mergeable across Locust processes by adding counts.
+
+    A key is a latency in whole µs: exact below 10 ms, rounded to 4 significant digits above (at
+    most 0.05 % off; a 1.2345 s answer counts as 1.235 s). Percentiles are the latency of the
+    request at that rank (nearest-rank), so they are as fine as the keys, never Locust's whole
+    milliseconds.
+    """
 
     def __init__(self, counts: Mapping[int, int] | None = None) -> None:
         self.counts: dict[int, int] = dict(counts or {})
 
     @staticmethod
     def bucket(ms: float) -> int:
-        return math.floor(math.log(max(ms, 1e-3)) / _STEP)
+        us = max(1, round(ms * 1000.0))
+        if us < _EXACT_BELOW_US:
+            return us
+        scale = int(10 ** (len(str(us)) - 4))
+        return round(us / scale) * scale
 
     def add(self, ms: float, count: int = 1) -> None:
         key = self.bucket(ms)
@@ -40,12 +51,21 @@ class Histogram:
         for key, count in counts.items():
             self.counts[int(key)] = self.counts.get(int(key), 0) + int(count)
 
+    def copy(self) -> Histogram:
+        return Histogram(self.counts)
+
+    def minus(self, earlier: Histogram) -> Histogram:
+        """What was added since ``earlier`` (a copy of this histogram taken before)."""
+        return Histogram(
+            {k: n - earlier.counts.get(k, 0) for k, n in self.counts.items() if n > earlier.counts.get(k, 0)}
+        )
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
     def percentile(self, q: float) -> float | None:
-        """The ``q`` quantile (0..1) in ms, at its bucket's geometric middle; ``None`` when empty."""
+        """The ``q`` quantile (0..1) in ms (nearest rank); ``None`` when empty."""
         total = self.total
         if total == 0:
             return None
@@ -54,8 +74,8 @@ class Histogram:
         for key in sorted(self.counts):
             seen += self.counts[key]
             if seen >= rank:
-                return math.exp((key + 0.5) * _STEP)
-        return math.exp((max(self.counts) + 0.5) * _STEP)
+                return key / 1000.0
+        return max(self.counts) / 1000.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.report.locust_csv import as_float, last_aggregated
+from tritonkit.loadtest.report.locust_csv import aggregated_rows, as_float
 
 __all__ = ["GRACE_S", "LOCUSTFILE", "Progress", "last_error", "locust_command", "run_locust"]
 
@@ -62,24 +62,48 @@ def locust_command(config_path: Path, report: Path, role: str, master_port: int,
 
 
 class Progress:
-    """One line, rewritten in place on a terminal, every few seconds otherwise."""
+    """One line, rewritten in place on a terminal, every few seconds otherwise.
+
+    The rate is the requests between the history rows of this line and the previous one over the
+    seconds between them (the first line: since the first row), not Locust's ``Requests/s``, which
+    reads 0 while its window fills. Elapsed time never reads past the plan's length: after it,
+    the line says the users are stopping.
+    """
 
     def __init__(self, stream: IO[str], total: float, history: Path) -> None:
         self.stream, self.total, self.history = stream, total, history
         self.tty = stream.isatty()
         self.last_print = 0.0
+        #: (Timestamp, Total Request Count) of the row the previous line showed
+        self._base: tuple[float, float] | None = None
+        self._rate_text = f"{'-':>9}"
+
+    def _rate(self, rows: list[dict[str, str]]) -> str:
+        row = rows[-1]
+        now = (as_float(row.get("Timestamp")), as_float(row.get("Total Request Count")))
+        first = rows[0]
+        base = self._base or (as_float(first.get("Timestamp")), as_float(first.get("Total Request Count")))
+        if now[0] <= base[0]:
+            return self._rate_text  # no newer row: the last interval's rate (a terminal redraws often)
+        self._base = now
+        self._rate_text = f"{(now[1] - base[1]) / (now[0] - base[0]):9,.1f}"
+        return self._rate_text
 
     def update(self, elapsed: float) -> None:
         if not self.tty and elapsed - self.last_print < 5:
             return
         self.last_print = elapsed
-        row = last_aggregated(self.history)
-        if row is None:
-            line = f"[{elapsed:5.0f}s/{self.total:.0f}s] starting users..."
+        rows = aggregated_rows(self.history)
+        clock = f"[{min(elapsed, self.total):5.0f}s/{self.total:.0f}s]"
+        if elapsed > self.total:
+            clock += f" stopping users (+{elapsed - self.total:.0f}s)"
+        if not rows:
+            line = f"{clock} starting users..."
         else:
+            row = rows[-1]
             line = (
-                f"[{elapsed:5.0f}s/{self.total:.0f}s] users {row.get('User Count', '?'):>4}  "
-                f"{as_float(row.get('Requests/s')):9,.1f} req/s  p95 {row.get('95%', 'N/A'):>5} ms  "
+                f"{clock} users {row.get('User Count', '?'):>4}  "
+                f"{self._rate(rows)} req/s  p95 {row.get('95%', 'N/A'):>5} ms  "
                 f"requests {int(as_float(row.get('Total Request Count'))):,}  "
                 f"failures {int(as_float(row.get('Total Failure Count'))):,}"
             )

@@ -12,7 +12,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-__all__ = ["as_float", "last_aggregated", "read_failures", "read_locust_stats"]
+__all__ = ["aggregated_rows", "as_float", "last_aggregated", "read_failures", "read_locust_stats"]
 
 
 def read_locust_stats(path: Path) -> dict[str, dict[str, Any]]:
@@ -51,19 +51,28 @@ def last_aggregated(path: Path) -> dict[str, str] | None:
     Read while Locust is still appending to the file: a half-written or missing file is ``None``,
     never an error.
     """
+    rows = aggregated_rows(path)
+    return rows[-1] if rows else None
+
+
+def aggregated_rows(path: Path) -> list[dict[str, str]]:
+    """Every complete ``Aggregated`` row of ``locust_stats_history.csv``, oldest first."""
     if not path.exists():
-        return None
+        return []
+    rows: list[dict[str, str]] = []
     with contextlib.suppress(OSError):
         with open(path, newline="", encoding="utf-8") as handle:
             lines = handle.readlines()
         if len(lines) < 2:
-            return None
+            return []
         header = next(csv.reader([lines[0]]))
-        for line in reversed(lines[1:]):
+        for line in lines[1:]:
+            if not line.endswith("\n"):
+                continue  # Locust is still writing it
             row = dict(zip(header, next(csv.reader([line])), strict=False))
             if row.get("Name") == "Aggregated":
-                return row
-    return None
+                rows.append(row)
+    return rows
 
 
 def as_float(value: Any) -> float:

@@ -4,8 +4,9 @@ Per model version it keeps Triton's own counters (successes, failures, inference
 and cumulative durations (queue, compute input/infer/output). Differences between two scrapes
 give what the report puts beside the client view: requests Triton counted (the accounting check),
 queue vs compute time per request, and the average batch the dynamic batcher formed
-(inferences / executions; Triton 2.51 exports no batch-size histogram, so the report shows that
-average per scrape interval and over the run).
+(inferences / executions). The batch sizes formed come from Triton's statistics API instead
+(:func:`server_statistics` before and after the run, :func:`batch_stats`): ``/metrics`` has no
+batch-size histogram, and averages per interval would invent sizes no execution had.
 """
 
 from __future__ import annotations
@@ -21,9 +22,19 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tritonkit.client import Client, ClientError, ModelStatistics, RestrictedApiError
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.payloads import ModelSpec
 
-__all__ = ["COUNTERS", "MetricsScraper", "ServerDelta", "parse_metrics", "scrape"]
+__all__ = [
+    "COUNTERS",
+    "MetricsScraper",
+    "ServerDelta",
+    "batch_stats",
+    "parse_metrics",
+    "scrape",
+    "server_statistics",
+]
 
 #: Triton metric → short key (all cumulative per model version)
 COUNTERS: dict[str, str] = {
@@ -182,16 +193,59 @@ class MetricsScraper:
             for key, d in delta(a, b, tb - ta).items():
                 if wanted is not None and key not in wanted:
                     continue
-                record = {"t": round(tb - t_start, 3), **d.to_json()}
+                # "unix": the wall clock, so plots put server and client on one time axis
+                record = {"t": round(tb - t_start, 3), "unix": round(tb, 3), **d.to_json()}
                 out.setdefault(key, []).append(record)
         return out
 
 
-def batch_histogram(series: Mapping[str, list[dict[str, Any]]], key: str) -> dict[str, int]:
-    """Executions per average batch size (rounded) over the run's scrape intervals."""
-    hist: dict[str, int] = {}
-    for record in series.get(key, []):
-        if record["executions"] and record["avg_batch"]:
-            label = str(round(record["avg_batch"]))
-            hist[label] = hist.get(label, 0) + int(record["executions"])
-    return dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
+#: label ("model:version") → Triton's cumulative statistics of that version
+Statistics = dict[str, ModelStatistics]
+
+
+def server_statistics(
+    url: str, protocol: str, headers: Mapping[str, str], specs: Iterable[ModelSpec]
+) -> tuple[Statistics | None, str | None]:
+    """Triton's statistics of each model version in ``specs``, or ``None`` and a note saying why not.
+
+    The statistics API is restricted on tritonkit's embedded server (admin key in ``headers``);
+    without it the report says so rather than guessing batch sizes from averages.
+    """
+    out: Statistics = {}
+    try:
+        with Client(url, protocol, timeout=10.0, retries=1, headers=dict(headers)) as client:
+            for spec in specs:
+                for stats in client.statistics(spec.name, spec.version or None):
+                    out[f"{stats.name}:{stats.version}"] = stats
+    except RestrictedApiError:
+        return None, (
+            "batch sizes formed: Triton's statistics API is restricted on this server; pass its key "
+            "with --admin-key (or TRITONKIT_ADMIN_KEY) to read them"
+        )
+    except ClientError as exc:
+        return None, f"batch sizes formed: Triton's statistics unavailable: {exc}"
+    return out, None
+
+
+def batch_stats(before: Statistics | None, after: Statistics | None) -> dict[str, dict[str, Any]] | None:
+    """Per model version, what the run added to Triton's statistics: inferences, executions and
+    executions per batch size (``batch_stats``' compute-infer counts); ``None`` when unread.
+
+    ``sum(size * executions)`` over the sizes equals ``inferences``: every inference ran in
+    exactly one execution of the size Triton formed.
+    """
+    if before is None or after is None:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for key, now in after.items():
+        base = before.get(key)
+        sizes = {
+            size: count - (base.batch_executions.get(size, 0) if base else 0)
+            for size, count in sorted(now.batch_executions.items())
+        }
+        out[key] = {
+            "inferences": now.inference_count - (base.inference_count if base else 0),
+            "executions": now.execution_count - (base.execution_count if base else 0),
+            "batch_sizes": {str(size): n for size, n in sizes.items() if n > 0},
+        }
+    return out

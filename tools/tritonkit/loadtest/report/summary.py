@@ -21,7 +21,7 @@ from typing import Any
 
 from tritonkit.loadtest.payloads import ModelSpec
 from tritonkit.loadtest.report.locust_csv import read_failures
-from tritonkit.loadtest.report.metrics import MetricsScraper, batch_histogram
+from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.slo import EXIT_SLO_BREACH, SLO, Breach, Histogram, Totals, check_slo
 
 __all__ = ["Summary", "collect", "markdown", "write"]
@@ -132,6 +132,7 @@ def collect(
     machine: str,
     wrk: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
+    batch_stats: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Summary:
     """Read a finished run's files into a :class:`Summary` and check the SLO gates."""
     # Counts and percentiles come from the locustfile's own listener, which sees every request
@@ -169,7 +170,8 @@ def collect(
         }
         if label in server:
             entry["server"] = server[label].to_json()
-            entry["server"]["batch_sizes_formed"] = batch_histogram(series, label)
+        # executions per batch size from Triton's statistics API (None: not readable, see notes)
+        entry["batch_stats"] = dict(batch_stats[label]) if batch_stats and label in batch_stats else None
         models[label] = entry
     overall = Totals.from_histogram(
         overall_counted.hist, overall_counted.failures, seconds, requests=overall_counted.requests
@@ -254,6 +256,10 @@ def _ms(value: Any) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _sizes(formed: Mapping[str, int]) -> str:
+    return ", ".join(f"{b}: {n:,}" for b, n in formed.items()) or "-"
+
+
 def markdown(summary: Summary) -> str:
     """``summary.md``: the capacity table, server view, accounting, SLO verdict, ramp, wrk."""
     d = summary.data
@@ -286,11 +292,18 @@ def markdown(summary: Summary) -> str:
             "|---|---:|---:|---:|---:|---|",
         ]
         for label, s in servers.items():
-            sizes = ", ".join(f"{b}: {n:,}" for b, n in s.get("batch_sizes_formed", {}).items()) or "-"
+            formed = (d["models"][label].get("batch_stats") or {}).get("batch_sizes")
+            sizes = "unavailable (see note)" if formed is None else _sizes(formed)
             lines.append(
                 f"| {label} | {s['requests']:,} | {_ms(s['queue_us_per_request'])} | "
                 f"{_ms(s['compute_us_per_request'])} | {_ms(s['avg_batch'])} | {sizes} |"
             )
+    formed = {
+        k: m["batch_stats"] for k, m in d["models"].items() if m.get("batch_stats") and k not in servers
+    }
+    if formed:  # no /metrics view: the statistics API's batch sizes on their own
+        lines += ["", "Batch sizes formed (Triton's statistics, executions):"]
+        lines += [f"- {label}: {_sizes(b['batch_sizes'])}" for label, b in formed.items()]
     acc = d["accounting"]
     if acc["triton_requests"] is None:
         lines += [
