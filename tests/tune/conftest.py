@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonkit.build.portable import import_onnx
-from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, config_to_pbtxt
+from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 from tritonkit.serve.embedded import EmbeddedServer
 
 WORK_MODEL_PY = """\
@@ -62,7 +62,7 @@ class TritonPythonModel:
 def python_model(repo: Path, config: ModelConfig, source: str) -> None:
     (repo / config.name / "1").mkdir(parents=True)
     (repo / config.name / "1" / "model.py").write_text(source)
-    (repo / config.name / "config.pbtxt").write_text(config_to_pbtxt(config))
+    (repo / config.name / "config.pbtxt").write_text(to_pbtxt(config))
 
 
 def work_config(name: str = "work", batch: int = 8) -> ModelConfig:

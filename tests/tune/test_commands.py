@@ -18,11 +18,12 @@ def test_profile_sweep_writes_csv_and_json(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["profile", "--model", "work", "--url", server.http_url, "--concurrency", "1,2", *FAST,
+        ["profile", "--model", "work", "--url", server.http_url, "--admin-key", server.admin_key, "--concurrency", "1,2", *FAST,
          "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
     )  # fmt: skip
     assert code == 0
-    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    with (tmp_path / "p.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
     assert [r["level"] for r in rows] == ["1", "2"]
     assert all(float(r["throughput"]) > 0 and float(r["p99_ms"]) > 0 for r in rows)
     assert all(r["batches"].startswith("1:") for r in rows)  # Triton's batch_stats: no batcher, batch 1
@@ -37,13 +38,27 @@ def test_profile_find_max_and_bad_input(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["profile", "--model", "add", "--url", server.grpc_url, "--protocol", "grpc", "--find-max",
+        ["profile", "--model", "add", "--url", server.grpc_url, "--admin-key", server.admin_key, "--protocol", "grpc", "--find-max",
          "--latency-budget-ms", "500", "--max-level", "2", "--accept-unstable", *FAST, "--json", str(tmp_path / "m.json")]
     )  # fmt: skip
     data = json.loads((tmp_path / "m.json").read_text())
     assert code == 0 and data["best"]["level"] in (1, 2) and data["latency_budget_ms"] == 500
     assert "highest load within p99 500 ms" in capsys.readouterr().out
-    assert main(["profile", "--model", "add", "--url", server.http_url, "--find-max"]) == 1
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                "add",
+                "--url",
+                server.http_url,
+                "--admin-key",
+                server.admin_key,
+                "--find-max",
+            ]
+        )
+        == 1
+    )
     assert "expected --latency-budget-ms" in capsys.readouterr().err
 
 
@@ -51,7 +66,7 @@ def test_compare_two_models_in_interleaved_rounds(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["compare", "add", "work", "--url", server.http_url, "--concurrency", "2", "--rounds", "2", *FAST,
+        ["compare", "add", "work", "--url", server.http_url, "--admin-key", server.admin_key, "--concurrency", "2", "--rounds", "2", *FAST,
          "--json", str(tmp_path / "c.json")]
     )  # fmt: skip
     assert code == 0

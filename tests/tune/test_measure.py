@@ -22,7 +22,9 @@ def _url(server: EmbeddedServer, protocol: str) -> str:
 def test_windows_have_microsecond_percentiles_and_the_server_split(
     server: EmbeddedServer, protocol: str
 ) -> None:
-    with Measurer(Target(_url(server, protocol), "work", protocol), QUICK) as measurer:
+    with Measurer(
+        Target(_url(server, protocol), "work", protocol, headers=server.admin_headers), QUICK
+    ) as measurer:
         result = measurer.measure(Level("concurrency", 2))
     assert result.windows, "every level keeps its windows"
     assert result.successes > 20 and result.failures == 0
@@ -42,7 +44,9 @@ def test_windows_have_microsecond_percentiles_and_the_server_split(
 
 def test_failures_are_never_throughput(server: EmbeddedServer) -> None:
     # An open-loop rate the generator keeps up with (a closed loop on this fast model can saturate it)
-    with Measurer(Target(server.http_url, "flaky", late_us=5000), QUICK) as measurer:
+    with Measurer(
+        Target(server.http_url, "flaky", late_us=5000, headers=server.admin_headers), QUICK
+    ) as measurer:
         result = measurer.measure(Level("rate", 300.0))
     assert result.failures > 0 and result.successes > 0
     assert result.throughput == pytest.approx(150.0, rel=0.3)  # half of 300 requests/s succeed
@@ -58,7 +62,7 @@ def test_failures_are_never_throughput(server: EmbeddedServer) -> None:
 
 def test_an_unstable_level_is_reported_with_its_numbers(server: EmbeddedServer) -> None:
     options = MeasureOptions(window=WindowSpec(0.1), stability=StabilityRule(3, 0.0), max_windows=3)
-    with Measurer(Target(server.http_url, "add"), options) as measurer:
+    with Measurer(Target(server.http_url, "add", headers=server.admin_headers), options) as measurer:
         result = measurer.measure(Level("concurrency", 1))
     assert not result.stable
     assert len(result.windows) == 3 and result.successes > 0 and result.throughput > 0
@@ -66,7 +70,7 @@ def test_an_unstable_level_is_reported_with_its_numbers(server: EmbeddedServer) 
 
 
 def test_request_rate_counts_late_sends_and_generator_cpu(server: EmbeddedServer) -> None:
-    with Measurer(Target(server.http_url, "add"), QUICK) as measurer:
+    with Measurer(Target(server.http_url, "add", headers=server.admin_headers), QUICK) as measurer:
         result = measurer.measure(Level("poisson", 200.0))
         constant = measurer.measure(Level("rate", 100.0))
     assert 100 < result.throughput < 300
@@ -79,7 +83,7 @@ def test_count_windows_system_shared_memory_and_worker_processes(server: Embedde
     options = MeasureOptions(
         window=WindowSpec(count=60), stability=StabilityRule(3, 0.6), max_windows=3, workers=2
     )
-    target = Target(server.grpc_url, "add", "grpc", shared_memory="system")
+    target = Target(server.grpc_url, "add", "grpc", shared_memory="system", headers=server.admin_headers)
     with Measurer(target, options) as measurer:
         result = measurer.measure(Level("concurrency", 2))
     assert result.failures == 0
@@ -90,13 +94,15 @@ def test_count_windows_system_shared_memory_and_worker_processes(server: Embedde
 @pytest.mark.gpu
 def test_cuda_shared_memory(server: EmbeddedServer) -> None:
     assert cuda_missing() is None
-    with Measurer(Target(server.http_url, "add", shared_memory="cuda"), QUICK) as measurer:
+    with Measurer(
+        Target(server.http_url, "add", shared_memory="cuda", headers=server.admin_headers), QUICK
+    ) as measurer:
         result = measurer.measure(Level("concurrency", 1))
     assert result.failures == 0 and result.successes > 0
 
 
 def test_find_max_stops_at_the_budget(server: EmbeddedServer) -> None:
-    with Measurer(Target(server.http_url, "work"), QUICK) as measurer:
+    with Measurer(Target(server.http_url, "work", headers=server.admin_headers), QUICK) as measurer:
         best, levels = find_max(measurer.measure, 1000.0, limit=4, refine=0, require_stable=False)
         assert best is not None and [r.level.value for r in levels][:1] == [1]
         tiny, _ = find_max(measurer.measure, 0.001, limit=4, refine=0, require_stable=False)

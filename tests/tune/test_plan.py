@@ -110,7 +110,7 @@ def test_plan_command_writes_the_plan_and_patch(
 
 def test_the_knee_of_a_loadtest_ramp_lies_where_the_plan_says(server: EmbeddedServer, tmp_path: Path) -> None:
     options = MeasureOptions(window=WindowSpec(0.4), stability=StabilityRule(3, 0.3), max_windows=5)
-    with Measurer(Target(server.http_url, "work"), options) as measurer:
+    with Measurer(Target(server.http_url, "work", headers=server.admin_headers), options) as measurer:
         best, levels = find_max(measurer.measure, 10.0, limit=4, refine=0, require_stable=False)
     assert best is not None
     tune_json = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tritonkit.cli import main
-from tritonkit.config import ModelConfig, config_to_pbtxt
+from tritonkit.config import ModelConfig, to_pbtxt
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.apply import read_config, write_as_model, write_config
@@ -60,7 +60,7 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
     assert result.winner is not None and result.winner["concurrency"] == 1
     # the winner is the model's config now, and the diff says what changed
     expected = apply_point(read_config_from_text(before), result.winner["point"])
-    assert config_path.read_text() == config_to_pbtxt(expected)
+    assert config_path.read_text() == to_pbtxt(expected)
     assert (result.diff == "") == (config_path.read_text() == before)
     data = json.loads((report / "tune.json").read_text())
     assert len(data["trials"]) == 4 and data["winner"]["key"] == result.winner["key"]
@@ -76,9 +76,9 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
 
 
 def read_config_from_text(text: str) -> ModelConfig:
-    from tritonkit.config import config_from_pbtxt
+    from tritonkit.config import from_pbtxt
 
-    return config_from_pbtxt(text)
+    return from_pbtxt(text)
 
 
 def test_a_failed_write_leaves_the_old_config(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, config_to_pbtxt
+from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 
 __all__ = ["run"]
 
@@ -53,7 +53,7 @@ def _write_model(repo: Path) -> None:
     )
     (repo / "batchy" / "1").mkdir(parents=True)
     (repo / "batchy" / "1" / "model.py").write_text(_MODEL_PY)
-    (repo / "batchy" / "config.pbtxt").write_text(config_to_pbtxt(config))
+    (repo / "batchy" / "config.pbtxt").write_text(to_pbtxt(config))
 
 
 def _synthetic() -> list[str]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import ModelConfig, config_from_pbtxt, config_problems, config_to_dict, config_to_pbtxt
+from tritonkit.config import ModelConfig, from_pbtxt, problems, to_dict, to_pbtxt
 from tritonkit.errors import TritonKitError
 
 __all__ = ["RepositoryApi", "read_config", "write_as_model", "write_config"]
@@ -57,7 +57,7 @@ class RepositoryApi:
 
     def load(self, model: str, config: ModelConfig | None = None) -> None:
         """(Re)load ``model``; with ``config`` that config replaces ``config.pbtxt`` for this load only."""
-        extra = {} if config is None else {"config": json.dumps(config_to_dict(config))}
+        extra = {} if config is None else {"config": json.dumps(to_dict(config))}
         self._do(f"loading model `{model}`", self._client.load_model, model, **extra)
 
     def unload(self, model: str) -> None:
@@ -71,16 +71,16 @@ class RepositoryApi:
 def read_config(model_dir: str | os.PathLike[str]) -> ModelConfig:
     path = Path(model_dir) / "config.pbtxt"
     try:
-        return config_from_pbtxt(path.read_text(encoding="utf-8"))
+        return from_pbtxt(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TritonKitError(f"no config.pbtxt in {model_dir}; expected a model directory") from None
 
 
 def _valid_text(cfg: ModelConfig) -> str:
-    problems = config_problems(cfg)
-    if problems:
-        raise TritonKitError(f"the tuned config of `{cfg.name}` is not valid: {problems[0]}")
-    return config_to_pbtxt(cfg)
+    found = problems(cfg)
+    if found:
+        raise TritonKitError(f"the tuned config of `{cfg.name}` is not valid: {found[0]}")
+    return to_pbtxt(cfg)
 
 
 def _diff(old: str, new: str, name: str) -> str:

@@ -7,6 +7,7 @@ embedded one started on ``--repo`` in explicit model-control mode with only the 
 
 from __future__ import annotations
 
+import os
 import argparse
 import contextlib
 import shutil
@@ -31,7 +32,11 @@ def add_measure_args(parser: argparse.ArgumentParser) -> None:
         "--url", help="Triton endpoint HOST:PORT of --protocol (default: start the embedded server)"
     )
     parser.add_argument("--http-url", help="with --url over gRPC: the HTTP endpoint (model-repository API)")
-    parser.add_argument("--admin-key", help=f"with --url: the value of the `{ADMIN_HEADER}` header")
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("TRITONKIT_ADMIN_KEY") or None,
+        help=f"with --url: the value of the `{ADMIN_HEADER}` header (default: $TRITONKIT_ADMIN_KEY)",
+    )
     parser.add_argument("--repo", default="model_repository", help="repository the embedded server serves")
     parser.add_argument("--protocol", default="http", choices=("http", "grpc"), help="default %(default)s")
     parser.add_argument("--shared-memory", default="none", choices=SHARED_MEMORY, help="tensor transport")

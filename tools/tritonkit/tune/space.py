@@ -6,7 +6,7 @@ TensorRT engine's profile range, read from the config's optimization profiles an
 count and kind (``KIND_GPU`` only where a GPU is present and the model can use it), and the queue policy
 (``unbounded``, or ``bounded``: at most two full batches per instance waiting); and :func:`apply_point`,
 which returns a new :class:`~tritonkit.config.ModelConfig` (the base is never changed) that
-:func:`~tritonkit.config.config_problems` accepts.
+:func:`~tritonkit.config.problems` accepts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, config_problems
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis
 
@@ -167,9 +167,9 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
             )
         for warmup in cfg.model_warmup:
             warmup.batch_size = min(warmup.batch_size, mbs)
-    problems = config_problems(cfg)
-    if problems:
-        raise TritonKitError(f"config for {describe(point)} is not valid: {problems[0]}")
+    found = problems(cfg)
+    if found:
+        raise TritonKitError(f"config for {describe(point)} is not valid: {found[0]}")
     return cfg
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from tritonkit.config import ModelConfig, config_from_proto, config_to_dict
+from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
@@ -244,7 +244,7 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
     from tritonkit.client import Client
 
     with Client(url, options.protocol, timeout=30, headers=headers) as client:
-        return config_from_proto(client.config(options.model))
+        return from_proto(client.config(options.model))
 
 
 def _trial(
@@ -258,7 +258,7 @@ def _trial(
     headers: dict[str, str],
 ) -> dict[str, Any]:
     cfg = apply_point(base, point)
-    row: dict[str, Any] = {"kind": "trial", "key": key, "point": point, "config": config_to_dict(cfg)}
+    row: dict[str, Any] = {"kind": "trial", "key": key, "point": point, "config": to_dict(cfg)}
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
