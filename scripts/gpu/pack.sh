@@ -5,9 +5,11 @@
 #                          python-backend stub and the bundled libraries they need (read from their
 #                          ELF NEEDED entries), taken from the nvidia-pytriton 0.7.0 wheel
 #   *.whl                  the cp312 / pure wheels the tests import that the GPU host lacks
-#   ort/onnxruntime-gpu.part.NN + ort/SHA256SUMS
+# and in ORT_DEST (default .ort/, ignored too):
+#   NN/onnxruntime-gpu.part.NN + NN/SHA256SUMS + NN/WHEEL   (NN = 00..03)
 #                          onnxruntime-gpu 1.31.1 (CUDA 13), xz-compressed and split into parts of
-#                          56,000,000 bytes: one part per device run (each run may carry 64 MiB)
+#                          56,000,000 bytes: one folder per device run (a run may carry 64 MiB);
+#                          scripts/gpu/ort_part.sh NN takes each to the GPU host
 # Usage: scripts/gpu/pack.sh [DEST]      (SKIP_ORT=1 leaves onnxruntime-gpu out)
 set -euo pipefail
 DEST=${1:-.whl}
@@ -67,13 +69,20 @@ download "$DEST" tritonclient==2.73.0 gevent==26.9.0 geventhttpclient==2.6.1 pyt
 
 # --- 3. onnxruntime-gpu, in parts ---------------------------------------------------------------
 if [ "${SKIP_ORT:-0}" != 1 ]; then
-  mkdir -p "$DEST/ort"
+  ORT_DEST=${ORT_DEST:-.ort}
+  mkdir -p "$ORT_DEST/parts"
   download "$WORK" onnxruntime-gpu==1.31.1
   wheel=$(ls "$WORK"/onnxruntime_gpu-1.31.1-*.whl)
-  (cd "$WORK" && sha256sum "$(basename "$wheel")") > "$DEST/ort/SHA256SUMS"
-  basename "$wheel" > "$DEST/ort/WHEEL"
-  rm -f "$DEST"/ort/onnxruntime-gpu.part.*
-  xz -6 -T0 -c "$wheel" | split -b 56000000 -d -a 2 - "$DEST/ort/onnxruntime-gpu.part."
+  rm -rf "${ORT_DEST:?}"/[0-9][0-9] "$ORT_DEST/parts"/*
+  xz -6 -T0 -c "$wheel" | split -b 56000000 -d -a 2 - "$ORT_DEST/parts/onnxruntime-gpu.part."
+  for part in "$ORT_DEST"/parts/onnxruntime-gpu.part.*; do
+    nn=${part##*.}
+    mkdir -p "$ORT_DEST/$nn" && mv "$part" "$ORT_DEST/$nn/"
+    (cd "$WORK" && sha256sum "$(basename "$wheel")") > "$ORT_DEST/$nn/SHA256SUMS"
+    basename "$wheel" > "$ORT_DEST/$nn/WHEEL"
+  done
+  rmdir "$ORT_DEST/parts"
   rm -f "$wheel"
+  ls -la "$ORT_DEST"/*
 fi
-ls -la "$DEST" "$DEST/ort" 2>/dev/null
+ls -la "$DEST"

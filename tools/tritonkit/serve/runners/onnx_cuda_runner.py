@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 try:  # absent outside the stub: the benchmark imports the engine alone
@@ -31,10 +32,23 @@ def _param(params: dict[str, Any], key: str, default: str) -> str:
     return text or default
 
 
+def _pythonpath_first() -> None:
+    """Put PYTHONPATH's entries ahead of the stub's site-packages, so an ``onnxruntime-gpu`` named
+    there wins over a CPU-only ``onnxruntime`` in the venv (the stub appends them after it)."""
+    if "onnxruntime" in sys.modules:
+        return
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for entry in reversed(entries):
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
 class OrtCudaEngine:
     """One ONNX Runtime session on one GPU; ``run`` takes and returns torch CUDA tensors."""
 
     def __init__(self, onnx_path: str, device: str, threads: int = 1) -> None:
+        _pythonpath_first()
         import numpy as np
         import onnxruntime as ort
         import torch
@@ -50,8 +64,14 @@ class OrtCudaEngine:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
-        provider = {"device_id": str(index), "user_compute_stream": str(stream), "has_user_compute_stream": "1"}
-        self.session = ort.InferenceSession(onnx_path, sess_options=options, providers=[("CUDAExecutionProvider", provider)])
+        provider = {
+            "device_id": str(index),
+            "user_compute_stream": str(stream),
+            "has_user_compute_stream": "1",
+        }
+        self.session = ort.InferenceSession(
+            onnx_path, sess_options=options, providers=[("CUDAExecutionProvider", provider)]
+        )
         self.index = index
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -83,7 +103,9 @@ class OrtCudaEngine:
             return arrays
         outputs = [torch.empty((batch, *shape), dtype=dtype, device=self.device) for shape, dtype in meta]
         for name, out in zip(self.output_names, outputs, strict=True):
-            binding.bind_output(name, "cuda", self.index, self.np_types[out.dtype], list(out.shape), out.data_ptr())
+            binding.bind_output(
+                name, "cuda", self.index, self.np_types[out.dtype], list(out.shape), out.data_ptr()
+            )
         self.session.run_with_iobinding(binding)
         return outputs
 
@@ -96,7 +118,7 @@ class TritonPythonModel:
         import torch.utils.dlpack as torch_dlpack
 
         self.torch = torch
-        self.dlpack = torch_dlpack
+        self.dlpack: Any = torch_dlpack
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
         self.max_batch_size = int(config.get("max_batch_size", 0))
@@ -107,7 +129,9 @@ class TritonPythonModel:
         device = f"cuda:{int(args.get('model_instance_device_id') or 0)}"
         torch.cuda.set_device(device)
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.engine = OrtCudaEngine(os.path.join(version_dir, _param(params, "onnx_file", "model.onnx")), device)
+        self.engine = OrtCudaEngine(
+            os.path.join(version_dir, _param(params, "onnx_file", "model.onnx")), device
+        )
         missing = [n for n in self.inputs if n not in self.engine.input_names]
         missing += [n for n in self.outputs if n not in self.engine.output_names]
         if missing:
@@ -122,18 +146,33 @@ class TritonPythonModel:
         value = self.dlpack.from_dlpack(tensor.to_dlpack())
         return value.unsqueeze(0) if self.max_batch_size == 0 else value
 
-    def _response(self, outputs: list[Any], to_host: bool) -> Any:
+    def _respond(self, outputs: list[Any]) -> Any:
         tensors = []
         for name, value in zip(self.outputs, outputs, strict=True):
-            value = value.squeeze(0) if self.max_batch_size == 0 else value
-            value = value.cpu() if to_host else value
-            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(value.contiguous())))
+            out = value.squeeze(0) if self.max_batch_size == 0 else value
+            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(out.contiguous())))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
     def _error(exc: BaseException) -> Any:
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+    def _run_members(self, members: list[tuple[int, list[Any], bool]]) -> list[tuple[int, Any]]:
+        sizes = [int(feeds[0].shape[0]) for _, feeds, _ in members]
+        columns = zip(*(feeds for _, feeds, _ in members), strict=True)
+        # Host parts are joined on the host and go up in one copy (engine.run moves them).
+        batch = [self.torch.cat(list(parts), dim=0) for parts in columns]
+        outputs = self.engine.run(batch)
+        # One copy down per output for all host answers, not one per request.
+        host = [o.cpu() for o in outputs] if any(h for _, _, h in members) else None
+        on_device = [o.split(sizes, dim=0) for o in outputs]
+        on_host = [h.split(sizes, dim=0) for h in host] if host is not None else None
+        pairs = []
+        for position, (index, _, to_host) in enumerate(members):
+            source = on_host if to_host and on_host is not None else on_device
+            pairs.append((index, self._respond([parts[position] for parts in source])))
+        return pairs
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -148,18 +187,16 @@ class TritonPythonModel:
             groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
         for members in groups.values():
             try:
-                sizes = [feeds[0].shape[0] for _, feeds, _ in members]
-                batch = [self.torch.cat(parts, dim=0) for parts in zip(*(f for _, f, _ in members), strict=True)]
-                per_request = [o.split(sizes, dim=0) for o in self.engine.run(batch)]
-                for position, (index, _, to_host) in enumerate(members):
-                    responses[index] = self._response([parts[position] for parts in per_request], to_host)
-            except Exception as exc:  # retried alone: one bad request fails only itself
-                for index, feeds, to_host in members:
+                for index, response in self._run_members(members):
+                    responses[index] = response
+            except Exception:  # retried alone: one bad request fails only itself
+                for member in members:
                     try:
-                        responses[index] = self._response(self.engine.run(feeds), to_host)
+                        for index, response in self._run_members([member]):
+                            responses[index] = response
                     except Exception as inner:
-                        responses[index] = self._error(inner)
+                        responses[member[0]] = self._error(inner)
         return responses
 
     def finalize(self) -> None:
-        self.engine = None
+        del self.engine

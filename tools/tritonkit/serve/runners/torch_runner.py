@@ -69,7 +69,9 @@ def parse_buckets(text: str, max_batch_size: int) -> list[int]:
     try:
         buckets = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise ValueError(f"parameter `batch_buckets` must be comma-separated integers; got {text!r}") from None
+        raise ValueError(
+            f"parameter `batch_buckets` must be comma-separated integers; got {text!r}"
+        ) from None
     if not buckets or buckets[0] < 1:
         raise ValueError(f"parameter `batch_buckets` must hold integers >= 1; got {text!r}")
     if max_batch_size > 0 and buckets[-1] > max_batch_size:
@@ -125,7 +127,9 @@ class GraphEngine:
         out = self.module(*inputs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(self.output_dtypes):
-            raise ValueError(f"program returned {len(outs)} outputs; the config names {len(self.output_dtypes)}")
+            raise ValueError(
+                f"program returned {len(outs)} outputs; the config names {len(self.output_dtypes)}"
+            )
         return [o.to(d) if d is not None else o for o, d in zip(outs, self.output_dtypes, strict=True)]
 
     def _key(self, bucket: int, inputs: list[Any]) -> tuple[Any, ...]:
@@ -167,9 +171,9 @@ class GraphEngine:
                 # Cloned: the next replay overwrites the static outputs.
                 return [o[:rows].clone() for o in static_out]
         padded = []
-        for t, d in zip(inputs, self.input_dtypes, strict=True):
-            t = t.to(d) if d is not None else t
-            if bucket > rows:
+        for given, d in zip(inputs, self.input_dtypes, strict=True):
+            t = given.to(d) if d is not None else given
+            if bucket > rows:  # pad with copies of the last row: valid values, dropped afterwards
                 t = torch.cat([t, t[-1:].expand(bucket - rows, *t.shape[1:])], dim=0)
             padded.append(t)
         with torch.inference_mode():
@@ -227,7 +231,7 @@ class TritonPythonModel:
         import torch.utils.dlpack as torch_dlpack
 
         self.torch = torch
-        self.dlpack = torch_dlpack
+        self.dlpack: Any = torch_dlpack
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
         self.max_batch_size = int(config.get("max_batch_size", 0))
@@ -241,13 +245,17 @@ class TritonPythonModel:
         has_cuda = torch.cuda.is_available()
         if wanted == "cuda" and not has_cuda:
             raise ValueError("parameter `device` is cuda but torch sees no GPU here")
-        on_gpu = has_cuda and (wanted == "cuda" or (wanted == "auto" and args.get("model_instance_kind") != "CPU"))
+        on_gpu = has_cuda and (
+            wanted == "cuda" or (wanted == "auto" and args.get("model_instance_kind") != "CPU")
+        )
         device = f"cuda:{int(args.get('model_instance_device_id') or 0)}" if on_gpu else "cpu"
         if on_gpu:
             torch.cuda.set_device(device)
 
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        module, in_dtypes = load_program(os.path.join(version_dir, _param(params, "program_file", "model.pt2")), device)
+        module, in_dtypes = load_program(
+            os.path.join(version_dir, _param(params, "program_file", "model.pt2")), device
+        )
         if len(in_dtypes) != len(self.inputs):
             raise ValueError(f"program takes {len(in_dtypes)} inputs; the config names {len(self.inputs)}")
         buckets = parse_buckets(_param(params, "batch_buckets", ""), self.max_batch_size)
@@ -262,31 +270,43 @@ class TritonPythonModel:
             max_graphs=int(_param(params, "max_graphs", "64")),
         )
         self.device = self.engine.device
+        self.staging: dict[int, Any] = {}
         shapes = [tuple(int(d) for d in t["dims"]) for t in config.get("input", [])]
         fixed = all(d >= 0 for shape in shapes for d in shape)
         if self.max_batch_size > 0 and fixed and _param(params, "capture_at_load", "true") == "true":
             self.engine.warm(shapes)
 
-    def _input(self, request: Any, name: str, on_gpu: list[bool]) -> Any:
+    def _input(self, request: Any, name: str) -> Any:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
             raise ValueError(f"request lacks input `{name}`")
-        # GPU tensors stay on the GPU; host tensors are copied up once. The request's buffer is
-        # only lent for this call, and the copy (or the concatenation below) owns the data.
+        # A view of the request's buffer (host or GPU), lent for this call only: _gather copies it.
         value = self.dlpack.from_dlpack(tensor.to_dlpack())
-        on_gpu.append(value.is_cuda)
-        if self.max_batch_size == 0:
-            value = value.unsqueeze(0)
-        return value.to(self.device)
+        return value.unsqueeze(0) if self.max_batch_size == 0 else value
 
-    def _response(self, outputs: list[Any], to_host: bool) -> Any:
+    def _gather(self, position: int, parts: list[Any]) -> Any:
+        """One device tensor holding ``parts`` in order. Host parts are concatenated straight into
+        a pinned staging buffer and go up in one copy: per-request copies (and their syncs) cost
+        more than the model itself at small batches."""
+        torch = self.torch
+        if any(p.is_cuda for p in parts) or self.device.type != "cuda":
+            return torch.cat([p.to(self.device) for p in parts], dim=0)
+        rows = sum(int(p.shape[0]) for p in parts)
+        shape = (rows, *parts[0].shape[1:])
+        count = rows * (parts[0][0].numel() if rows else 0)
+        buffer = self.staging.get(position)
+        if buffer is None or buffer.dtype != parts[0].dtype or buffer.numel() < count:
+            buffer = torch.empty(max(count, 1), dtype=parts[0].dtype, pin_memory=True)
+            self.staging[position] = buffer
+        host = buffer[:count].view(shape)
+        torch.cat(parts, dim=0, out=host)
+        return host.to(self.device, non_blocking=True)
+
+    def _respond(self, outputs: list[Any], to_host: bool) -> Any:
         tensors = []
         for name, value in zip(self.outputs, outputs, strict=True):
-            if self.max_batch_size == 0:
-                value = value.squeeze(0)
-            if to_host:  # answers to host inputs go back from host memory: one copy, here
-                value = value.cpu()
-            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(value.contiguous())))
+            out = value.squeeze(0) if self.max_batch_size == 0 else value
+            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(out.contiguous())))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
@@ -294,35 +314,51 @@ class TritonPythonModel:
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
+    def _run_members(self, members: list[tuple[int, list[Any], bool]]) -> list[tuple[int, Any]]:
+        """Run requests sharing shapes as one batch; (request index, response) pairs."""
+        sizes = [int(feeds[0].shape[0]) for _, feeds, _ in members]
+        columns = list(zip(*(feeds for _, feeds, _ in members), strict=True))
+        outputs = self.engine.run([self._gather(i, list(parts)) for i, parts in enumerate(columns)])
+        # Answers to host inputs leave the GPU in one copy per output (this also waits for the
+        # staging copies above, so the pinned buffers are free for the next call).
+        if any(to_host for _, _, to_host in members):
+            host = [o.cpu() for o in outputs]
+        else:
+            host = None
+            if self.device.type == "cuda":
+                self.torch.cuda.current_stream(self.device).synchronize()
+        on_device = [o.split(sizes, dim=0) for o in outputs]
+        on_host = [h.split(sizes, dim=0) for h in host] if host is not None else None
+        pairs = []
+        for position, (index, _, to_host) in enumerate(members):
+            source = on_host if to_host and on_host is not None else on_device
+            pairs.append((index, self._respond([parts[position] for parts in source], to_host)))
+        return pairs
+
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        to_host = [True] * len(requests)
-        groups: dict[tuple[Any, ...], list[tuple[int, list[Any]]]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[int, list[Any], bool]]] = {}
         for index, request in enumerate(requests):
             try:
-                request_on_gpu: list[bool] = []
-                feeds = [self._input(request, name, request_on_gpu) for name in self.inputs]
+                feeds = [self._input(request, name) for name in self.inputs]
             except Exception as exc:  # every failure becomes that request's error response
                 responses[index] = self._error(exc)
                 continue
             key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
-            groups.setdefault(key, []).append((index, feeds))
-            to_host[index] = not all(request_on_gpu)
+            # Answers go back where the inputs came from: host for host, GPU for CUDA memory.
+            groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
         for members in groups.values():
             try:
-                sizes = [feeds[0].shape[0] for _, feeds in members]
-                batch = [self.torch.cat(parts, dim=0) for parts in zip(*(f for _, f in members), strict=True)]
-                outputs = self.engine.run(batch)
-                per_request = [o.split(sizes, dim=0) for o in outputs]
-                for position, (index, _) in enumerate(members):
-                    responses[index] = self._response([parts[position] for parts in per_request], to_host[index])
-            except Exception as exc:  # retried alone: one bad request fails only itself
-                for index, feeds in members:
+                for index, response in self._run_members(members):
+                    responses[index] = response
+            except Exception:  # retried alone: one bad request fails only itself
+                for member in members:
                     try:
-                        responses[index] = self._response(self.engine.run(feeds), to_host[index])
+                        for index, response in self._run_members([member]):
+                            responses[index] = response
                     except Exception as inner:
-                        responses[index] = self._error(inner)
+                        responses[member[0]] = self._error(inner)
         return responses
 
     def finalize(self) -> None:
-        self.engine = None
+        del self.engine
