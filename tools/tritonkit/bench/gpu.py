@@ -298,7 +298,9 @@ ENGINE_OF = {
     "minilm_ort_fp32": "onnxruntime fp32 CUDA I/O binding",
     "minilm_ort_fp16": "onnxruntime fp16 CUDA I/O binding",
 }
-ORT_VERSIONS = {"minilm_ort_fp32": "fp32", "minilm_ort_fp16": "fp16"}
+# No FP16: the TorchScript export of the half module is ONNX that ONNX Runtime refuses
+# (LayerNormalization bound to float and float16).
+ORT_VERSIONS = {"minilm_ort_fp32": "fp32"}
 
 
 def served(
@@ -427,7 +429,7 @@ def render(data: dict[str, Any]) -> str:
     for name, (low, mean) in data["accuracy"].items():
         target = 0.999 if "fp16" in name else 0.9999
         lines.append(
-            f"| {name} | {low:.6f} | {mean:.6f} | >= {target} | {'yes' if low >= target else 'no'} |"
+            f"| {name} | {low:.7f} | {mean:.7f} | >= {target} | {'yes' if low >= target else 'no'} |"
         )
     lines += [
         "",
@@ -509,7 +511,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
             out.append(
                 {
                     "name": f"FP16 cosine vs FP32 ({name}, min over rows)",
-                    "measured": f"{low:.5f}",
+                    "measured": f"{low:.7f}",
                     "target": ">= 0.999",
                     "met": "yes" if low >= 0.999 else "no",
                 }
