@@ -1,0 +1,136 @@
+"""The GPU runners on a GPU (``gpu`` marker: skipped here with the reason printed): versions written
+by tritonkit.build.torch_program, served by the real tritonserver on KIND_GPU instances, answer as
+the module does; CUDA graph replay equals eager execution for every batch size."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tritonkit.serve.runners import runner_path
+
+pytestmark = pytest.mark.gpu
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{name}_on_gpu", runner_path(name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny() -> Any:
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.mlp(x) * mask.to(x.dtype).sum(dim=1, keepdim=True)
+            return out
+
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def test_cuda_graph_replay_equals_eager_for_every_batch() -> None:
+    import torch
+
+    runner = _load("torch_runner")
+    module = _tiny().cuda()
+    graphs = runner.GraphEngine(module, "cuda:0", [torch.float32, torch.int64], [torch.float32], [1, 4, 16])
+    assert graphs.use_graphs
+    for batch in (1, 3, 16, 37):
+        x = torch.randn(batch, 16, device="cuda")
+        mask = torch.ones(batch, 5, dtype=torch.int64, device="cuda")
+        (out,) = graphs.run([x, mask])
+        with torch.inference_mode():
+            torch.testing.assert_close(out, module(x, mask), rtol=1e-4, atol=1e-4)
+    assert {key[0] for key in graphs.graphs} == {1, 4, 16}
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_torch_version_serves_on_kind_gpu(tmp_path: Path, precision: str) -> None:
+    import torch
+    import tritonclient.grpc as grpcclient
+
+    from tritonkit.build.gpu_serving import ServingSpec, plan_execution
+    from tritonkit.build.torch_program import write_torch_version
+    from tritonkit.serve.embedded import EmbeddedServer
+
+    module = _tiny()
+    examples = {"X": torch.randn(2, 16), "MASK": torch.ones(2, 5, dtype=torch.int64)}
+    plan = plan_execution(ServingSpec(precision=precision), max_batch_size=32)
+    assert (plan.device, plan.engine, plan.precision) == ("gpu", "torch", precision)
+    version = write_torch_version(
+        tmp_path / "repo", "tiny", _tiny(), examples, ["Y"], plan, max_batch_size=32
+    )
+    execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
+    assert execution["instances"][0]["kind"] == "KIND_GPU"
+
+    rng = np.random.default_rng(3)
+    with EmbeddedServer(tmp_path / "repo") as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        for batch in (1, 7, 32):
+            x = rng.standard_normal((batch, 16)).astype(np.float32)
+            mask = np.ones((batch, 5), dtype=np.int64)
+            inputs = [
+                grpcclient.InferInput("X", [batch, 16], "FP32"),
+                grpcclient.InferInput("MASK", [batch, 5], "INT64"),
+            ]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(mask)
+            got = client.infer("tiny", inputs).as_numpy("Y")
+            with torch.inference_mode():
+                want = module(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+            tolerance = 2e-2 if precision == "fp16" else 1e-4
+            np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_onnx_cuda_runner_serves_on_kind_gpu(tmp_path: Path) -> None:
+    import torch
+    import tritonclient.grpc as grpcclient
+
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(
+            f"needs onnxruntime-gpu first on the path; onnxruntime {ort.__version__} offers {ort.get_available_providers()}"
+        )
+    from tritonkit.build.gpu_serving import ServingSpec, plan_execution
+    from tritonkit.build.torch_program import write_onnx_gpu_version
+    from tritonkit.serve.embedded import EmbeddedServer
+
+    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Tanh()).eval()
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(
+        module,
+        (torch.randn(2, 16),),
+        str(onnx_path),
+        input_names=["X"],
+        output_names=["Y"],
+        dynamic_axes={"X": {0: "batch"}, "Y": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    plan = plan_execution(
+        ServingSpec(engine="onnxruntime", precision="fp32"), max_batch_size=16, engines=("onnxruntime",)
+    )
+    write_onnx_gpu_version(onnx_path, tmp_path / "repo", "m", plan, max_batch_size=16)
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    with EmbeddedServer(tmp_path / "repo") as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        inp = grpcclient.InferInput("X", [5, 16], "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer("m", [inp]).as_numpy("Y")
+    with torch.inference_mode():
+        # ONNX Runtime's CUDA provider multiplies FP32 in TF32 by default (about 3e-4 relative).
+        np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=2e-3, atol=2e-3)
