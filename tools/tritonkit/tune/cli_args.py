@@ -7,9 +7,9 @@ embedded one started on ``--repo`` in explicit model-control mode with only the 
 
 from __future__ import annotations
 
-import os
 import argparse
 import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
