@@ -3,12 +3,15 @@ one line on stderr and a non-zero exit for bad input, nothing written."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tritonkit.cli import main
+from tritonkit.repository.store import ModelRepository
 
 
 def _write_spec(path: Path, data: dict[str, object]) -> Path:
@@ -108,7 +111,6 @@ def test_onnxruntime_target_honours_the_instance_kind(
 ) -> None:
     """The dev overlay (no GPU) builds `--target onnxruntime --instance-kind KIND_CPU`: Triton refuses
     KIND_GPU without a GPU, so the flag (and TRITONKIT_INSTANCE_KIND) must reach the config."""
-    from tritonkit.repository.store import ModelRepository
 
     data = tiny_spec(tiny_onnx, *tiny_data, precisions=["fp32"])  # type: ignore[operator]
     spec = _write_spec(tmp_path / "tiny.yaml", data)
@@ -146,7 +148,6 @@ def test_flag_paths_resolve_against_the_working_directory(
 ) -> None:
     """`--calibration-data cal.npz` names a file in the working directory, not beside the spec;
     the same relative path written in the spec resolves against the spec's folder."""
-    import shutil
 
     work, specs = tmp_path / "work", tmp_path / "specs"
     work.mkdir()
@@ -168,7 +169,6 @@ def test_a_torch_module_beside_the_spec_is_found_without_pythonpath(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import sys
 
     specs = tmp_path / "specs"
     specs.mkdir()

@@ -5,6 +5,7 @@ engine description (hand-made here; read from a real ICudaEngine on a TensorRT m
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 
 from tritonkit.build.accuracy import Thresholds, gate
+from tritonkit.build.cli_args import add_arguments
 from tritonkit.build.engine_io import EngineDescription, EngineTensor, engine_config, triton_dtype
 from tritonkit.build.gpu import PROFILES
+from tritonkit.build.pipeline import build_from_spec
 from tritonkit.build.spec import apply_overrides, load_spec, parse_spec
 from tritonkit.build.tensorrt import (
     calibration_shapes,
@@ -22,7 +25,7 @@ from tritonkit.build.tensorrt import (
     plan_for_spec,
     timing_cache_path,
 )
-from tritonkit.build.tensorrt_loaders import calibration_feeds
+from tritonkit.build.tensorrt_loaders import calibration_cache_for, calibration_feeds
 from tritonkit.config import to_pbtxt, validate
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import CalibrationError, GpuProfileError, SpecError
@@ -100,9 +103,6 @@ def test_timing_cache_precedence_flag_env_spec(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_cli_takes_a_timing_cache_flag() -> None:
-    import argparse
-
-    from tritonkit.build.cli_args import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -149,7 +149,6 @@ def test_evaluation_batch_outside_every_profile_is_refused_in_one_line() -> None
 def test_the_pipeline_refuses_uncovered_evaluation_shapes_before_building(
     tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path]
 ) -> None:
-    from tritonkit.build.pipeline import build_from_spec
 
     spec = parse_spec(
         {
@@ -201,7 +200,6 @@ def test_last_profile_is_the_calibration_profile() -> None:
 
 
 def test_legacy_calibration_cache_is_per_model(tmp_path: Path) -> None:
-    from tritonkit.build.tensorrt_loaders import calibration_cache_for
 
     a, b = (
         calibration_cache_for(tmp_path / "a" / "int8.plan"),

@@ -12,6 +12,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
 from tritonkit.build.gpu import PROFILES
 from tritonkit.build.gpu_serving import (
@@ -21,8 +22,10 @@ from tritonkit.build.gpu_serving import (
     gpu_placement_problems,
     plan_execution,
 )
+from tritonkit.build.torch_program import write_torch_version
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.errors import SpecError
+from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import runner_path
 
 
@@ -49,7 +52,7 @@ def test_buckets_pad_up_and_chunk_over_the_largest() -> None:
 
 
 def test_engine_on_cpu_matches_the_module_for_every_batch() -> None:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     runner = _runner()
     torch.manual_seed(0)
@@ -140,7 +143,7 @@ def test_check_refuses_kind_gpu_without_a_gpu() -> None:
 class _Tiny:  # built lazily so collection does not import torch
     @staticmethod
     def make() -> object:
-        import torch
+        import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
         class Tiny(torch.nn.Module):
             def __init__(self) -> None:
@@ -155,11 +158,7 @@ class _Tiny:  # built lazily so collection does not import torch
 
 
 def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
-    import torch
-    import tritonclient.http as httpclient
-
-    from tritonkit.build.torch_program import write_torch_version
-    from tritonkit.serve.embedded import EmbeddedServer
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = _Tiny.make()
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}

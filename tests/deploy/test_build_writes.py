@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tritonkit import deploy
+from tritonkit.deploy.checks.context import Problems
+from tritonkit.deploy.checks.security import check_security
 
 Obj = dict[str, Any]
 Rendered = Callable[[str], list[Obj]]
@@ -153,8 +155,6 @@ def test_t4_timing_cache_keyed_by_gpu_and_tensorrt(rendered: Rendered) -> None:
 
 
 def test_upload_pod_mounts_the_workspace_the_jobs_build_from(rendered: Rendered) -> None:
-    from tritonkit.deploy.checks.context import Problems
-    from tritonkit.deploy.checks.security import check_security
 
     path = Path(__file__).resolve().parents[2] / "k8s" / "upload" / "inputs-upload-pod.yaml"
     objects = deploy.parse_objects(path.read_text())

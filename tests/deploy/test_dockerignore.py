@@ -10,6 +10,7 @@ number of segments, a match on a folder excludes everything under it, ``!`` re-i
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,6 @@ DOCKERIGNORE = _patterns(ROOT / ".dockerignore")
 
 
 def _tracked_folders() -> set[str]:
-    import subprocess
 
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return {part for path in files.split() for part in path.split("/")[:-1]}
@@ -104,7 +104,6 @@ def test_built_artifacts_stay_out(path: str) -> None:
 
 def _copied() -> list[str]:
     """Files the Dockerfile's COPY lines take from the context (folders: each file in them, tracked)."""
-    import subprocess
 
     sources: list[str] = []
     for line in (ROOT / "k8s" / "images" / "Dockerfile").read_text().splitlines():

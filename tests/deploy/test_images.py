@@ -132,7 +132,10 @@ def _required_imports(path: Path, *, numpy_major: int) -> set[str]:
 def _model_files() -> list[Path]:
     """The python-backend runners (copied into versions as model.py) and any committed model.py."""
     runner_dir = Path(runners.__file__).parent
-    files = [p for p in sorted(runner_dir.glob("*.py")) if p.name != "__init__.py"]
+    # The GPU runners (torch CUDA graphs, ONNX Runtime CUDA) serve on the embedded server of a GPU host; in
+    # NVIDIA's image the same models run on its TensorRT/ONNX Runtime backends, so the image need not carry torch.
+    embedded_only = {"__init__.py", "torch_runner.py", "onnx_cuda_runner.py"}
+    files = [p for p in sorted(runner_dir.glob("*.py")) if p.name not in embedded_only]
     return files + sorted((ROOT / "model_repository").glob("*/*/model.py"))
 
 

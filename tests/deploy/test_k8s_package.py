@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 import yaml
+from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit import deploy
 from tritonkit.build.spec import load_spec
@@ -69,9 +72,6 @@ def test_spec_with_torch_module_and_data_is_packed(tmp_path: Path) -> None:
 
 def _onnx(path: Path, *, external: bool = False) -> bytes:
     """A tiny real ONNX model (Y = X + W); with ``external`` W lives in ``<name>.weights`` beside it."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
     weight = numpy_helper.from_array(np.ones((1, 4), dtype=np.float32), name="W")
     graph = helper.make_graph(

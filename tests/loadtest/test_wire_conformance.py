@@ -27,6 +27,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from tritonkit.loadtest.transports import hub
 from tritonkit.loadtest.transports.hub import HubConnection
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError, grpc_timeout
 
@@ -164,9 +165,7 @@ def test_goaway_with_an_error_code_fails_open_streams_and_resends_unprocessed() 
 def test_concurrent_users_share_one_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     """Users starting together (a connect yields to the others under Locust's monkey-patching, as
     gevent's ``create_connection`` does here) get one connection, not one each."""
-    import gevent.socket
-
-    from tritonkit.loadtest.transports import hub
+    import gevent.socket  # noqa: PLC0415 (gevent must be imported after Locust's monkey-patching, in the process that runs it)
 
     def script(conn: Conn) -> None:
         conn.start()

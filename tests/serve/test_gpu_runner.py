@@ -12,7 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
+from tritonkit.build.gpu_serving import ServingSpec, plan_execution
+from tritonkit.build.torch_program import write_onnx_gpu_version, write_torch_version
+from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import runner_path
 
 pytestmark = pytest.mark.gpu
@@ -27,7 +31,7 @@ def _load(name: str) -> ModuleType:
 
 
 def _tiny() -> Any:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     class Tiny(torch.nn.Module):
         def __init__(self) -> None:
@@ -43,7 +47,7 @@ def _tiny() -> Any:
 
 
 def test_cuda_graph_replay_equals_eager_for_every_batch() -> None:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     runner = _load("torch_runner")
     module = _tiny().cuda()
@@ -60,12 +64,7 @@ def test_cuda_graph_replay_equals_eager_for_every_batch() -> None:
 
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_torch_version_serves_on_kind_gpu(tmp_path: Path, precision: str) -> None:
-    import torch
-    import tritonclient.grpc as grpcclient
-
-    from tritonkit.build.gpu_serving import ServingSpec, plan_execution
-    from tritonkit.build.torch_program import write_torch_version
-    from tritonkit.serve.embedded import EmbeddedServer
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = _tiny()
     examples = {"X": torch.randn(2, 16), "MASK": torch.ones(2, 5, dtype=torch.int64)}
@@ -97,17 +96,13 @@ def test_torch_version_serves_on_kind_gpu(tmp_path: Path, precision: str) -> Non
 
 
 def test_onnx_cuda_runner_serves_on_kind_gpu(tmp_path: Path) -> None:
-    import torch
-    import tritonclient.grpc as grpcclient
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     ort = pytest.importorskip("onnxruntime")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip(
             f"needs onnxruntime-gpu first on the path; onnxruntime {ort.__version__} offers {ort.get_available_providers()}"
         )
-    from tritonkit.build.gpu_serving import ServingSpec, plan_execution
-    from tritonkit.build.torch_program import write_onnx_gpu_version
-    from tritonkit.serve.embedded import EmbeddedServer
 
     module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Tanh()).eval()
     onnx_path = tmp_path / "m.onnx"

@@ -11,6 +11,7 @@ import pytest
 
 from tritonkit.cli import main
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.generator import Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
@@ -71,7 +72,6 @@ def k8s_copy(tmp_path: Path) -> Path:
 
 
 def test_the_patch_renders_into_a_t4_overlay_that_still_validates(k8s_copy: Path) -> None:
-    from tritonkit.loadtest.scenarios import SCENARIOS
 
     plan = make_plan(TUNE, target_rps=1000.0, price_per_gpu_hour=0.526)
     apply_patch(k8s_copy, kustomize_patch(plan))

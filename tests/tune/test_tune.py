@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tritonkit.cli import main
-from tritonkit.config import ModelConfig, to_pbtxt
+from tritonkit.config import ModelConfig, from_pbtxt, to_pbtxt
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.apply import read_config, write_as_model, write_config
+from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.space import apply_point
@@ -76,7 +76,6 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
 
 
 def read_config_from_text(text: str) -> ModelConfig:
-    from tritonkit.config import from_pbtxt
 
     return from_pbtxt(text)
 
@@ -106,7 +105,6 @@ def test_a_failed_write_leaves_the_old_config(tmp_path: Path) -> None:
 def test_tune_a_named_server_through_its_repository_api(
     explicit_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tritonkit.tune.apply import RepositoryApi
 
     api = RepositoryApi(explicit_server.http_url, {"tritonkit-admin-key": "wrong"})
     with pytest.raises(TritonKitError, match="loading model `add`"):

@@ -32,12 +32,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tritonkit.bench.gpu_load import run_load
+from tritonkit.build.gpu_serving import Placement, ServingSpec, plan_execution
+from tritonkit.build.torch_program import write_onnx_gpu_version, write_torch_version
+from tritonkit.loadtest.report.metrics import scrape
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.runners import runner_path
+
 SEQ = 128
 HIDDEN = 384
 
 
 def _runner(name: str) -> ModuleType:
-    from tritonkit.serve.runners import runner_path
 
     spec = importlib.util.spec_from_file_location(f"bench_{name}", runner_path(name))
     assert spec is not None and spec.loader is not None
@@ -48,8 +54,8 @@ def _runner(name: str) -> ModuleType:
 
 def minilm(seed: int = 0) -> Any:
     """MiniLM-architecture embedder: (input_ids, attention_mask) -> mean-pooled [batch, 384]."""
-    import torch
-    from transformers import BertConfig, BertModel
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from transformers import BertConfig, BertModel  # noqa: PLC0415 (optional (models extra))
 
     torch.manual_seed(seed)
     config = BertConfig(
@@ -78,7 +84,7 @@ def minilm(seed: int = 0) -> Any:
 
 
 def _examples(batch: int, seed: int = 1, ragged: bool = False) -> dict[str, Any]:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, 30000, (batch, SEQ), generator=g)
@@ -91,7 +97,7 @@ def _examples(batch: int, seed: int = 1, ragged: bool = False) -> dict[str, Any]
 
 def _rate(run: Callable[[], Any], batch: int, seconds: float = 1.5) -> float:
     """Samples/s of ``run`` (one batch) timed with device syncs after a warm-up."""
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     for _ in range(5):
         run()
@@ -114,7 +120,7 @@ def _call(engine: Any, feeds: list[Any]) -> Callable[[], Any]:
 
 
 def _cosine(a: Any, b: Any) -> tuple[float, float]:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     cos = torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=1)
     return float(cos.min()), float(cos.mean())
@@ -155,10 +161,7 @@ class _GpuSampler:
 
 def build_repository(root: Path, have_ort: bool, log: Callable[[str], None]) -> dict[str, str]:
     """The versions served: name -> what it is."""
-    import torch
-
-    from tritonkit.build.gpu_serving import Placement, ServingSpec, plan_execution
-    from tritonkit.build.torch_program import write_onnx_gpu_version, write_torch_version
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = minilm()
     examples = _examples(2)
@@ -214,7 +217,7 @@ def build_repository(root: Path, have_ort: bool, log: Callable[[str], None]) -> 
 
 def in_process(root: Path, have_ort: bool, batches: list[int]) -> dict[str, dict[int, float]]:
     """Samples/s of each engine at each batch, inputs already on the GPU (the runners' engines)."""
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch_runner = _runner("torch_runner")
     rates: dict[str, dict[int, float]] = {}
@@ -247,7 +250,7 @@ def in_process(root: Path, have_ort: bool, batches: list[int]) -> dict[str, dict
 
 def accuracy(root: Path, have_ort: bool) -> dict[str, tuple[float, float]]:
     """Cosine (min, mean) of each served engine's embeddings against FP32 eager on the GPU, TF32 off."""
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -306,11 +309,7 @@ ORT_VERSIONS = {"minilm_ort_fp32": "fp32"}
 def served(
     root: Path, versions: dict[str, str], seconds: float, log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    import psutil
-
-    from tritonkit.bench.gpu_load import run_load
-    from tritonkit.loadtest.report.metrics import scrape
-    from tritonkit.serve.embedded import EmbeddedServer
+    import psutil  # noqa: PLC0415 (optional (dev extra))
 
     rows = []
     extra = [
@@ -532,13 +531,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per served scenario")
     parser.add_argument("--skip-served", action="store_true")
     args = parser.parse_args(argv)
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if not torch.cuda.is_available():
         print("tritonkit.bench.gpu: expected a CUDA GPU; torch sees none", file=sys.stderr)
         return 2
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
 
         have_ort = "CUDAExecutionProvider" in ort.get_available_providers()
         ort_version = ort.__version__

@@ -8,6 +8,7 @@ generator's headroom beside the server's figures.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import time
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc.aio as grpcaio
+from tritonclient import grpc as grpcclient
 
 __all__ = ["LoadResult", "run_load"]
 
@@ -36,10 +39,6 @@ def _worker(
     args: tuple[str, str, int, int, int, float, float, Any],
 ) -> tuple[int, int, list[float], float, str]:
     url, model, seq, batch, in_flight, warmup_s, seconds, start_at = args
-    import asyncio
-
-    import tritonclient.grpc.aio as grpcaio
-    from tritonclient import grpc as grpcclient
 
     rng = np.random.default_rng(os.getpid())
     ids = rng.integers(1000, 30000, size=(batch, seq), dtype=np.int64)

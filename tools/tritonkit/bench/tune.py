@@ -19,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
+from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.search import Outcome, brute, grid, quick
+from tritonkit.tune.stats import StabilityRule
+from tritonkit.tune.synthetic import AXES, surface
+from tritonkit.tune.tuner import TuneOptions, tune
 
 __all__ = ["run"]
 
@@ -57,8 +63,6 @@ def _write_model(repo: Path) -> None:
 
 
 def _synthetic() -> list[str]:
-    from tritonkit.tune.search import Outcome, brute, grid, quick
-    from tritonkit.tune.synthetic import AXES, surface
 
     lines = [
         "| p99 budget | brute force: best req/s, configs | quick, 40 starts: best/brute worst, median | "
@@ -89,10 +93,6 @@ def _synthetic() -> list[str]:
 
 
 def _live(quick_mode: bool) -> list[str]:
-    from tritonkit.tune.generator import WindowSpec
-    from tritonkit.tune.measure import MeasureOptions
-    from tritonkit.tune.stats import StabilityRule
-    from tritonkit.tune.tuner import TuneOptions, tune
 
     budget = 20.0
     grid: dict[str, tuple[int | str, ...]] = (

@@ -46,7 +46,7 @@ __all__ = [
 
 def polygraphy_profiles(plan: EnginePlan, io: Any) -> list[Any]:
     """One Polygraphy ``Profile`` per plan profile, with full (batch + dims) min/opt/max shapes."""
-    from polygraphy.backend.trt import Profile
+    from polygraphy.backend.trt import Profile  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     check_shapes(plan, io)
     fixed = {t.name: tuple(t.shape[1:]) for t in io.inputs}
@@ -76,7 +76,7 @@ def create_config(
 
     With a calibrator, Polygraphy makes the *last* profile the calibration profile.
     """
-    from polygraphy.backend.trt import CreateConfig
+    from polygraphy.backend.trt import CreateConfig  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     kwargs: dict[str, Any] = {
         "profiles": profiles,
@@ -105,7 +105,7 @@ def engine_loader_graph(
     calibrator: Any = None,
 ) -> Any:
     """``SaveEngine(EngineFromNetwork(NetworkFromOnnxPath, CreateConfig), plan_file)``, not yet called."""
-    from polygraphy.backend.trt import EngineFromNetwork, NetworkFromOnnxPath, SaveEngine
+    from polygraphy.backend.trt import EngineFromNetwork, NetworkFromOnnxPath, SaveEngine  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     network = NetworkFromOnnxPath(str(network_onnx), strongly_typed=flags.strongly_typed or None)
     config = create_config(
@@ -192,7 +192,7 @@ def build_engine(
     calibrator = None
     calibration_cache = None
     if flags.legacy_calibrator:
-        from polygraphy.backend.trt import Calibrator
+        from polygraphy.backend.trt import Calibrator  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
         calibration_cache = calibration_cache_for(plan_file)
         feeds = calibration_feeds(

@@ -73,7 +73,7 @@ def export_program(
 
     The examples' batch should be >= 2 (torch.export specialises size-1 axes).
     """
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if precision not in ("fp32", "fp16"):
         raise BuildError(f"program precision must be fp32 or fp16; got {precision!r}")

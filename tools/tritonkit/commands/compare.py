@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.tune.cli_args import add_measure_args, connect, measure_options
+from tritonkit.tune.compare import compare, markdown, summarize
+from tritonkit.tune.export import write_text_atomic
+from tritonkit.tune.generator import Level
+from tritonkit.tune.measure import LevelResult, Measurer
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
-    from tritonkit.tune.cli_args import add_measure_args
 
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
     parser.add_argument("models", nargs="+", help="NAME[:VERSION], at least two; the first is the reference")
@@ -30,11 +34,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.tune.cli_args import connect, measure_options
-    from tritonkit.tune.compare import compare, markdown, summarize
-    from tritonkit.tune.export import write_text_atomic
-    from tritonkit.tune.generator import Level
-    from tritonkit.tune.measure import LevelResult, Measurer
 
     if len(args.models) < 2 or len(set(args.models)) != len(args.models):
         raise TritonKitError(f"models {args.models}: expected at least two different NAME[:VERSION]")

@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.scenarios import SCENARIOS
+from tritonkit.tune.export import write_text_atomic
+from tritonkit.tune.plan import (
+    PATCH_FILE,
+    apply_patch,
+    check_knee,
+    check_patch,
+    kustomize_patch,
+    make_plan,
+)
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
@@ -40,16 +50,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.loadtest.scenarios import SCENARIOS
-    from tritonkit.tune.export import write_text_atomic
-    from tritonkit.tune.plan import (
-        PATCH_FILE,
-        apply_patch,
-        check_knee,
-        check_patch,
-        kustomize_patch,
-        make_plan,
-    )
 
     source = args.tune_report / "tune.json"
     try:

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.tune.cli_args import add_measure_args, connect, measure_options, parse_levels
+from tritonkit.tune.export import table, write_csv, write_json
+from tritonkit.tune.measure import Measurer, find_max, sweep
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
-    from tritonkit.tune.cli_args import add_measure_args
 
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
     parser.add_argument("--model", required=True, help="NAME[:VERSION]")
@@ -35,9 +37,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.tune.cli_args import connect, measure_options, parse_levels
-    from tritonkit.tune.export import table, write_csv, write_json
-    from tritonkit.tune.measure import Measurer, find_max, sweep
 
     options = measure_options(args)
     if args.concurrency and args.request_rate:

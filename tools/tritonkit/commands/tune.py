@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.tune.cli_args import add_measure_args, measure_options
+from tritonkit.tune.tuner import TuneOptions, tune
 
 
 def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | None:
@@ -36,7 +38,6 @@ def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | N
 
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
-    from tritonkit.tune.cli_args import add_measure_args
 
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
     parser.add_argument("--model", required=True)
@@ -61,8 +62,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.tune.cli_args import measure_options
-    from tritonkit.tune.tuner import TuneOptions, tune
 
     options = TuneOptions(
         model=args.model,

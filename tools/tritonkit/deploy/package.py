@@ -26,7 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tritonkit.build.spec import load_spec, parse_spec
 from tritonkit.errors import DeployError, TritonKitError
+from tritonkit.repository.onnx_io import external_data_files, load_model
+from tritonkit.repository.store import validate_model_name
 
 __all__ = [
     "DATA_DIR",
@@ -92,7 +97,6 @@ def _copy(source: Path, target: Path, root: Path, key: str) -> None:
 
 def _onnx_copies(onnx: Path, key: str) -> list[tuple[Path, str]]:
     """The ONNX file as ``model.onnx`` and its external-data files at their relative places beside it."""
-    from tritonkit.repository.onnx_io import external_data_files, load_model
 
     try:
         locations = external_data_files(load_model(onnx, check=False))
@@ -125,7 +129,6 @@ def _module_root(spec_dir: Path, torch: str) -> Path:
 
 def _finish(staging: Path, output: Path, name: str, force: bool) -> Path:
     """Check the packed spec from its new place, then rename the staging folder into ``inputs/<name>``."""
-    from tritonkit.build.spec import load_spec
 
     load_spec(staging / SPEC_FILE)  # the Job reads it from there: its paths must resolve
     final = output / INPUTS_DIR / name
@@ -138,7 +141,6 @@ def _finish(staging: Path, output: Path, name: str, force: bool) -> Path:
 
 
 def _staging(output: Path, name: str) -> Path:
-    from tritonkit.repository.store import validate_model_name
 
     try:
         validate_model_name(name)
@@ -151,7 +153,6 @@ def _staging(output: Path, name: str) -> Path:
 
 
 def _write_spec(staging: Path, data: dict[str, Any]) -> None:
-    import yaml
 
     (staging / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
@@ -168,9 +169,6 @@ def package_spec(
     ``include``: further files or folders (relative to the spec's folder) the torch module reads, copied
     into ``modules/`` at the same relative place.
     """
-    import yaml
-
-    from tritonkit.build.spec import load_spec
 
     spec_file = Path(spec_path)
     spec = load_spec(spec_file)  # one line per bad key, before anything is written
@@ -226,7 +224,6 @@ def package_onnx(
     force: bool = False,
 ) -> Path:
     """Pack an ONNX file and its build flags (as a generated spec) into ``<output>/inputs/<name>/``."""
-    from tritonkit.build.spec import parse_spec
 
     onnx_path = Path(onnx)
     if not onnx_path.is_file():

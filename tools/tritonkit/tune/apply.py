@@ -21,6 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from tritonkit.config import ModelConfig, from_pbtxt, problems, to_dict, to_pbtxt
 from tritonkit.errors import TritonKitError
 
@@ -33,7 +36,6 @@ class RepositoryApi:
     def __init__(
         self, http_url: str, headers: Mapping[str, str] | None = None, timeout: float = 300.0
     ) -> None:
-        import tritonclient.http as httpclient
 
         self.url = http_url
         self.headers = dict(headers or {})
@@ -42,7 +44,6 @@ class RepositoryApi:
         )
 
     def _do(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
-        from tritonclient.utils import InferenceServerException
 
         try:
             fn(*args, headers=self.headers or None, **kwargs)

@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from tritonkit.client import AsyncClient
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.payloads import sample_sentences
 
 __all__ = ["Level", "LoadGenerator", "RawWindow", "Target", "WindowSpec", "make_inputs"]
 
@@ -115,7 +117,6 @@ def make_inputs(
     order): real English sentences for BYTES inputs, ones for integer masks, zeros for type ids, a small
     vocabulary range for other integers, standard normal floats; so both tools load a model alike.
     """
-    from tritonkit.loadtest.payloads import sample_sentences
 
     rng = np.random.default_rng(seed)
     out: list[dict[str, Any]] = []
@@ -235,7 +236,6 @@ class _Loop:
     async def run(
         self, level: Level, window: WindowSpec, emit: Callable[[RawWindow], None], stopped: Callable[[], bool]
     ) -> None:
-        from tritonkit.client import AsyncClient
 
         t = self.target
         client = AsyncClient(

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.generator import Level, LoadGenerator, RawWindow, Target, WindowSpec
 from tritonkit.tune.stats import (
@@ -221,8 +222,6 @@ class Measurer:
     def __enter__(self) -> Measurer:
         self._generator = LoadGenerator(self.target, self.options.workers).__enter__()
         if self._statistics is None:
-            from tritonkit.client import Client
-
             t = self.target
             self._client = Client(t.url, t.protocol, timeout=10, headers=dict(t.headers) or None)
         return self
@@ -342,7 +341,6 @@ def wait_ready(
     url: str, protocol: str, model: str, headers: dict[str, str] | None, timeout: float = 60
 ) -> None:
     """Block until ``model`` is ready on the server (after a load through the repository API)."""
-    from tritonkit.client import Client
 
     deadline = time.monotonic() + timeout
     with Client(url, protocol, timeout=10, headers=headers) as client:

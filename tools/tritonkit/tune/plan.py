@@ -25,7 +25,11 @@ from typing import Any
 
 import yaml
 
+from tritonkit import deploy
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.run import LoadTestOptions, parse_model
+from tritonkit.loadtest.run import run as run_loadtest
+from tritonkit.loadtest.slo import SLO
 
 __all__ = ["PATCH_FILE", "Plan", "apply_patch", "check_knee", "check_patch", "kustomize_patch", "make_plan"]
 
@@ -207,7 +211,6 @@ def check_patch(
     k8s_dir: str | os.PathLike[str], scenarios: Sequence[str] = ()
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Render the t4 overlay of ``k8s_dir`` and validate it (strict schemas and the checklist)."""
-    from tritonkit import deploy
 
     objects = deploy.render("t4", root=k8s_dir)
     schemas = Path(k8s_dir) / "schemas"
@@ -235,9 +238,6 @@ def check_knee(
     The knee (the last ramp step within p99 <= budget, or where throughput stopped growing) should carry
     the plan's per-replica throughput within ``tolerance``.
     """
-    from tritonkit.loadtest.run import LoadTestOptions, parse_model
-    from tritonkit.loadtest.run import run as run_loadtest
-    from tritonkit.loadtest.slo import SLO
 
     users = max(steps, 2 * max(plan.concurrency, 1))
     options = LoadTestOptions(

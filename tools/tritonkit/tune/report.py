@@ -112,10 +112,10 @@ def markdown(
 
 
 def plot(path: Path, trials: Sequence[dict[str, Any]], budget_ms: float, model: str) -> None:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib is heavy; only report writing needs it)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib is heavy; only report writing needs it)
 
     measured = [t for t in trials if t.get("best")]
     front = pareto_front(trials)

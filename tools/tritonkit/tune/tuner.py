@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
@@ -241,7 +242,6 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
 def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> ModelConfig:
     if options.repo is not None and (Path(options.repo) / options.model / "config.pbtxt").exists():
         return read_config(Path(options.repo) / options.model)
-    from tritonkit.client import Client
 
     with Client(url, options.protocol, timeout=30, headers=headers) as client:
         return from_proto(client.config(options.model))
