@@ -49,9 +49,9 @@ class OrtCudaEngine:
 
     def __init__(self, onnx_path: str, device: str, threads: int = 1) -> None:
         _pythonpath_first()
-        import numpy as np
-        import onnxruntime as ort
-        import torch
+        import numpy as np  # noqa: PLC0415 (after _pythonpath_first(): the GPU build of onnxruntime must win)
+        import onnxruntime as ort  # noqa: PLC0415 (after _pythonpath_first(): the GPU build of onnxruntime must win)
+        import torch  # noqa: PLC0415 (after _pythonpath_first(): the GPU build of onnxruntime must win)
 
         self.torch = torch
         self.device = torch.device(device)
@@ -114,8 +114,8 @@ class TritonPythonModel:
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
-        import torch
-        import torch.utils.dlpack as torch_dlpack
+        import torch  # noqa: PLC0415 (torch loads only in the stub that serves this model)
+        import torch.utils.dlpack as torch_dlpack  # noqa: PLC0415 (torch loads only in the stub that serves this model)
 
         self.torch = torch
         self.dlpack: Any = torch_dlpack
