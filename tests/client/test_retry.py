@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -260,9 +262,6 @@ def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, proto
     """Defect 8: kill -9 mid-call over HTTP read as "not HTTP… is this the gRPC port?" and was not
     retried. With the default policy and a 10 s deadline, every call across a kill -9 and restart
     on the same ports succeeds."""
-    import os
-    import signal
-
     ports = _ports()
     servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
     outcomes: list[str] = []

@@ -199,7 +199,9 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
     # HTTPParseError, and a server killed mid-call is a connection failure, not a protocol mix-up.
     if isinstance(exc, _CLOSED):
         detail = str(exc) or type(exc).__name__
-        err = ServerUnavailableError(f"{what}: server not reachable ({type(exc).__name__}: {detail})")
+        err: _CallError = ServerUnavailableError(
+            f"{what}: server not reachable ({type(exc).__name__}: {detail})"
+        )
         err.retryable = not isinstance(exc, socket.gaierror)
         return err
     if isinstance(exc, _GARBAGE):
@@ -209,7 +211,7 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         )
         return err0
     if isinstance(exc, _TIMEOUTS):
-        err: _CallError = InferenceTimeoutError(f"{what}: no answer before the deadline")
+        err = InferenceTimeoutError(f"{what}: no answer before the deadline")
         err.retryable = False
         return err
     if isinstance(exc, OSError):

@@ -44,6 +44,7 @@ from tritonkit.client.errors import (
 )
 from tritonkit.client.protocol import CONFIG, INDEX, IS_LIVE, IS_MODEL_READY, IS_READY, METADATA, STATISTICS
 from tritonkit.client.retry import RetryPolicy
+from tritonkit.client.shm import ShmPool
 from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelSpec, ModelStatistics
 from tritonkit.errors import ClientError
 
@@ -99,8 +100,6 @@ class ClientOps:
         self._transport = (http if protocol == "http" else grpc)(core.url, headers, timeout)
         self._shm: Any = None
         if shared_memory != "none":
-            from tritonkit.client.shm import ShmPool
-
             self._shm = ShmPool(shared_memory, self._transport)
         self._closed = False
 
