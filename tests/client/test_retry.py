@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -51,7 +53,13 @@ def test_policy_backoff_is_bounded_and_jittered() -> None:
     ceilings = (0.1, 0.2, 0.4, 0.4)
     for draws, ceiling in zip(waits, ceilings, strict=True):
         assert all(0.0 <= w <= ceiling for w in draws)
-        assert max(draws) > ceiling * 0.8 and min(draws) < ceiling * 0.2  # spread over [0, ceiling]
+        assert all(w >= ceiling / 2 for w in draws)  # equal jitter: a floor under every wait
+        assert max(draws) > ceiling * 0.9 and min(draws) < ceiling * 0.6  # spread over [ceiling/2, ceiling]
+
+
+def test_default_policy_outlasts_a_server_restart() -> None:
+    """Defect: every call gave up within 0.3 s, so a 1.4 s restart failed 185 calls."""
+    assert RetryPolicy().min_total_backoff() >= 2.0
 
 
 def test_policy_decides_what_is_retried() -> None:
@@ -246,3 +254,76 @@ def test_queue_full_retried_when_asked(server: EmbeddedServer) -> None:
         outcomes = _flood(c, 4, 0.2, timeout=None)  # no deadline: retried from the inline first attempt
         assert outcomes == ["ok"] * 4
         assert c.stats.retries >= 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, protocol: str, mode: str) -> None:
+    """Defect 8: kill -9 mid-call over HTTP read as "not HTTP… is this the gRPC port?" and was not
+    retried. With the default policy and a 10 s deadline, every call across a kill -9 and restart
+    on the same ports succeeds."""
+    ports = _ports()
+    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+    outcomes: list[str] = []
+
+    def restart() -> None:
+        pid = servers[-1].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        servers[-1].stop()
+        servers.append(EmbeddedServer(small_repo, exit_timeout=1, **ports).start())
+
+    async def run_async() -> None:
+        async with AsyncClient(_url(ports, protocol), protocol) as c:
+            stop = asyncio.Event()
+
+            async def caller(task: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    x = np.full((1, 4), i * 10 + task, np.float32)
+                    try:
+                        y = (await c.infer("add", {"X": x}, timeout=10.0))["Y"]
+                        outcomes.append("ok" if y[0, 0] == x[0, 0] + 1 else "wrong")
+                    except ClientError as exc:
+                        outcomes.append(f"raised {type(exc).__name__}: {exc}")
+
+            tasks = [asyncio.create_task(caller(t)) for t in range(4)]
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(restart)
+            await asyncio.sleep(0.5)
+            stop.set()
+            await asyncio.gather(*tasks)
+
+    try:
+        if mode == "async":
+            asyncio.run(run_async())
+        else:
+            stop = threading.Event()
+            with Client(_url(ports, protocol), protocol) as c:
+
+                def caller() -> None:
+                    i = 0
+                    while not stop.is_set():
+                        i += 1
+                        x = np.full((1, 4), i, np.float32)
+                        try:
+                            y = c.infer("add", {"X": x}, timeout=10.0)["Y"]
+                            outcomes.append("ok" if y[0, 0] == i + 1 else "wrong")
+                        except ClientError as exc:
+                            outcomes.append(f"raised {type(exc).__name__}: {exc}")
+
+                threads = [threading.Thread(target=caller) for _ in range(2)]
+                for t in threads:
+                    t.start()
+                time.sleep(0.5)
+                restart()
+                time.sleep(0.5)
+                stop.set()
+                for t in threads:
+                    t.join(60)
+    finally:
+        for s in servers:
+            s.stop()
+    failed = [o for o in outcomes if o != "ok"]
+    assert outcomes and not failed, failed[:3]

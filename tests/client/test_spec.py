@@ -138,6 +138,8 @@ def test_unknown_output_name(client: Client) -> None:
         ("hello", r"expects a list or array of str/bytes .* given a single str"),
         (np.ones((1, 1), F32), r"expects BYTES \(str/bytes\), given float32"),
         ([1, 2], r"expects str or bytes elements, given an element of type int"),
+        (["a", None], r"expects str or bytes elements, given an element of type NoneType"),
+        (["ok", "\ud800"], r"input `TEXT` of .*: element 1 is not valid UTF-8 text"),
         (42, r"expects BYTES as list\[str\], list\[bytes\] or an object array, given int"),
     ],
 )

@@ -195,6 +195,15 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         return _from_server(exc, what)
     if isinstance(exc, AnswerError):  # the server's answer cannot be read: its fault, not the caller's
         return UnexpectedAnswerError(f"{what}: {exc}")
+    # A closed connection comes first: geventhttpclient's HTTPConnectionClosed subclasses its
+    # HTTPParseError, and a server killed mid-call is a connection failure, not a protocol mix-up.
+    if isinstance(exc, _CLOSED):
+        detail = str(exc) or type(exc).__name__
+        err: _CallError = ServerUnavailableError(
+            f"{what}: server not reachable ({type(exc).__name__}: {detail})"
+        )
+        err.retryable = not isinstance(exc, socket.gaierror)
+        return err
     if isinstance(exc, _GARBAGE):
         err0: _CallError = ServerUnavailableError(
             f"{what}: the answer is not HTTP ({type(exc).__name__}); expected Triton's HTTP port "
@@ -202,13 +211,8 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         )
         return err0
     if isinstance(exc, _TIMEOUTS):
-        err: _CallError = InferenceTimeoutError(f"{what}: no answer before the deadline")
+        err = InferenceTimeoutError(f"{what}: no answer before the deadline")
         err.retryable = False
-        return err
-    if isinstance(exc, _CLOSED):
-        detail = str(exc) or type(exc).__name__
-        err = ServerUnavailableError(f"{what}: server not reachable ({type(exc).__name__}: {detail})")
-        err.retryable = not isinstance(exc, socket.gaierror)
         return err
     if isinstance(exc, OSError):
         err = ServerUnavailableError(f"{what}: {type(exc).__name__}: {exc}")

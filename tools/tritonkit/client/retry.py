@@ -4,8 +4,9 @@ Only failures where the server cannot have acted on the request are retried: UNA
 (not ready, shutting down), connection refused, and a connection closed or reset before an answer
 arrived (a stale keep-alive connection to a restarted server). Invalid arguments, unknown models,
 timeouts and internal errors are never retried. A full dynamic-batching queue is retried only when
-``retry_queue_full=True``. Waits grow exponentially with *full jitter* (a uniform draw in
-``[0, backoff]``) so that many clients do not retry in lock step, and every call is bounded by a
+``retry_queue_full=True``. Waits grow exponentially with *equal jitter* (a uniform draw in
+``[backoff/2, backoff]``) so that many clients do not retry in lock step while the total wait has a
+floor: the default policy waits at least 5.5 s over its attempts, enough to ride out a server restart, and every call is bounded by a
 total deadline: a request either returns or raises, it is never dropped silently.
 """
 
@@ -29,8 +30,10 @@ class RetryPolicy:
     total budget, retries included).
     """
 
-    max_attempts: int = 4
-    initial_backoff: float = 0.05
+    # 10 attempts from 0.1 s doubling to 2 s: at least 5.55 s (at most 11.1 s) of waiting in all,
+    # so a call outlives a ~2 s server restart when its deadline allows.
+    max_attempts: int = 10
+    initial_backoff: float = 0.1
     max_backoff: float = 2.0
     multiplier: float = 2.0
     deadline: float | None = 60.0
@@ -56,9 +59,16 @@ class RetryPolicy:
         return isinstance(err, ServerUnavailableError) and err.retryable
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt ``attempt``: full jitter over the exponential ceiling."""
+        """Seconds to wait after failed attempt ``attempt``: equal jitter over the exponential ceiling."""
         ceiling = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
-        return (rng or random).uniform(0.0, ceiling)
+        return (rng or random).uniform(ceiling / 2, ceiling)
+
+    def min_total_backoff(self) -> float:
+        """The least time all waits of a call can add up to (when the deadline does not cut them short)."""
+        return sum(
+            min(self.max_backoff, self.initial_backoff * self.multiplier ** (a - 1)) / 2
+            for a in range(1, self.max_attempts)
+        )
 
 
 def as_policy(retries: int | RetryPolicy | None) -> RetryPolicy:

@@ -413,12 +413,25 @@ class ModelSpec:
                 f"input `{rule.name}` of {self._where()} expects BYTES as list[str], list[bytes] or an "
                 f"object array, given {type(value).__name__}"
             )
-        bad = next((v for v in array.flat if not isinstance(v, (str, bytes, np.bytes_, np.str_))), None)
-        if bad is not None:
+        # An index, not the element, marks a bad one: a None element must not read as "none found"
+        # (it was sent as the text "None").
+        bad = next(
+            (i for i, v in enumerate(array.flat) if not isinstance(v, (str, bytes, np.bytes_, np.str_))), -1
+        )
+        if bad >= 0:
             raise InvalidInputError(
                 f"input `{rule.name}` of {self._where()} expects str or bytes elements, "
-                f"given an element of type {type(bad).__name__}"
+                f"given an element of type {type(array.flat[bad]).__name__} at index {bad}"
             )
+        for index, v in enumerate(array.flat):
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as exc:  # lone surrogates cannot be sent as UTF-8
+                    raise InvalidInputError(
+                        f"input `{rule.name}` of {self._where()}: element {index} is not valid "
+                        f"UTF-8 text ({exc.reason} at character {exc.start})"
+                    ) from None
         return array
 
 
