@@ -19,8 +19,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonkit import config
+from tritonkit.build.spec import load_spec
 from tritonkit.cli import main
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.errors import RepositoryError
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.serve.runners import runner_path
@@ -154,3 +156,51 @@ def test_write_removes_dead_writers_staging_but_keeps_live_ones(tmp_path: Path) 
     _write(repo, "m")
     assert not dead_dir.exists() and not legacy_dir.exists()
     assert live_dir.exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "/tmp/x", "a/../../x", "..", ".hidden", "a\\b"])
+def test_model_names_cannot_leave_the_repository(tmp_path: Path, name: str) -> None:
+    repo = ModelRepository(tmp_path / "repo", create=True)
+    with pytest.raises(RepositoryError, match="invalid model name") as info:
+        _write(repo, name)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "x").exists()
+    assert list(repo.root.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["../x.py", "/tmp/x.py", "a/../../x.py", "a\\..\\x.py"])
+def test_file_names_cannot_leave_the_version(tmp_path: Path, key: str) -> None:
+    repo = ModelRepository(tmp_path / "repo", create=True)
+    cfg = ModelConfig(
+        name="m",
+        backend="python",
+        max_batch_size=0,
+        inputs=[TensorConfig("X", "FP32", [1])],
+        outputs=[TensorConfig("Y", "FP32", [1])],
+    )
+    source = tmp_path / "s.py"
+    source.write_text("pass\n")
+    with pytest.raises(RepositoryError, match="invalid file name"):
+        repo.write_version("m", cfg, {"model.py": source, key: source}, Manifest.create(source))
+    assert list(repo.root.iterdir()) == []
+
+
+def test_symlinked_model_directory_out_of_the_repository_is_refused(tmp_path: Path) -> None:
+    repo = ModelRepository(tmp_path / "repo", create=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    os.symlink(outside, repo.root / "m")
+    with pytest.raises(RepositoryError, match=r"is a symlink to .*outside the repository; refusing"):
+        _write(repo, "m")
+    assert list(outside.iterdir()) == []
+
+
+def test_symlinked_spec_paths_do_not_write_outside(tmp_path: Path) -> None:
+    """A spec reached through a symlink cannot name a model (the directory written) outside the repository."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "spec.yaml").write_text("name: ../escape\nsource: {onnx: m.onnx}\n")
+    link = tmp_path / "link.yaml"
+    os.symlink(real / "spec.yaml", link)
+    with pytest.raises(RepositoryError, match=r"invalid model name '\.\./escape'"):
+        load_spec(link)
