@@ -9,7 +9,12 @@ line; empty and non-UTF-8 TEXT are INVALID_ARGUMENT (HTTP 400), not 200 or 500, 
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,7 +107,7 @@ def test_the_good_model_serves_and_each_bad_one_is_named(served: EmbeddedServer)
         assert client.infer("good", [tensor]).as_numpy("input_ids") is not None
     finally:
         client.close()
-    failures = served._load_failures() + served._stub_failures()
+    failures = served.load_failures()
     assert any("broken" in line for line in failures), failures
     wide = [line for line in failures if "wide" in line]
     assert wide and "config.pbtxt dims [512], the graph gives [384]" in wide[0], failures
@@ -137,3 +142,53 @@ def test_bad_text_is_invalid_argument_over_http_and_grpc(
         assert ginfo.value.status() == "StatusCode.INVALID_ARGUMENT", ginfo.value.status()
     finally:
         grpc.close()
+
+
+@pytest.mark.timeout(180)
+def test_serve_skip_bad_models_names_the_bad_one_and_serves_the_good(tmp_path: Path) -> None:
+    for name, body in (("good", "class TritonPythonModel:\n    pass\n"), ("bad", "def x(:\n")):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_text(body)
+        cfg = ModelConfig(
+            name=name,
+            backend="python",
+            max_batch_size=0,
+            inputs=[TensorConfig("X", "FP32", [1])],
+            outputs=[TensorConfig("Y", "FP32", [1])],
+            instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+        )
+        config.save(cfg, tmp_path / name / "config.pbtxt")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "tools")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--skip-bad-models"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("not serving" in line for line in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        ready = next(line for line in lines if "ready" in line)
+        url = ready.split("http=", 1)[1].split()[0]
+        bad = [line for line in lines if "not serving" in line]
+        assert bad == [
+            "tritonkit serve: not serving: model `bad` version 1 failed to load: "
+            "Internal: SyntaxError: invalid syntax (model.py, line 1)\n"
+        ], lines
+        client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+        try:
+            assert client.is_server_ready() and client.is_model_ready("good")
+            assert not client.is_model_ready("bad")
+        finally:
+            client.close()
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)

@@ -400,6 +400,10 @@ class EmbeddedServer:
             return []
         return self.log_file.read_text(errors="replace").splitlines()
 
+    def load_failures(self) -> list[str]:
+        """One line per model that failed to load (``exit_on_error=False`` serves the others)."""
+        return [*self._load_failures(), *self._stub_failures()]
+
     def _load_failures(self) -> list[str]:
         return load_failures(self._log_lines())
 
