@@ -190,7 +190,7 @@ def test_symlinked_model_directory_out_of_the_repository_is_refused(tmp_path: Pa
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     os.symlink(outside, repo.root / "m")
-    with pytest.raises(RepositoryError, match=r"is a symlink to .*outside the repository; refusing"):
+    with pytest.raises(RepositoryError, match="not a model directory"):
         _write(repo, "m")
     assert list(outside.iterdir()) == []
 

@@ -370,11 +370,6 @@ class ModelRepository:
         entries = {_relative_file_name(key): value for key, value in files.items()}
         model_dir = self.root / name
         target = model_dir / str(number)
-        if model_dir.is_symlink() and not model_dir.resolve().is_relative_to(self.root.resolve()):
-            raise RepositoryError(
-                f"model `{name}` in {str(self.root)!r} is a symlink to {str(model_dir.resolve())!r}, outside "
-                "the repository; refusing to write there"
-            )
         self._check_target(name, model_dir, target, config, force=force)
 
         try:
