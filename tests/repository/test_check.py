@@ -50,11 +50,12 @@ def test_layout_problems(repo: Path, onnx_file: Callable[[str], Path]) -> None:
     (noart / "1" / "model.onnx").unlink()
     renamed = imported(repo, onnx_file, "renamed")
     edit_config(renamed, lambda c: setattr(c, "name", "other"))
-    (repo / f"{STAGING_PREFIX}abc123").mkdir()
     (repo / ".ipynb_checkpoints").mkdir()
     (repo / "README.txt").write_text("files at the root are ignored by Triton")
     broken_manifest = imported(repo, onnx_file, "manifest")
     (broken_manifest / "1" / "build.json").write_text("{")
+    # After the last write: a write removes staging directories whose writer is gone.
+    (repo / f"{STAGING_PREFIX}abc123").mkdir()
 
     problems = check_repository(repo)
     assert (

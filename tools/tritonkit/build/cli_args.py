@@ -63,6 +63,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="US",
         help=f"dynamic batching delay in microseconds (default {DEFAULT_MAX_QUEUE_DELAY_US})",
     )
+    queue = parser.add_argument_group("dynamic batcher queue (needs max_batch_size >= 1)")
+    queue.add_argument(
+        "--max-queue-size",
+        type=int,
+        metavar="N",
+        help="requests waiting beyond N are rejected at once with UNAVAILABLE (default 0: unbounded)",
+    )
+    queue.add_argument(
+        "--queue-timeout-us",
+        type=int,
+        metavar="US",
+        help="a request waiting longer is rejected (default 0: no timeout)",
+    )
+    queue.add_argument(
+        "--priority-levels", type=int, metavar="N", help="request priorities 1..N (default 0: one)"
+    )
+    queue.add_argument(
+        "--default-priority-level", type=int, metavar="N", help="priority of a request that gives none (1..N)"
+    )
     group = parser.add_argument_group("conversion (every flag: flag > TRITONKIT_* variable > spec > default)")
     group.add_argument(
         "--target", choices=TARGETS, help="portable (default, embedded server) | onnxruntime | tensorrt"

@@ -29,7 +29,7 @@ from tritonkit.build.flagship import FLAGSHIP_SPECS, flagship_spec
 from tritonkit.build.memory import estimate_memory
 from tritonkit.build.portable_target import RUNNER_FILE
 from tritonkit.build.source import Source, prepare_source
-from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
+from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec, apply_queue_policy
 from tritonkit.build.text_models import ensemble_config, text_ensemble, tokenizer_config, tokenizer_name
 from tritonkit.config import ModelConfig
 from tritonkit.errors import GpuProfileError, ModelImportError, RepositoryError
@@ -238,6 +238,7 @@ def build_from_spec(
             files, config, extra = target_artifacts(
                 spec, source, item, name, mbs, profile, plan, workdir, sets
             )
+            apply_queue_policy(config, spec.batching)
             extra = _manifest_extra(spec, source, item, extra, sets, detection, planning)
             manifest = Manifest.create(
                 source.origin,

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from tritonkit.build.gpu import get_profile
 from tritonkit.build.precision import CALIBRATION_METHODS, Int8Options
+from tritonkit.config import ModelConfig, QueuePolicy
 from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
 
@@ -39,7 +40,9 @@ __all__ = [
     "AccuracySpec",
     "BatchingSpec",
     "BuildSpec",
+    "QueueSpec",
     "apply_overrides",
+    "apply_queue_policy",
     "load_spec",
     "parse_spec",
     "with_overrides",
@@ -131,6 +134,19 @@ class AccuracySpec:
 
 
 @dataclass
+class QueueSpec:
+    """``batching.queue``: the dynamic batcher's default queue policy (0 = unbounded / no timeout).
+
+    A full queue answers UNAVAILABLE at once instead of growing latency and memory without bound.
+    """
+
+    max_size: int = 0
+    timeout_us: int = 0
+    allow_timeout_override: bool = False
+    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
+
+
+@dataclass
 class BatchingSpec:
     #: ``auto``: planned from measured memory and the GPU profile; null: 64 when every input and
     #: output has a dynamic first axis, else 0 (the default of ``tritonkit build --onnx``).
@@ -138,6 +154,10 @@ class BatchingSpec:
     max_queue_delay_us: int = 500
     preferred_batch_sizes: list[int] = field(default_factory=list)
     memory_fraction: float = 0.8
+    queue: QueueSpec = field(default_factory=QueueSpec)
+    #: 0: one priority; else requests carry a priority 1..N (1 first), default ``default_priority_level``.
+    priority_levels: int = 0
+    default_priority_level: int = 0
 
 
 #: Instance kind per target when ``instances.kind`` is not given: the portable target serves on the
@@ -357,6 +377,24 @@ def _check(spec: BuildSpec) -> BuildSpec:
     mbs = spec.batching.max_batch_size
     if isinstance(mbs, int) and mbs < 0:
         raise SpecError(f"spec key `batching.max_batch_size`: expected an integer >= 0 or 'auto', got {mbs}")
+    for key, value in (
+        ("batching.queue.max_size", spec.batching.queue.max_size),
+        ("batching.queue.timeout_us", spec.batching.queue.timeout_us),
+        ("batching.priority_levels", spec.batching.priority_levels),
+    ):
+        if value < 0:
+            raise SpecError(f"spec key `{key}`: expected an integer >= 0, got {value}")
+    levels, default_level = spec.batching.priority_levels, spec.batching.default_priority_level
+    if levels > 0 and not 1 <= default_level <= levels:
+        raise SpecError(
+            f"spec key `batching.default_priority_level`: expected 1..{levels} (`batching.priority_levels`), "
+            f"got {default_level}"
+        )
+    if levels == 0 and default_level != 0:
+        raise SpecError(
+            f"spec key `batching.default_priority_level`: expected 0 without `batching.priority_levels`, "
+            f"got {default_level}"
+        )
     if not 0 < spec.batching.memory_fraction <= 1:
         raise SpecError(
             f"spec key `batching.memory_fraction`: expected a value in (0, 1], got {spec.batching.memory_fraction}"
@@ -406,6 +444,10 @@ ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
     ("gpu", "TRITONKIT_GPU", "requested_gpu", str),
     ("max_batch_size", "TRITONKIT_MAX_BATCH_SIZE", "batching.max_batch_size", _int_or_auto),
     ("max_queue_delay_us", "TRITONKIT_MAX_QUEUE_DELAY_US", "batching.max_queue_delay_us", int),
+    ("max_queue_size", "TRITONKIT_MAX_QUEUE_SIZE", "batching.queue.max_size", int),
+    ("queue_timeout_us", "TRITONKIT_QUEUE_TIMEOUT_US", "batching.queue.timeout_us", int),
+    ("priority_levels", "TRITONKIT_PRIORITY_LEVELS", "batching.priority_levels", int),
+    ("default_priority_level", "TRITONKIT_DEFAULT_PRIORITY_LEVEL", "batching.default_priority_level", int),
     ("instances", "TRITONKIT_INSTANCES", "instances.count", int),
     ("instance_kind", "TRITONKIT_INSTANCE_KIND", "instances.kind", str),
     ("calibration_method", "TRITONKIT_CALIBRATION_METHOD", "int8.method", str),
@@ -478,6 +520,33 @@ def apply_overrides(
     if requested_gpu is not None:
         spec.requested_gpu = get_profile(requested_gpu).name  # an unknown name fails here, in one line
     return spec
+
+
+def apply_queue_policy(config: ModelConfig, batching: BatchingSpec) -> None:
+    """Write ``batching.queue`` and the priority levels into ``config.dynamic_batching``.
+
+    SpecError when they are set but the model has no dynamic batcher (``max_batch_size`` 0), where
+    Triton has no queue to bound.
+    """
+    queue = batching.queue
+    wanted = queue != QueueSpec() or batching.priority_levels > 0
+    if not wanted:
+        return
+    dyn = config.dynamic_batching
+    if dyn is None:
+        raise SpecError(
+            f"spec keys `batching.queue`/`batching.priority_levels` need dynamic batching; model "
+            f"`{config.name}` has max_batch_size {config.max_batch_size} (no batcher, no queue)"
+        )
+    if queue != QueueSpec():
+        dyn.default_queue_policy = QueuePolicy(
+            max_queue_size=queue.max_size,
+            default_timeout_microseconds=queue.timeout_us,
+            allow_timeout_override=queue.allow_timeout_override,
+            timeout_action=queue.timeout_action,
+        )
+    dyn.priority_levels = batching.priority_levels
+    dyn.default_priority_level = batching.default_priority_level
 
 
 def with_overrides(spec: BuildSpec, **changes: Any) -> BuildSpec:

@@ -39,5 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         return 1
     count = len(repo.models())
+    if count == 0:
+        print(f"no models in {args.repo}")
+        return 1
     print(f"{count} models OK")
     return 0

@@ -51,6 +51,11 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     )
     parser.add_argument("--no-strict-readiness", action="store_true", help="ready even if a model is not")
     parser.add_argument(
+        "--skip-bad-models",
+        action="store_true",
+        help="serve the models that load; name each that does not (one line) instead of exiting",
+    )
+    parser.add_argument(
         "--restricted-apis",
         default=",".join(DEFAULT_RESTRICTED_APIS),
         help="comma-separated API groups behind the admin key ('' for none; default %(default)s)",
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         exit_timeout=args.exit_timeout,
         log_verbose=args.log_verbose,
         model_control_mode=args.model_control_mode,
-        strict_readiness=not args.no_strict_readiness,
+        strict_readiness=not (args.no_strict_readiness or args.skip_bad_models),
+        exit_on_error=not args.skip_bad_models,
         restricted_apis=[api for api in args.restricted_apis.split(",") if api],
         admin_key=args.admin_key,
         extra_args=args.triton_arg,
@@ -121,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             f"metrics={server.metrics_url}  log={server.log_file}",
             flush=True,
         )
+        if args.skip_bad_models:
+            for failure in server.load_failures():
+                print(f"tritonkit serve: not serving: {failure}", file=sys.stderr, flush=True)
         if server.restricted_apis and not server.key_hidden:
             # Triton 2.51 takes the key only on its command line; hiding it needs ptrace rights.
             print(

@@ -138,14 +138,104 @@ def compare_tensors(
     return problems
 
 
+_TEXT_RUNNER = "text_embedding"
+
+
+def _runs_text_embedding(config: ModelConfig, version_dir: Path) -> bool:
+    """True when a python-backend version is the text-embedding runner (model.onnx + tokenizer.json)."""
+    if config.parameters.get("runner") == _TEXT_RUNNER:
+        return True
+    model_py = version_dir / (config.default_model_filename or "model.py")
+    try:
+        return model_py.read_bytes() == runner_path(_TEXT_RUNNER).read_bytes()
+    except OSError:
+        return False
+
+
+def _escaping_links(model_dir: Path, root: Path) -> list[str]:
+    """Symlinks under ``model_dir`` that loop, dangle or point outside the repository ``root``."""
+    problems: list[str] = []
+    real_root = root.resolve()
+    for dirpath, dirnames, filenames in os.walk(model_dir):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            rel = path.relative_to(model_dir)
+            try:
+                target = path.resolve(strict=True)
+            except RuntimeError:
+                problems.append(f"`{rel}` is a symlink loop")
+                continue
+            except OSError:
+                problems.append(f"`{rel}` is a dangling symlink")
+                continue
+            if not target.is_relative_to(real_root):
+                problems.append(f"`{rel}` is a symlink that escapes the repository (to {str(target)!r})")
+    return problems
+
+
+def _python_problems(config: ModelConfig, version_dir: Path) -> list[str]:
+    """A python-backend model.py that does not compile (compiled, never imported or run)."""
+    model_py = version_dir / (config.default_model_filename or "model.py")
+    if config.backend != "python" or not model_py.is_file():
+        return []
+    try:
+        compile(model_py.read_bytes(), str(model_py), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" line {line}" if line else ""
+        msg = getattr(exc, "msg", None) or str(exc)
+        return [f"`{model_py.name}`{where} does not compile ({msg})"]
+    return []
+
+
+def _text_problems(config: ModelConfig, version_dir: Path) -> list[str]:
+    """The text-embedding runner's artifacts: a readable graph whose outputs match, and a tokenizer."""
+    if config.backend != "python" or not _runs_text_embedding(config, version_dir):
+        return []
+    problems: list[str] = []
+    onnx_name = config.parameters.get("onnx_file") or "model.onnx"
+    tokenizer = config.parameters.get("tokenizer_file") or "tokenizer.json"
+    if not (version_dir / tokenizer).is_file():
+        problems.append(f"artifact `{tokenizer}` (text-embedding tokenizer) is missing")
+    graph_path = version_dir / onnx_name
+    if not graph_path.is_file():
+        if onnx_name not in expected_artifacts(config):
+            problems.append(f"artifact `{onnx_name}` (text-embedding graph) is missing")
+        return problems
+    try:
+        graph = read_io(graph_path, check=False)
+    except ModelImportError as exc:
+        return [*problems, str(exc)]
+    # The runner serves the graph's pooled output under the config's output name: dims must agree.
+    if config.outputs and graph.outputs:
+        out, spec = config.outputs[0], graph.outputs[0]
+        want = list(spec.shape[1:]) if config.max_batch_size > 0 and len(spec.shape) > 1 else list(spec.shape)
+        if (
+            want
+            and len(out.dims) == len(want)
+            and any(c != g and g > 0 for c, g in zip(out.dims, want, strict=False))
+        ):
+            problems.append(
+                f"output `{out.name}`: config dims {_fmt(out.dims)}, graph `{onnx_name}` has {_fmt(want)}"
+            )
+    return problems
+
+
 def _check_version(config: ModelConfig, version_dir: Path) -> list[str]:
     prefix = f"version {version_dir.name}: "
     problems: list[str] = []
+    if not any(version_dir.iterdir()):
+        missing = [*expected_artifacts(config), *config.cc_model_filenames.values()]
+        if missing:
+            return [f"{prefix}artifact `{a}` is missing" for a in missing]
+        return [f"{prefix}version directory is empty"]
+    problems.extend(prefix + p for p in _python_problems(config, version_dir))
+    problems.extend(prefix + p for p in _text_problems(config, version_dir))
     for artifact in expected_artifacts(config):
         if not (version_dir / artifact).is_file():
             problems.append(f"{prefix}artifact `{artifact}` is missing")
-    if not config.cc_model_filenames and not expected_artifacts(config) and not any(version_dir.iterdir()):
-        problems.append(f"{prefix}version directory is empty")
     for plan in config.cc_model_filenames.values():
         if not (version_dir / plan).is_file():
             problems.append(f"{prefix}artifact `{plan}` (cc_model_filenames) is missing")
@@ -248,6 +338,11 @@ def check_repository(
     repo = root if isinstance(root, ModelRepository) else ModelRepository(root)
     problems: list[str] = []
     for entry in sorted(repo.root.iterdir()):
+        if entry.is_symlink() and entry.is_dir() and not entry.resolve().is_relative_to(repo.root.resolve()):
+            problems.append(
+                f"{entry.name}: symlink that escapes the repository (to {str(entry.resolve())!r})"
+            )
+            continue
         if not entry.is_dir():
             continue  # Triton only looks at directories at the root
         if entry.name.startswith(STAGING_PREFIX):
@@ -259,6 +354,10 @@ def check_repository(
         if entry.name.startswith("."):
             problems.append(f"{entry.name}: hidden directory; Triton would try to load it as a model")
             continue
+        links = _escaping_links(entry, repo.root)
+        problems.extend(f"{entry.name}: {p}" for p in links)
+        if any("loop" in p for p in links):
+            continue  # walking the model further would not end
         problems.extend(f"{entry.name}: {p}" for p in check_model(entry))
         if target is not None and (entry / CONFIG_FILE).is_file():
             try:

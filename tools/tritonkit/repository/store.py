@@ -80,6 +80,20 @@ def validate_model_name(name: str) -> str:
     return name
 
 
+def _writer_alive(staging_name: str) -> bool:
+    """True when the pid recorded in a staging directory name is a running process."""
+    pid_text = staging_name[len(STAGING_PREFIX) :].split("-", 1)[0]
+    if not pid_text.isdigit() or int(pid_text) <= 0:
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
 def _validate_version(version: object) -> int:
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise RepositoryError(f"invalid version {version!r}: expected an integer >= 1")
@@ -296,6 +310,21 @@ class ModelRepository:
         """Staging directories left behind by a killed write (Triton would try to load them as models)."""
         return sorted(p for p in self.root.iterdir() if p.name.startswith(STAGING_PREFIX))
 
+    def remove_stale_staging(self) -> list[Path]:
+        """Remove staging directories whose writer process is gone; returns what was removed.
+
+        A staging directory is named ``<prefix><pid>-<random>``: one whose pid is still alive is a
+        live writer's and is kept. Names without a pid (older layouts) are removed as stale.
+        """
+        removed: list[Path] = []
+        for path in self.stale_staging():
+            if _writer_alive(path.name):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            if not path.exists():
+                removed.append(path)
+        return removed
+
     def read_config(self, name: str) -> ModelConfig:
         path = self.model_dir(name) / CONFIG_FILE
         if not path.is_file():
@@ -344,7 +373,10 @@ class ModelRepository:
         self._check_target(name, model_dir, target, config, force=force)
 
         try:
-            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.root))
+            # A kill -9 mid-write leaves the staging directory behind: the next write removes those
+            # whose writer (the pid in the name) is gone, before adding its own.
+            self.remove_stale_staging()
+            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=self.root))
         except OSError as exc:
             raise RepositoryError(f"repository {str(self.root)!r} is not writable ({exc.strerror})") from None
         try:

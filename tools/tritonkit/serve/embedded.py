@@ -259,6 +259,14 @@ class EmbeddedServer:
             raise ServerError(f"the server is already running (pid {self.pid})")
         if not self.repo.is_dir():
             raise ServerError(f"model repository {self.repo} is not a directory; expected a folder of models")
+        # A build killed mid-write leaves its staging directory (repository.store's prefix); Triton
+        # would try to load it as a model and fail the start naming no model of ours.
+        leftovers = sorted(p.name for p in self.repo.glob(".tritonkit-staging-*"))
+        if leftovers:
+            raise ServerError(
+                f"model repository {self.repo} holds {leftovers[0]}, left by an interrupted build; "
+                "the next `tritonkit build` removes it (or remove it by hand)"
+            )
         roles = ["http", "grpc"] + (["metrics"] if self.metrics else [])
         for role in roles:
             if self._ports[role] is None:
@@ -391,6 +399,10 @@ class EmbeddedServer:
         if self.log_file is None or not self.log_file.exists():
             return []
         return self.log_file.read_text(errors="replace").splitlines()
+
+    def load_failures(self) -> list[str]:
+        """One line per model that failed to load (``exit_on_error=False`` serves the others)."""
+        return [*self._load_failures(), *self._stub_failures()]
 
     def _load_failures(self) -> list[str]:
         return load_failures(self._log_lines())

@@ -66,6 +66,24 @@ def clip(text: str, max_tokens: int) -> str:
     return "".join(parts)
 
 
+def _check_output_dims(config: dict[str, Any], graph_shape: list[Any]) -> None:
+    """Fail the load when config.pbtxt promises other output dims than the graph gives (e.g. 512 vs
+    384): served, the wrong shape would reach every client instead."""
+    output = config["output"][0]
+    dims = [int(d) for d in output.get("dims", [])]
+    shape = list(graph_shape[1:] if int(config.get("max_batch_size", 0)) > 0 else graph_shape)
+    fixed = [g if isinstance(g, int) and g > 0 else -1 for g in shape]
+    if len(dims) == len(fixed) and all(g == -1 or d in (-1, g) for d, g in zip(dims, fixed, strict=True)):
+        return
+    raise ValueError(
+        f"output `{output['name']}`: config.pbtxt dims {dims}, the graph gives {fixed} (-1: any)"
+    )
+
+
+class BadInputError(ValueError):
+    """A request the caller got wrong: answered INVALID_ARGUMENT, not INTERNAL."""
+
+
 def _param(params: dict[str, Any], key: str, default: str) -> str:
     value = params.get(key, {})
     text = value.get("string_value", "") if isinstance(value, dict) else ""
@@ -125,14 +143,27 @@ class TritonPythonModel:
         )
         self.graph_inputs = {i.name for i in self.session.get_inputs()}
         self.graph_output = self.session.get_outputs()[0].name
+        _check_output_dims(config, self.session.get_outputs()[0].shape)
 
     def _sentences(self, request: Any) -> list[str]:
         tensor = pb_utils.get_input_tensor_by_name(request, self.input_name)
         if tensor is None:
-            raise ValueError(f"request lacks input `{self.input_name}`")
+            raise BadInputError(f"request lacks input `{self.input_name}`")
         values = tensor.as_numpy().reshape(-1)
-        texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-        return [clip(text, self.max_tokens) for text in texts]
+        texts: list[str] = []
+        for index, value in enumerate(values):
+            try:
+                text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+            except UnicodeDecodeError as exc:
+                raise BadInputError(
+                    f"{self.input_name} element {index} is not UTF-8 text ({exc.reason})"
+                ) from None
+            # An empty element (an empty body, garbage under a Content-Encoding Triton ignores) would
+            # be answered with the embedding of nothing: refused instead, so the caller sees the mistake.
+            if not text.strip():
+                raise BadInputError(f"{self.input_name} element {index} is empty")
+            texts.append(clip(text, self.max_tokens))
+        return texts
 
     def _embed(self, sentences: list[str]) -> NDArray[np.float32]:
         encodings = self.tokenizer.encode_batch(sentences)
@@ -180,7 +211,11 @@ class TritonPythonModel:
     @staticmethod
     def _error(exc: BaseException) -> Any:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        # The caller's mistake is INVALID_ARGUMENT (HTTP 400), not an internal error (500).
+        code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if isinstance(exc, BadInputError) else None
+        if code is None:
+            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         if self.mode == "tokenize":
