@@ -188,21 +188,45 @@ def grpc_ready_and_good(url: str) -> tuple[bool, bool]:
         channel.close()
 
 
-def own_orphans(before: set[int]) -> list[str]:
-    """tritonserver or python-stub processes of this user, not running before, now adopted by init
-    (parent 1) or a subreaper, that are not children of this test process."""
-    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+def own_orphans(repo: Path) -> list[str]:
+    """tritonserver or python-stub processes still alive that serve ``repo`` (their command line
+    names its path), so another test's servers on this machine are never counted."""
     found = []
-    for proc in psutil.process_iter(["pid", "name", "uids", "cmdline", "ppid"]):
+    for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.info["uids"].real != os.getuid() or proc.pid in before or proc.pid in mine:
-                continue
             cmd = " ".join(proc.info["cmdline"] or [])
-            if "tritonserver" in cmd or "triton_python_backend_stub" in cmd:
-                found.append(f"{proc.pid} {cmd[:60]}")
+            if str(repo) in cmd and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.pid} {cmd[:80]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def _mapped_shm() -> set[str]:
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        names.update(
+            line.rsplit("/dev/shm/", 1)[1].split(" ")[0] for line in text.splitlines() if "/dev/shm/" in line
+        )
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    names.add(target[len("/dev/shm/") :].split(" ")[0])
+        except OSError:
+            continue
+    return names
+
+
+def leaked_shm(before: set[str]) -> list[str]:
+    """``/dev/shm`` regions of this user created since ``before`` that no live process maps or holds."""
+    new = shm_regions() - before
+    return sorted(new - _mapped_shm()) if new else []
 
 
 def triton_pids() -> set[int]:
