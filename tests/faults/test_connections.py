@@ -27,7 +27,9 @@ LOG_BOUND = 1 << 20
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo: Path = tmp_path_factory.mktemp("repo")
     write_add_one(repo)
-    with EmbeddedServer(repo, guard=True, exit_timeout=2, log_file=repo.parent / "server.log") as server:
+    with EmbeddedServer(
+        repo, guard=True, exit_timeout=2, log_file=tmp_path_factory.mktemp("log") / "server.log"
+    ) as server:
         yield server
 
 

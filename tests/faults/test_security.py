@@ -44,7 +44,7 @@ GRPC_APIS: dict[str, Callable[[object], Callable[..., object]]] = {
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo: Path = tmp_path_factory.mktemp("repo")
     write_add_one(repo)
-    log = repo.parent / "server.log"
+    log = tmp_path_factory.mktemp("log") / "server.log"
     with EmbeddedServer(repo, guard=True, exit_timeout=2, log_file=log) as server:
         yield server
 
