@@ -38,7 +38,7 @@ class TritonPythonModel:
         return out
 """
 
-#: Decodes TEXT the way the text runner does (strict UTF-8, a failure answered as TritonError).
+#: Decodes TEXT the way the text runner does: strict UTF-8, a bad element answered INVALID_ARGUMENT.
 TEXT_LEN = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -51,6 +51,9 @@ class TritonPythonModel:
                 values = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
                 n = [len(v.decode("utf-8")) for v in values]
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array(n, np.float32).reshape(-1, 1))]))
+            except UnicodeDecodeError as exc:
+                error = pb_utils.TritonError(f"TEXT is not UTF-8: {exc.reason}", pb_utils.TritonError.INVALID_ARG)
+                out.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
             except Exception as exc:
                 message = " ".join(str(exc).split()) or type(exc).__name__
                 out.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)))

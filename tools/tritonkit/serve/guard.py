@@ -40,6 +40,9 @@ _HEAD_LIMIT = 64 * 1024
 _EXPANSION = 4
 #: Infer bodies larger than this are checked on a worker thread, not on the event loop.
 _INLINE_CHECK_BYTES = 256 * 1024
+#: Seconds a body may go without a byte arriving (a Content-Length larger than what is sent must not hold
+#: the connection forever).
+_BODY_IDLE_S = 5.0
 _DTYPE_BYTES = {
     "BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BF16": 2,
     "INT32": 4, "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "BYTES": 4,
@@ -50,6 +53,7 @@ _EXPECT = re.compile(rb"\r\nexpect:[^\r]*", re.IGNORECASE)
 _REASONS = {
     400: "Bad Request",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     411: "Length Required",
     413: "Payload Too Large",
     431: "Header Too Large",
@@ -88,6 +92,54 @@ def _headers(head: bytes) -> tuple[bytes, bytes, dict[bytes, bytes]]:
     return parts[0], parts[1], fields
 
 
+async def _read_body(reader: asyncio.StreamReader, length: int) -> bytes:
+    parts: list[bytes] = []
+    remaining = length
+    while remaining:
+        try:
+            chunk = await asyncio.wait_for(reader.read(min(remaining, 1 << 20)), _BODY_IDLE_S)
+        except TimeoutError:
+            raise _RefusedError(408, f"no body byte arrived for {_BODY_IDLE_S:g} s") from None
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"".join(parts), length)
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)
+
+
+def _flatten(data: Any, out: list[Any]) -> None:
+    if isinstance(data, list):
+        for element in data:
+            _flatten(element, out)
+    else:
+        out.append(data)
+
+
+def _check_data(name: str, datatype: str, shape: list[int], data: Any) -> None:
+    """Inline ``data`` must hold one element per shape position, of the datatype's kind, finite."""
+    elements: list[Any] = []
+    _flatten(data, elements)
+    if len(elements) != math.prod(shape):
+        raise _RefusedError(
+            400, f"input `{name}`: shape {shape} needs {math.prod(shape)} data elements; got {len(elements)}"
+        )
+    if datatype == "BYTES":
+        kind_ok: Callable[[Any], bool] = lambda v: isinstance(v, str)  # noqa: E731
+        expected = "strings"
+    elif datatype == "BOOL":
+        kind_ok, expected = (lambda v: isinstance(v, bool)), "true/false"
+    elif datatype.startswith(("FP", "BF")):
+        kind_ok = lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+        expected = "finite numbers"
+    else:
+        kind_ok, expected = (lambda v: isinstance(v, int) and not isinstance(v, bool)), "integers"
+    bad = next((i for i, v in enumerate(elements) if not kind_ok(v)), None)
+    if bad is not None:
+        raise _RefusedError(
+            400, f"input `{name}` ({datatype}): expected {expected}; element {bad} is {elements[bad]!r}"[:300]
+        )
+
+
 def _check_infer(body: bytes, fields: dict[bytes, bytes], max_bytes: int) -> None:
     """Refuse an infer body whose JSON is malformed or too deep, or whose shapes ask too much."""
     json_size = fields.get(b"inference-header-content-length")
@@ -105,15 +157,22 @@ def _check_infer(body: bytes, fields: dict[bytes, bytes], max_bytes: int) -> Non
         raise _RefusedError(400, "the request JSON is nested too deeply") from None
     except ValueError as exc:
         raise _RefusedError(400, f"the request JSON does not parse: {exc}") from None
-    inputs = request.get("inputs") if isinstance(request, dict) else None
-    if not isinstance(inputs, list):
-        return  # Triton answers these itself without allocating
+    # Triton 2.51 answers a body that parses but is not a KServe request with 500 (its own parser's
+    # errors), and serves NaN/Infinity literals as data: say what was expected, as a 400, here.
+    if not isinstance(request, dict):
+        raise _RefusedError(400, f"the request JSON must be an object; got {type(request).__name__}")
+    inputs = request.get("inputs")
+    if not isinstance(inputs, list) or not all(isinstance(item, dict) for item in inputs):
+        raise _RefusedError(400, "the request JSON needs `inputs`: a list of objects")
     declared = 0
     for item in inputs:
-        shape = item.get("shape") if isinstance(item, dict) else None
+        shape = item.get("shape")
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise _RefusedError(400, "every input needs a shape of non-negative integers")
-        declared += math.prod(shape) * _DTYPE_BYTES.get(str(item.get("datatype", "")).upper(), 8)
+        datatype = str(item.get("datatype", "")).upper()
+        declared += math.prod(shape) * _DTYPE_BYTES.get(datatype, 8)
+        if declared <= max_bytes * _EXPANSION and "data" in item:
+            _check_data(str(item.get("name", "")), datatype, shape, item["data"])
     if declared > max_bytes * _EXPANSION:
         raise _RefusedError(
             413, f"the inputs declare {declared} bytes; at most {max_bytes * _EXPANSION} are accepted"
@@ -286,7 +345,7 @@ class Guard:
             # Answer it here (curl waits a second otherwise) and keep Triton from answering it too.
             head = _EXPECT.sub(b"", head)
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await reader.readexactly(length) if length else b""
+        body = await _read_body(reader, length)
         if method == b"POST" and _INFER.match(target):
             if len(body) > _INLINE_CHECK_BYTES:  # parsing takes a while: keep other connections moving
                 await asyncio.to_thread(_check_infer, body, fields, self.max_body_bytes)
