@@ -23,7 +23,8 @@ from typing import IO, Any
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.options import ADMIN_HEADER
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.generator import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
