@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.errors import SpecError
 
 __all__ = [
@@ -45,13 +46,9 @@ _TRITON_DTYPES = {
 
 def triton_dtype(trt_name: str) -> str:
     """The Triton data type of a ``trt.DataType`` member name; SpecError when Triton has none."""
-    try:
-        return _TRITON_DTYPES[trt_name]
-    except KeyError:
-        raise SpecError(
-            f"engine tensor data type {trt_name} has no Triton equivalent; expected one of "
-            f"{', '.join(_TRITON_DTYPES)}"
-        ) from None
+    return lookup_dtype(
+        _TRITON_DTYPES, trt_name, SpecError, f"engine tensor data type {trt_name} has no Triton equivalent"
+    )
 
 
 #: Triton data types → numpy dtype names (for feeding an engine what it takes).

@@ -19,6 +19,7 @@ from typing import Any, TypedDict, Unpack
 
 from tritonkit.build.gpu_serving import ExecutionPlan
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
+from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.errors import BuildError
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import Manifest, ModelRepository, validate_model_name
@@ -51,12 +52,9 @@ _TRITON_DTYPES = {
 
 
 def _triton_dtype(dtype: object) -> str:
-    try:
-        return _TRITON_DTYPES[str(dtype)]
-    except KeyError:
-        raise BuildError(
-            f"tensor dtype {dtype} has no Triton type here; expected one of {', '.join(_TRITON_DTYPES)}"
-        ) from None
+    return lookup_dtype(
+        _TRITON_DTYPES, str(dtype), BuildError, f"tensor dtype {dtype} has no Triton type here"
+    )
 
 
 def export_program(
