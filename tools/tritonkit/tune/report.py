@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,11 @@ def _split(t: dict[str, Any]) -> str:
     )
 
 
-def markdown(
-    model: str,
-    budget_ms: float,
-    trials: Sequence[dict[str, Any]],
-    winner: dict[str, Any] | None,
-    baseline: dict[str, Any] | None,
-    search: str,
-    measurements: int,
-) -> str:
+def markdown(data: Mapping[str, Any]) -> str:
+    """``report.md`` of a tune run, from the same fields ``tune.json`` holds."""
+    model, budget_ms, search = data["model"], data["latency_budget_ms"], data["search"]
+    trials, winner, baseline = data["trials"], data["winner"], data["baseline"]
+    measurements = data["measurements"]
     lines = [
         f"# tritonkit tune: `{model}`",
         "",
@@ -161,7 +157,7 @@ def write_report(
     }
     written = [report_dir / "tune.json", report_dir / "report.md"]
     _atomic(written[0], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    text = markdown(model, budget_ms, trials, winner, baseline, search, measurements)
+    text = markdown(data)
     _atomic(written[1], text.encode())
     if plots:
         written.append(report_dir / "pareto.png")
