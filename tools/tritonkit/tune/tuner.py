@@ -226,17 +226,16 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             api.close()
     used = [t for t in trials if t["key"] in {describe(p) for p, _ in result.trials}]
     measurements = sum(len(t["levels"]) for t in used)
-    write_report(
-        report,
-        model=options.model,
-        budget_ms=options.latency_budget_ms,
-        search=options.search,
-        trials=used,
-        winner=winner,
-        baseline=baseline,
-        measurements=measurements,
-        plots=options.plots,
-    )
+    summary = {
+        "model": options.model,
+        "latency_budget_ms": options.latency_budget_ms,
+        "search": options.search,
+        "measurements": measurements,
+        "winner": winner,
+        "baseline": baseline,
+        "trials": used,
+    }
+    write_report(report, summary, plots=options.plots)
     return TuneResult(winner, baseline, used, result.evaluations, measurements, diff)
 
 
