@@ -29,7 +29,8 @@ from tritonkit.client import (
 )
 from tritonkit.client.codec import AnswerError, MissingOutputError
 from tritonkit.client.errors import map_error
-from tritonkit.serve.embedded import DEFAULT_RESTRICTED_APIS, EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.options import DEFAULT_RESTRICTED_APIS
 
 X = {"X": np.ones((1, 4), np.float32)}
 

@@ -29,7 +29,8 @@ from tritonkit.errors import (
     ServerNotInstalledError,
     ServerStartTimeoutError,
 )
-from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer, find_triton, free_port
+from tritonkit.serve.embedded import EmbeddedServer, find_triton, free_port
+from tritonkit.serve.options import ADMIN_HEADER
 
 ADD_ONE = """
 import numpy as np

@@ -11,6 +11,8 @@ roots below so callers can catch by area.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
     "AccuracyError",
     "BuildError",
@@ -30,6 +32,7 @@ __all__ = [
     "SpecError",
     "TensorRTUnavailableError",
     "TritonKitError",
+    "read_text",
 ]
 
 
@@ -109,3 +112,14 @@ class LoadTestError(TritonKitError):
 
 class DeployError(TritonKitError):
     """Kubernetes manifests could not be rendered or validated."""
+
+
+def read_text(path: Path, error: type[TritonKitError], *, missing: str, unreadable: str) -> str:
+    """``path``'s UTF-8 text; ``error(missing)`` when there is no such file, ``error("<unreadable>: <cause>")``
+    when it cannot be read or decoded: file-system errors wrapped at the boundary like any other."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(missing) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{unreadable}: {exc}") from None

@@ -467,30 +467,15 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                 }
             )
 
-    ratio(
-        "dynamic batching gain, 1 instance, requests of 1, 64 in flight (fp16)",
-        ("minilm_fp16_x1", 1, 64),
-        ("minilm_fp16_nodb_x1", 1, 64),
-        12,
-    )
-    ratio(
-        "dynamic batching gain, 1 instance, requests of 16, 16 in flight (fp16)",
-        ("minilm_fp16_x1", 16, 16),
-        ("minilm_fp16_nodb_x1", 16, 16),
-        4,
-    )
-    ratio(
-        "dynamic batching gain, 2 instances, requests of 1, 64 in flight (fp16)",
-        ("minilm_fp16", 1, 64),
-        ("minilm_fp16_nodb", 1, 64),
-        12,
-    )
-    ratio(
-        "dynamic batching gain, 2 instances, requests of 16, 16 in flight (fp16)",
-        ("minilm_fp16", 16, 16),
-        ("minilm_fp16_nodb", 16, 16),
-        4,
-    )
+    # Dynamic batching gain: the same fp16 model with and without a batcher, on 1 and on 2 instances.
+    for suffix, instances in (("_x1", "1 instance"), ("", "2 instances")):
+        for batch, flight, target in ((1, 64, 12), (16, 16, 4)):
+            ratio(
+                f"dynamic batching gain, {instances}, requests of {batch}, {flight} in flight (fp16)",
+                (f"minilm_fp16{suffix}", batch, flight),
+                (f"minilm_fp16_nodb{suffix}", batch, flight),
+                target,
+            )
     for (model, batch, flight), row in served_rows.items():
         label = ENGINE_OF.get(model)
         eff = row.get("effective_in_process")

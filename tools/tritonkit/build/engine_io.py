@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.errors import SpecError
 
 __all__ = [
@@ -31,27 +32,19 @@ __all__ = [
 PLAN_FILE = "model.plan"
 
 #: ``trt.DataType`` member names → Triton data types.
+#: Only the two float names differ; the rest are spelled alike.
 _TRITON_DTYPES = {
     "FLOAT": "FP32",
     "HALF": "FP16",
-    "BF16": "BF16",
-    "INT8": "INT8",
-    "UINT8": "UINT8",
-    "INT32": "INT32",
-    "INT64": "INT64",
-    "BOOL": "BOOL",
+    **{same: same for same in ("BF16", "INT8", "UINT8", "INT32", "INT64", "BOOL")},
 }
 
 
 def triton_dtype(trt_name: str) -> str:
     """The Triton data type of a ``trt.DataType`` member name; SpecError when Triton has none."""
-    try:
-        return _TRITON_DTYPES[trt_name]
-    except KeyError:
-        raise SpecError(
-            f"engine tensor data type {trt_name} has no Triton equivalent; expected one of "
-            f"{', '.join(_TRITON_DTYPES)}"
-        ) from None
+    return lookup_dtype(
+        _TRITON_DTYPES, trt_name, SpecError, f"engine tensor data type {trt_name} has no Triton equivalent"
+    )
 
 
 #: Triton data types → numpy dtype names (for feeding an engine what it takes).

@@ -11,12 +11,16 @@ source, target portable, precision fp32: nothing to convert, so no accuracy gate
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from tritonkit.build.pipeline import build_from_spec
-from tritonkit.build.portable_target import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_QUEUE_DELAY_US, check_settings
+from tritonkit.build.portable_target import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_DELAY_US,
+    PortableSettings,
+    check_settings,
+)
 from tritonkit.build.spec import BuildSpec, parse_spec
 from tritonkit.repository.store import ModelRepository
 
@@ -48,11 +52,7 @@ def import_onnx(
     *,
     version: int | None = None,
     force: bool = False,
-    max_batch_size: int | None = None,
-    instance_count: int = 1,
-    instance_kind: str = "KIND_CPU",
-    max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
-    parameters: Mapping[str, str] | None = None,
+    **settings: Unpack[PortableSettings],
 ) -> Path:
     """Write ``<repo>/<name>/<version>/`` serving ``onnx_path`` with the portable runner; return its path.
 
@@ -61,19 +61,13 @@ def import_onnx(
     merged over the defaults.
     """
     # The library call keeps its own argument names in errors (`instance_count`, not `instances.count`).
-    check_settings(
-        max_batch_size=max_batch_size,
-        instance_count=instance_count,
-        instance_kind=instance_kind,
-        max_queue_delay_us=max_queue_delay_us,
-        parameters=parameters or {},
-    )
+    max_batch_size, instance_count, instance_kind, max_queue_delay_us, parameters = check_settings(settings)
     spec = import_spec(
         onnx_path,
         name,
         batching={"max_batch_size": max_batch_size, "max_queue_delay_us": max_queue_delay_us},
         instances={"count": instance_count, "kind": instance_kind},
-        portable={"parameters": dict(parameters or {})},
+        portable={"parameters": parameters},
     )
     root = repo if isinstance(repo, ModelRepository) else Path(repo)
     (result,) = build_from_spec(spec, root, version=version, force=force)

@@ -11,6 +11,7 @@ and ``model.py`` (the runner); :mod:`tritonkit.build.pipeline` writes it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypedDict, Unpack
 
 from tritonkit.build.source import Source
 from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
@@ -27,6 +28,7 @@ __all__ = [
     "INSTANCE_KINDS",
     "ONNX_FILE",
     "RUNNER_FILE",
+    "PortableSettings",
     "check_settings",
     "graph_config",
     "portable_config",
@@ -65,15 +67,27 @@ def _check_int(value: object, field: str, minimum: int) -> int:
     return value
 
 
-def check_settings(
-    *,
-    max_batch_size: int | None,
-    instance_count: int,
-    instance_kind: str,
-    max_queue_delay_us: int,
-    parameters: Mapping[str, str],
-) -> None:
-    """ConfigError naming the first setting of :func:`graph_config` that Triton or the runner would refuse."""
+class PortableSettings(TypedDict, total=False):
+    """The keyword settings of :func:`graph_config` and ``import_onnx``: ``max_batch_size`` (None:
+    :data:`DEFAULT_MAX_BATCH_SIZE` when the graph can batch, else 0), ``instance_count`` (1),
+    ``instance_kind`` (``KIND_CPU``), ``max_queue_delay_us`` (:data:`DEFAULT_MAX_QUEUE_DELAY_US`) and
+    ``parameters``, extra runner parameters (none)."""
+
+    max_batch_size: int | None
+    instance_count: int
+    instance_kind: str
+    max_queue_delay_us: int
+    parameters: Mapping[str, str] | None
+
+
+def check_settings(settings: PortableSettings) -> tuple[int | None, int, str, int, dict[str, str]]:
+    """``settings`` with their defaults: (max_batch_size, instance_count, instance_kind,
+    max_queue_delay_us, parameters); ConfigError naming the first that Triton or the runner would refuse."""
+    max_batch_size = settings.get("max_batch_size")
+    instance_count = settings.get("instance_count", 1)
+    instance_kind = settings.get("instance_kind", "KIND_CPU")
+    max_queue_delay_us = settings.get("max_queue_delay_us", DEFAULT_MAX_QUEUE_DELAY_US)
+    parameters = dict(settings.get("parameters") or {})
     _check_int(instance_count, "instance_count", 1)
     _check_int(max_queue_delay_us, "max_queue_delay_us", 0)
     if instance_kind not in INSTANCE_KINDS:
@@ -83,6 +97,7 @@ def check_settings(
     if max_batch_size is not None:
         _check_int(max_batch_size, "max_batch_size", 0)
     _check_parameters(parameters)
+    return max_batch_size, instance_count, instance_kind, max_queue_delay_us, parameters
 
 
 def _tensor(spec: TensorSpec, batching: bool) -> TensorConfig:
@@ -94,29 +109,14 @@ def _tensor(spec: TensorSpec, batching: bool) -> TensorConfig:
     return TensorConfig(name=spec.name, data_type=spec.datatype, dims=dims)
 
 
-def graph_config(
-    name: str,
-    graph: GraphIO,
-    *,
-    max_batch_size: int | None = None,
-    instance_count: int = 1,
-    instance_kind: str = "KIND_CPU",
-    max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
-    parameters: Mapping[str, str] | None = None,
-) -> ModelConfig:
+def graph_config(name: str, graph: GraphIO, **settings: Unpack[PortableSettings]) -> ModelConfig:
     """The python-backend config that serves ``graph`` with the portable runner.
 
     ``max_batch_size`` None picks :data:`DEFAULT_MAX_BATCH_SIZE` when the graph can batch and 0
     otherwise; a positive value on a graph whose leading axis is fixed is refused (Triton would
     prepend a batch axis the graph does not have). 0 serves full shapes with no batching.
     """
-    check_settings(
-        max_batch_size=max_batch_size,
-        instance_count=instance_count,
-        instance_kind=instance_kind,
-        max_queue_delay_us=max_queue_delay_us,
-        parameters=parameters or {},
-    )
+    max_batch_size, instance_count, instance_kind, max_queue_delay_us, parameters = check_settings(settings)
     if max_batch_size is None:
         max_batch_size = DEFAULT_MAX_BATCH_SIZE if graph.batch_dynamic else 0
     if max_batch_size > 0 and not graph.batch_dynamic:
@@ -128,7 +128,7 @@ def graph_config(
     batching = max_batch_size > 0
     # `runner` tells `tritonkit check` this version serves the graph's own tensors.
     params = {"runner": ONNX_RUNNER, "onnx_file": ONNX_FILE, "intra_op_threads": "1", "inter_op_threads": "1"}
-    params.update(parameters or {})
+    params.update(parameters)
     return ModelConfig(
         name=name,
         backend="python",

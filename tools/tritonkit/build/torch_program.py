@@ -15,10 +15,11 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from tritonkit.build.gpu_serving import ExecutionPlan
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
+from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.errors import BuildError
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import Manifest, ModelRepository, validate_model_name
@@ -51,12 +52,9 @@ _TRITON_DTYPES = {
 
 
 def _triton_dtype(dtype: object) -> str:
-    try:
-        return _TRITON_DTYPES[str(dtype)]
-    except KeyError:
-        raise BuildError(
-            f"tensor dtype {dtype} has no Triton type here; expected one of {', '.join(_TRITON_DTYPES)}"
-        ) from None
+    return lookup_dtype(
+        _TRITON_DTYPES, str(dtype), BuildError, f"tensor dtype {dtype} has no Triton type here"
+    )
 
 
 def export_program(
@@ -98,6 +96,17 @@ def export_program(
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(target))
     return [(_triton_dtype(o.dtype), f"OUTPUT_{i}", list(o.shape[1:])) for i, o in enumerate(outs)]
+
+
+class VersionOptions(TypedDict, total=False):
+    """Keyword options shared by the version writers: the batcher's queue delay (default 500 us),
+    whether to batch dynamically (default yes), the version number (default: the next one) and
+    whether to replace an existing version (default no)."""
+
+    max_queue_delay_us: int
+    dynamic_batching: bool
+    version: int | None
+    force: bool
 
 
 def gpu_config(
@@ -143,11 +152,8 @@ def write_torch_version(
     plan: ExecutionPlan,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
-    version: int | None = None,
-    force: bool = False,
     manifest_extra: Mapping[str, Any] | None = None,
+    **options: Unpack[VersionOptions],
 ) -> Path:
     """Export ``module`` and write ``<repo>/<name>/<version>/`` (model.pt2, model.py, build.json)."""
     validate_model_name(name)
@@ -165,26 +171,18 @@ def write_torch_version(
         if len(outs) != len(output_names):
             raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
         outputs = [TensorConfig(n, dt, dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)]
-        config = gpu_config(
+        return _write_gpu_version(
+            repo,
             name,
-            inputs,
-            outputs,
+            (inputs, outputs),
             plan,
             runner=TORCH_RUNNER,
+            source=(PROGRAM_FILE, program),
+            parameters={"program_file": PROGRAM_FILE},
+            manifest_extra=manifest_extra,
             max_batch_size=max_batch_size,
-            max_queue_delay_us=max_queue_delay_us,
-            dynamic_batching=dynamic_batching,
-            extra_parameters={"program_file": PROGRAM_FILE},
+            options=options,
         )
-        repository = repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
-        extra = {
-            "builder": "tritonkit.build.torch_program",
-            **plan.manifest_extra(),
-            **dict(manifest_extra or {}),
-        }
-        manifest = Manifest.create(program, precision=plan.precision, target="python-gpu", extra=extra)
-        files: dict[str, Path | bytes] = {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
-        return repository.write_version(name, config, files, manifest, version=version, force=force)
 
 
 def write_onnx_gpu_version(
@@ -194,10 +192,7 @@ def write_onnx_gpu_version(
     plan: ExecutionPlan,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
-    version: int | None = None,
-    force: bool = False,
+    **options: Unpack[VersionOptions],
 ) -> Path:
     """Write a version serving an ONNX graph (batch axis dynamic) with the ONNX Runtime CUDA runner."""
     validate_model_name(name)
@@ -209,19 +204,53 @@ def write_onnx_gpu_version(
         raise BuildError(f"`{source.name}` has a fixed batch axis; expected a dynamic first axis to batch")
     inputs = [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.inputs]
     outputs = [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.outputs]
-    config = gpu_config(
+    return _write_gpu_version(
+        repo,
         name,
-        inputs,
-        outputs,
+        (inputs, outputs),
         plan,
         runner=ONNX_CUDA_RUNNER,
+        source=("model.onnx", source),
+        parameters={"onnx_file": "model.onnx"},
+        manifest_extra=None,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=max_queue_delay_us,
-        dynamic_batching=dynamic_batching,
-        extra_parameters={"onnx_file": "model.onnx"},
+        options=options,
+    )
+
+
+def _write_gpu_version(
+    repo: ModelRepository | str | os.PathLike[str],
+    name: str,
+    tensors: tuple[Sequence[TensorConfig], Sequence[TensorConfig]],
+    plan: ExecutionPlan,
+    *,
+    runner: str,
+    source: tuple[str, Path],
+    parameters: Mapping[str, str],
+    manifest_extra: Mapping[str, Any] | None,
+    max_batch_size: int,
+    options: VersionOptions,
+) -> Path:
+    """Write the version: the config for ``runner``, the model file ``source`` (its name in the version,
+    its path here) beside the runner as model.py, and build.json recording the plan."""
+    config = gpu_config(
+        name,
+        *tensors,
+        plan,
+        runner=runner,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=options.get("max_queue_delay_us", 500),
+        dynamic_batching=options.get("dynamic_batching", True),
+        extra_parameters=parameters,
     )
     repository = repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
-    extra = {"builder": "tritonkit.build.torch_program", **plan.manifest_extra()}
-    manifest = Manifest.create(source, precision=plan.precision, target="python-gpu", extra=extra)
-    files: dict[str, Path | bytes] = {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
-    return repository.write_version(name, config, files, manifest, version=version, force=force)
+    extra = {
+        "builder": "tritonkit.build.torch_program",
+        **plan.manifest_extra(),
+        **dict(manifest_extra or {}),
+    }
+    manifest = Manifest.create(source[1], precision=plan.precision, target="python-gpu", extra=extra)
+    files: dict[str, Path | bytes] = {source[0]: source[1], "model.py": runner_path(runner)}
+    return repository.write_version(
+        name, config, files, manifest, version=options.get("version"), force=options.get("force", False)
+    )

@@ -28,8 +28,8 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.add_argument("--concurrency", type=int, help="closed-loop level (default 4)")
     parser.add_argument("--request-rate", type=float, help="open-loop level in requests/s instead")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--json", type=Path, help="write the summary as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the summary as Markdown")
+    for flag, form in (("--json", "JSON"), ("--markdown", "Markdown")):
+        parser.add_argument(flag, type=Path, help=f"write the summary as {form}")
     parser.set_defaults(func=run)
 
 

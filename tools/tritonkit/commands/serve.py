@@ -23,11 +23,11 @@ import threading
 from types import FrameType
 from typing import Any
 
-from tritonkit.serve.embedded import (
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.options import (
     DEFAULT_LOG_MAX_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RESTRICTED_APIS,
-    EmbeddedServer,
     ServerOptionError,
 )
 

@@ -9,12 +9,13 @@ schema spells them "TYPE_FP32" (and "TYPE_STRING" for "BYTES"). NumPy mappings c
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from tritonkit.errors import ConfigError
+from tritonkit.errors import ConfigError, TritonKitError
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -22,6 +23,7 @@ __all__ = [
     "TRITON_DTYPES",
     "from_proto_dtype",
     "is_dtype",
+    "lookup_dtype",
     "normalize_dtype",
     "numpy_to_triton",
     "onnx_to_triton",
@@ -105,12 +107,16 @@ def to_proto_dtype(name: str) -> str:
 
 def from_proto_dtype(proto_name: str) -> str:
     """model_config.proto enum name -> short form ("TYPE_STRING" -> "BYTES")."""
+    return lookup_dtype(_FROM_PROTO, proto_name, ConfigError, f"unknown data type {proto_name!r}")
+
+
+def lookup_dtype(table: Mapping[str, str], key: str, error: type[TritonKitError], unknown: str) -> str:
+    """``table[key]``: a name in one type system to the name in another; ``error`` with the message
+    ``unknown`` and the names the table knows when it has no ``key``."""
     try:
-        return _FROM_PROTO[proto_name]
+        return table[key]
     except KeyError:
-        raise ConfigError(
-            f"unknown data type {proto_name!r}; expected one of {', '.join(_FROM_PROTO)}"
-        ) from None
+        raise error(f"{unknown}; expected one of {', '.join(table)}") from None
 
 
 def triton_to_numpy(name: str) -> np.dtype[Any]:

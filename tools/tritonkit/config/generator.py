@@ -46,6 +46,12 @@ def _when_set(**fields: Any) -> Dict:
     return {key: value for key, value in fields.items() if value is not None and value is not False}
 
 
+def _fields(obj: Any, *names: str, **computed: Any) -> Dict:
+    """``obj``'s ``extra`` with the plain fields ``names`` (proto and dataclass names agree) and the
+    ``computed`` ones laid on top."""
+    return _merge(obj.extra, {name: getattr(obj, name) for name in names} | computed)
+
+
 def _tensor_to_dict(t: mc.TensorConfig) -> Dict:
     d: Dict = {"name": t.name, "dims": list(t.dims)}
     if t.data_type:
@@ -64,14 +70,8 @@ def _tensor_to_dict(t: mc.TensorConfig) -> Dict:
 
 
 def _queue_to_dict(q: mc.QueuePolicy) -> Dict:
-    return _merge(
-        q.extra,
-        {
-            "max_queue_size": q.max_queue_size,
-            "default_timeout_microseconds": q.default_timeout_microseconds,
-            "allow_timeout_override": q.allow_timeout_override,
-            "timeout_action": q.timeout_action,
-        },
+    return _fields(
+        q, "max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "timeout_action"
     )
 
 
@@ -107,15 +107,7 @@ def _optimization_to_dict(o: mc.Optimization) -> Dict:
     d: Dict = {}
     if o.cuda is not None:
         c = o.cuda
-        d["cuda"] = _merge(
-            c.extra,
-            {
-                "graphs": c.graphs,
-                "busy_wait_events": c.busy_wait_events,
-                "output_copy_stream": c.output_copy_stream,
-                "graph_spec": copy.deepcopy(c.graph_spec),
-            },
-        )
+        d["cuda"] = _fields(c, "graphs", "busy_wait_events", "output_copy_stream", "graph_spec")
     if o.execution_accelerators is not None:
         e = o.execution_accelerators
         d["execution_accelerators"] = _merge(
@@ -144,15 +136,8 @@ def _warmup_input_to_dict(w: mc.WarmupInput) -> Dict:
 
 
 def _warmup_to_dict(w: mc.ModelWarmup) -> Dict:
-    return _merge(
-        w.extra,
-        {
-            "name": w.name,
-            "batch_size": w.batch_size,
-            "inputs": {k: _warmup_input_to_dict(v) for k, v in w.inputs.items()},
-            "count": w.count,
-        },
-    )
+    inputs = {k: _warmup_input_to_dict(v) for k, v in w.inputs.items()}
+    return _fields(w, "name", "batch_size", "count", inputs=inputs)
 
 
 def _policy_to_dict(p: mc.VersionPolicy) -> Dict:
@@ -166,14 +151,8 @@ def _policy_to_dict(p: mc.VersionPolicy) -> Dict:
 
 
 def _step_to_dict(s: mc.EnsembleStep) -> Dict:
-    return _merge(
-        s.extra,
-        {
-            "model_name": s.model_name,
-            "model_version": s.model_version,
-            "input_map": dict(s.input_map),
-            "output_map": dict(s.output_map),
-        },
+    return _fields(
+        s, "model_name", "model_version", input_map=dict(s.input_map), output_map=dict(s.output_map)
     )
 
 

@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tritonkit.config import model_config as mc
 from tritonkit.config.dtypes import from_proto_dtype
-from tritonkit.errors import ConfigError
+from tritonkit.errors import ConfigError, read_text
 
 __all__ = ["from_dict", "from_pbtxt", "from_proto", "load", "proto_from_dict"]
 
@@ -281,12 +281,12 @@ def load(path: str | os.PathLike[str]) -> mc.ModelConfig:
     target = Path(path)
     if target.is_dir():
         target = target / "config.pbtxt"
-    try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"model config not found: {str(target)!r}; expected a config.pbtxt file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read model config {str(target)!r}: {exc}") from None
+    text = read_text(
+        target,
+        ConfigError,
+        missing=f"model config not found: {str(target)!r}; expected a config.pbtxt file",
+        unreadable=f"cannot read model config {str(target)!r}",
+    )
     try:
         return from_pbtxt(text)
     except ConfigError as exc:

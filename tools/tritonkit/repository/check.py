@@ -67,19 +67,24 @@ def expected_artifacts(config: ModelConfig) -> list[str]:
     return names
 
 
+def _runs(runner: str, config: ModelConfig, version_dir: Path) -> bool:
+    """True when a python-backend version is ``runner``: its config names it, or its model.py is a copy."""
+    if config.parameters.get("runner") == runner:
+        return True
+    model_py = version_dir / (config.default_model_filename or "model.py")
+    try:
+        return model_py.read_bytes() == runner_path(runner).read_bytes()
+    except OSError:
+        return False
+
+
 def _runs_graph_as_is(config: ModelConfig, version_dir: Path) -> bool:
     """True when a python-backend version is the portable ONNX runner, whose I/O *is* the graph's.
 
     Other python runners (e.g. the text-embedding one, which tokenizes server-side) also name an
     ``onnx_file`` but expose different tensors, so only the ONNX runner is compared with its graph.
     """
-    if config.parameters.get("runner") == ONNX_RUNNER:
-        return True
-    model_py = version_dir / (config.default_model_filename or "model.py")
-    try:
-        return model_py.read_bytes() == runner_path(ONNX_RUNNER).read_bytes()
-    except OSError:
-        return False
+    return _runs(ONNX_RUNNER, config, version_dir)
 
 
 def _onnx_artifact(config: ModelConfig, version_dir: Path) -> str | None:
@@ -143,13 +148,7 @@ _TEXT_RUNNER = "text_embedding"
 
 def _runs_text_embedding(config: ModelConfig, version_dir: Path) -> bool:
     """True when a python-backend version is the text-embedding runner (model.onnx + tokenizer.json)."""
-    if config.parameters.get("runner") == _TEXT_RUNNER:
-        return True
-    model_py = version_dir / (config.default_model_filename or "model.py")
-    try:
-        return model_py.read_bytes() == runner_path(_TEXT_RUNNER).read_bytes()
-    except OSError:
-        return False
+    return _runs(_TEXT_RUNNER, config, version_dir)
 
 
 def _escaping_links(model_dir: Path, root: Path) -> list[str]:

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tritonkit.config import ModelConfig, load, save, validate
-from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
+from tritonkit.errors import ConfigError, ModelImportError, RepositoryError, read_text
 
 CONFIG_FILE = "config.pbtxt"
 MANIFEST_FILE = "build.json"
@@ -333,12 +333,12 @@ class ModelRepository:
 
     def read_manifest(self, name: str, version: int) -> Manifest:
         path = self.version_dir(name, version) / MANIFEST_FILE
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise RepositoryError(f"model `{name}` version {version} has no {MANIFEST_FILE}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RepositoryError(f"cannot read {str(path)!r}: {exc}") from None
+        text = read_text(
+            path,
+            RepositoryError,
+            missing=f"model `{name}` version {version} has no {MANIFEST_FILE}",
+            unreadable=f"cannot read {str(path)!r}",
+        )
         try:
             return Manifest.from_json(text)
         except RepositoryError as exc:

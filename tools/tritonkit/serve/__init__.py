@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
-from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer, find_triton
+from tritonkit.serve.embedded import EmbeddedServer, find_triton
+from tritonkit.serve.options import ADMIN_HEADER
 
 __all__ = ["ADMIN_HEADER", "EmbeddedServer", "find_triton"]

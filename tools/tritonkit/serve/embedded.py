@@ -48,8 +48,6 @@ from tritonkit.serve.options import (
     DEFAULT_LOG_MAX_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RESTRICTED_APIS,
-    KNOWN_APIS,
-    ServerOptionError,
     check_options,
 )
 from tritonkit.serve.process import (
@@ -65,18 +63,7 @@ from tritonkit.serve.process import (
 )
 from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failures
 
-__all__ = [
-    "ADMIN_HEADER",
-    "DEFAULT_LOG_MAX_BYTES",
-    "DEFAULT_MAX_BODY_BYTES",
-    "DEFAULT_RESTRICTED_APIS",
-    "KNOWN_APIS",
-    "EmbeddedServer",
-    "ServerOptionError",
-    "TritonInstall",
-    "find_triton",
-    "free_port",
-]
+__all__ = ["EmbeddedServer", "TritonInstall", "find_triton", "free_port"]
 
 _POLL_INTERVAL_S = 0.1
 

@@ -24,7 +24,7 @@ from typing import Any
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.config import ModelConfig, from_pbtxt, problems, to_dict, to_pbtxt
+from tritonkit.config import ModelConfig, from_pbtxt, problems, save, to_dict, to_pbtxt
 from tritonkit.errors import TritonKitError
 
 __all__ = ["RepositoryApi", "read_config", "write_as_model", "write_config"]
@@ -100,17 +100,7 @@ def write_config(model_dir: str | os.PathLike[str], cfg: ModelConfig) -> str:
     target = Path(model_dir) / "config.pbtxt"
     old = target.read_text(encoding="utf-8") if target.exists() else ""
     text = _valid_text(cfg)
-    fd, tmp = tempfile.mkstemp(prefix=".config.pbtxt.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save(cfg, target, check=False)  # validated above, with the tuner's own message
     return _diff(old, text, str(target))
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.options import ADMIN_HEADER
 from tritonkit.tune.generator import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule

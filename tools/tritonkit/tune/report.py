@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,11 @@ def _split(t: dict[str, Any]) -> str:
     )
 
 
-def markdown(
-    model: str,
-    budget_ms: float,
-    trials: Sequence[dict[str, Any]],
-    winner: dict[str, Any] | None,
-    baseline: dict[str, Any] | None,
-    search: str,
-    measurements: int,
-) -> str:
+def markdown(data: Mapping[str, Any]) -> str:
+    """``report.md`` of a tune run, from the same fields ``tune.json`` holds."""
+    model, budget_ms, search = data["model"], data["latency_budget_ms"], data["search"]
+    trials, winner, baseline = data["trials"], data["winner"], data["baseline"]
+    measurements = data["measurements"]
     lines = [
         f"# tritonkit tune: `{model}`",
         "",
@@ -136,34 +132,15 @@ def plot(path: Path, trials: Sequence[dict[str, Any]], budget_ms: float, model: 
     os.replace(tmp, path)
 
 
-def write_report(
-    report_dir: Path,
-    *,
-    model: str,
-    budget_ms: float,
-    search: str,
-    trials: Sequence[dict[str, Any]],
-    winner: dict[str, Any] | None,
-    baseline: dict[str, Any] | None,
-    measurements: int,
-    plots: bool = True,
-) -> list[Path]:
-    """Write ``tune.json``, ``report.md`` and (with ``plots``) ``pareto.png``; return their paths."""
+def write_report(report_dir: Path, data: Mapping[str, Any], *, plots: bool = True) -> list[Path]:
+    """Write ``tune.json`` (``data``: model, latency_budget_ms, search, measurements, winner, baseline,
+    trials), ``report.md`` and (with ``plots``) ``pareto.png``; return their paths."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    data = {
-        "model": model,
-        "latency_budget_ms": budget_ms,
-        "search": search,
-        "measurements": measurements,
-        "winner": winner,
-        "baseline": baseline,
-        "trials": list(trials),
-    }
     written = [report_dir / "tune.json", report_dir / "report.md"]
     _atomic(written[0], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    text = markdown(model, budget_ms, trials, winner, baseline, search, measurements)
+    text = markdown(data)
     _atomic(written[1], text.encode())
     if plots:
         written.append(report_dir / "pareto.png")
-        plot(written[-1], trials, budget_ms, model)
+        plot(written[-1], data["trials"], data["latency_budget_ms"], data["model"])
     return written

@@ -23,7 +23,8 @@ from typing import IO, Any
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.embedded import ADMIN_HEADER, EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.options import ADMIN_HEADER
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.generator import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
@@ -225,17 +226,16 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             api.close()
     used = [t for t in trials if t["key"] in {describe(p) for p, _ in result.trials}]
     measurements = sum(len(t["levels"]) for t in used)
-    write_report(
-        report,
-        model=options.model,
-        budget_ms=options.latency_budget_ms,
-        search=options.search,
-        trials=used,
-        winner=winner,
-        baseline=baseline,
-        measurements=measurements,
-        plots=options.plots,
-    )
+    summary = {
+        "model": options.model,
+        "latency_budget_ms": options.latency_budget_ms,
+        "search": options.search,
+        "measurements": measurements,
+        "winner": winner,
+        "baseline": baseline,
+        "trials": used,
+    }
+    write_report(report, summary, plots=options.plots)
     return TuneResult(winner, baseline, used, result.evaluations, measurements, diff)
 
 
