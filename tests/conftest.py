@@ -16,7 +16,7 @@ pytest_plugins = ("tests.support.onnx_zoo",)
 @functools.cache
 def _tensorrt_missing() -> str | None:
     try:
-        import tensorrt  # noqa: F401
+        import tensorrt  # noqa: F401, PLC0415 (probed: exists only where TensorRT is installed)
     except Exception as exc:  # ImportError, or a broken install raising OSError
         return f"needs TensorRT: `import tensorrt` failed here ({type(exc).__name__}: {exc})"
     return None

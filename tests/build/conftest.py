@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tritonkit.build.pipeline import BuildResult
+from tritonkit.build.export import export_torch
+from tritonkit.build.flagship import flagship_spec
+from tritonkit.build.pipeline import BuildResult, build_all, build_from_spec
+from tritonkit.build.spec import with_overrides
+from tritonkit.serve.embedded import EmbeddedServer
 
 
 @pytest.fixture(scope="session")
 def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[BuildResult]]:
     """minilm_{fp32,fp16,int8} and resnet50_{fp32,fp16,int8} at reduced size, built once."""
-    from tritonkit.build.flagship import flagship_spec
-    from tritonkit.build.pipeline import build_all, build_from_spec
-    from tritonkit.build.spec import with_overrides
 
     repo = tmp_path_factory.mktemp("flagship") / "repo"
     results = build_all(repo, reduced=True, log=lambda _: None)
@@ -34,7 +36,6 @@ def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 @pytest.fixture(scope="session")
 def flagship_server(flagship_repo: tuple[Path, list[BuildResult]]) -> Iterator[object]:
-    from tritonkit.serve.embedded import EmbeddedServer
 
     with EmbeddedServer(flagship_repo[0], startup_timeout=240.0) as server:
         yield server
@@ -43,9 +44,7 @@ def flagship_server(flagship_repo: tuple[Path, list[BuildResult]]) -> Iterator[o
 @pytest.fixture(scope="session")
 def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small MLP (Gemm/MatMul + ReLU) with a dynamic batch axis: fast to quantize and gate."""
-    import torch
-
-    from tritonkit.build.export import export_torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
@@ -64,7 +63,6 @@ def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(calibration.npz with 64 samples, evaluation.npz with 32 other samples) for ``tiny_onnx``."""
-    import numpy as np
 
     folder = tmp_path_factory.mktemp("tinydata")
     rng = np.random.default_rng(7)

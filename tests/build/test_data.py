@@ -16,6 +16,7 @@ from tritonkit.build.data import (
     load_text_lines,
     synthetic_images,
 )
+from tritonkit.build.flagship.minilm import tokenizer_file
 from tritonkit.errors import AccuracyError, CalibrationError, SpecError
 
 
@@ -30,7 +31,6 @@ def test_corpus_is_large_and_splits_disjointly() -> None:
 
 
 def test_text_encoder_pads_to_longest_and_truncates() -> None:
-    from tritonkit.build.flagship.minilm import tokenizer_file
 
     encoder = TextEncoder(tokenizer_file(), max_seq_length=16)
     feeds = encoder.encode(["short", "a much longer sentence " * 10])

@@ -36,7 +36,7 @@ def _embed(url: str, model: str, sentences: list[str]) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def reference() -> Any:
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415 (optional (models extra))
 
     model = SentenceTransformer(str(model_dir()), device="cpu")
     return lambda sentences: model.encode(sentences, normalize_embeddings=True)

@@ -17,6 +17,7 @@ from tritonkit.build.gpu import (
     parse_nvidia_smi,
     plan_max_batch,
 )
+from tritonkit.build.memory import estimate_memory
 from tritonkit.errors import GpuProfileError
 
 
@@ -67,7 +68,6 @@ def test_plan_max_batch() -> None:
 
 
 def test_measured_memory_plans_a_batch(tiny_onnx: object) -> None:
-    from tritonkit.build.memory import estimate_memory
 
     per_sample, weights = estimate_memory(str(tiny_onnx), probe_batch=4)
     assert per_sample > 0 and weights == Path(str(tiny_onnx)).stat().st_size

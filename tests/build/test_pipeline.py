@@ -3,18 +3,31 @@ refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
+from tritonkit.build.export import TorchSource
+from tritonkit.build.onnxruntime_target import onnxruntime_config
 from tritonkit.build.pipeline import build_from_spec
 from tritonkit.build.precision import UnsupportedOpError
 from tritonkit.build.spec import apply_overrides, parse_spec
 from tritonkit.config import validate
-from tritonkit.errors import AccuracyError, CalibrationError, GpuProfileError, ModelImportError, SpecError
+from tritonkit.errors import (
+    AccuracyError,
+    CalibrationError,
+    GpuProfileError,
+    ModelImportError,
+    RepositoryError,
+    SpecError,
+)
 from tritonkit.repository.store import ModelRepository
 
 
@@ -36,7 +49,6 @@ def test_builds_all_precisions_with_accuracy(
     assert repository.read_manifest("tiny_fp32", 1).accuracy is None  # the reference is not gated
     config = repository.read_config("tiny_int8")
     assert config.backend == "python" and config.max_batch_size == 8
-    import onnx
 
     graph = onnx.load(str(repository.version_dir("tiny_int8", 1) / "model.onnx"))
     assert any(n.op_type == "QuantizeLinear" for n in graph.graph.node)
@@ -121,8 +133,6 @@ def test_accuracy_gate_failure_names_worst_outputs(
 def test_op_without_int8_kernel(
     tmp_path: Path, tiny_data: tuple[Path, Path], tiny_spec: Callable[..., dict[str, Any]]
 ) -> None:
-    import onnx
-    from onnx import TensorProto, helper
 
     # Relu(x) + x: no MatMul/Gemm/Conv anywhere, so INT8 has nothing it could run faster.
     graph = helper.make_graph(
@@ -200,9 +210,7 @@ def test_auto_max_batch_is_planned(
 
 def tiny_torch_source() -> object:
     """A `source.torch` entry point (referenced by the test below as `<this module>:tiny_torch_source`)."""
-    import torch
-
-    from tritonkit.build.export import TorchSource
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Tanh())
@@ -217,8 +225,6 @@ def test_torch_source_and_histogram_calibration(
     method: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sys
-    import types
 
     module = types.ModuleType("tritonkit_test_torch_source")
     module.tiny_torch_source = tiny_torch_source  # type: ignore[attr-defined]
@@ -246,7 +252,6 @@ def test_bad_torch_source(
 
 @pytest.mark.parametrize(("accelerator", "expected"), [("cuda", ("cuda", {})), ("none", None)])
 def test_onnxruntime_accelerators(tiny_onnx: Path, accelerator: str, expected: object) -> None:
-    from tritonkit.build.onnxruntime_target import onnxruntime_config
 
     spec = parse_spec(
         {
@@ -270,7 +275,6 @@ def test_onnxruntime_accelerators(tiny_onnx: Path, accelerator: str, expected: o
 def test_conflicting_existing_model_refused_before_any_write(
     tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path], tiny_spec: Callable[..., dict[str, Any]]
 ) -> None:
-    from tritonkit.errors import RepositoryError
 
     repo = tmp_path / "repo"
     build_from_spec(

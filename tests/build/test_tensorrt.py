@@ -5,6 +5,7 @@ needs `import tensorrt` (marked `tensorrt`). Caches, engine I/O and data shapes:
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,14 @@ import pytest
 
 from tritonkit.build.engine_io import PLAN_FILE
 from tritonkit.build.gpu import PROFILES
+from tritonkit.build.pipeline import build_from_spec
 from tritonkit.build.spec import parse_spec
 from tritonkit.build.tensorrt import builder_flags, check_shapes, plan_for_spec, require_tensorrt
 from tritonkit.build.tensorrt_loaders import create_config, engine_loader_graph, polygraphy_profiles
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 from tritonkit.repository.onnx_io import GraphIO
+from tritonkit.repository.store import ModelRepository
 
 T4 = PROFILES["T4"]
 TEXT_PROFILES = [
@@ -203,7 +206,6 @@ def test_polygraphy_loader_arguments() -> None:
 def test_the_build_is_one_lazy_loader_graph(tmp_path: Path) -> None:
     """SaveEngine(EngineFromNetwork(NetworkFromOnnxPath, CreateConfig), path): every argument the
     builder will get, inspected without TensorRT (constructing Polygraphy loaders imports nothing)."""
-    import sys
 
     spec = _spec(batching={"max_batch_size": 32}, tensorrt={"profiles": TEXT_PROFILES})
     plan = plan_for_spec(spec, T4)
@@ -253,7 +255,6 @@ def test_unavailable_tensorrt_stops_only_at_the_builder(
         pass
     else:
         pytest.skip("TensorRT imports here; the unavailable path cannot be shown")
-    from tritonkit.build.pipeline import build_from_spec
 
     spec = parse_spec(
         {
@@ -279,8 +280,6 @@ def test_unavailable_tensorrt_stops_only_at_the_builder(
 def test_real_engine_build_and_config(
     tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path]
 ) -> None:  # pragma: no cover
-    from tritonkit.build.pipeline import build_from_spec
-    from tritonkit.repository.store import ModelRepository
 
     spec = parse_spec(
         {

@@ -12,11 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import tritonclient.grpc as grpcclient
 import yaml
+from tritonclient.utils import InferenceServerException
 
 from tritonkit import deploy
 from tritonkit.errors import DeployError
 from tritonkit.loadtest.scenarios import SCENARIOS
+from tritonkit.serve.embedded import EmbeddedServer
 
 Obj = dict[str, Any]
 Rendered = Callable[[str], list[Obj]]
@@ -423,10 +426,6 @@ def _status(url: str, headers: dict[str, str] | None = None, method: str = "GET"
 def test_rendered_args_run_on_real_triton_and_restrict_apis(
     rendered: Rendered, overlay: str, tmp_path: Any
 ) -> None:
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
-    from tritonkit.serve.embedded import EmbeddedServer
 
     key = secrets.token_hex(16)
     args = deploy.triton_args(rendered(overlay), secrets={"tritonkit-admin-key/key": key})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 from .conftest import triton_requests
 
@@ -65,7 +65,6 @@ def test_bad_input_is_one_line_and_sends_no_load(
 
 
 def test_unreachable_server(tmp_path: Path) -> None:
-    from tritonkit.serve.embedded import free_port
 
     result = _cli("--url", f"127.0.0.1:{free_port()}", "--model", "m", "--report", str(tmp_path))
     assert result.returncode == 1

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
+from tritonkit.loadtest.transports import wire as grpc_wire
 from tritonkit.loadtest.transports.hub import parse_answer
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 
 def test_large_bodies_right_answers_and_errors(server: EmbeddedServer) -> None:
@@ -47,7 +48,6 @@ def test_large_bodies_right_answers_and_errors(server: EmbeddedServer) -> None:
 
 
 def test_unreachable_endpoint_is_one_line() -> None:
-    from tritonkit.serve.embedded import free_port
 
     with pytest.raises(WireGrpcError, match=r"cannot connect to Triton's gRPC endpoint 127\.0\.0\.1:\d+"):
         WireGrpcConnection(f"127.0.0.1:{free_port()}")
@@ -55,7 +55,7 @@ def test_unreachable_endpoint_is_one_line() -> None:
 
 def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
     """Many requests in flight on one connection, answers matched to their own stream."""
-    import gevent
+    import gevent  # noqa: PLC0415 (gevent must be imported after Locust's monkey-patching, in the process that runs it)
 
     spec = fetch_model_spec(server.grpc_url, "probe_add", protocol="grpc")
     payloads = make_payloads(spec, {1: 1.0, 8: 1.0}, per_batch=8, seed=5).payloads
@@ -104,7 +104,6 @@ def test_shared_connection_timeouts_cancel_the_stream_only(server: EmbeddedServe
 
 def test_a_worn_wire_connection_is_replaced_and_closed(server: EmbeddedServer) -> None:
     """A connection out of stream ids is not usable: ``shared`` opens a new one and retires the old."""
-    from tritonkit.loadtest.transports import wire as grpc_wire
 
     spec = fetch_model_spec(server.grpc_url, "probe_add", protocol="grpc")
     payload = make_payloads(spec, {1: 1.0}, per_batch=1, seed=11).payloads[0]

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from tritonkit import cli
+from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
 from tritonkit.repository.store import ModelRepository
+from tritonkit.serve.embedded import EmbeddedServer
 
 #: spec file → the models it builds
 SPECS: dict[str, tuple[str, ...]] = {
@@ -52,8 +54,6 @@ def build(repo: Path, *, rebuild: bool) -> None:
 
 
 def call_models(repo: Path) -> None:
-    from tritonkit.client import Client
-    from tritonkit.serve.embedded import EmbeddedServer
 
     sentences = ["A T4 serves sentence embeddings.", "Sentence embeddings are served by a T4 GPU."]
     with EmbeddedServer(repo) as server:

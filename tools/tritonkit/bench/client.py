@@ -31,14 +31,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+from onnx import TensorProto, helper
 
+from tritonkit.build.portable import import_onnx
 from tritonkit.client.aio import AsyncClient
 from tritonkit.client.sync import Client
 from tritonkit.machine import cpu_model
+from tritonkit.serve.embedded import EmbeddedServer
 
 __all__ = ["run"]
 
@@ -47,10 +51,6 @@ CONCURRENCY = 32
 
 
 def _model_repo(root: Path) -> Path:
-    import onnx
-    from onnx import TensorProto, helper
-
-    from tritonkit.build.portable import import_onnx
 
     one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
     graph = helper.make_graph(
@@ -174,7 +174,6 @@ async def _async_rounds(
 
 def run(quick: bool = False) -> str:
     """Run the benchmark; return its Markdown section (``quick``: < 30 s, for the smoke test)."""
-    from tritonkit.serve.embedded import EmbeddedServer
 
     # Short alternating blocks pair the sides in time, so load from other processes hits both alike.
     total, block = (400, 10) if quick else (4000, 10)

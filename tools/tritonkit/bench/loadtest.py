@@ -19,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.bench.probe_model import write_probe_model
+from tritonkit.loadtest.payloads import fetch_model_spec
+from tritonkit.loadtest.run import LoadTestOptions, parse_model
+from tritonkit.loadtest.run import run as run_loadtest
+from tritonkit.loadtest.wrk import cross_check, wrk_available
+from tritonkit.machine import description
+from tritonkit.serve.embedded import EmbeddedServer
 
 __all__ = ["run"]
 
@@ -28,8 +34,6 @@ USERS = 16
 def _locust(
     server: Any, report: Path, protocol: str, seconds: float, workers: int = 0, transport: str = ""
 ) -> dict[str, Any]:
-    from tritonkit.loadtest.run import LoadTestOptions, parse_model
-    from tritonkit.loadtest.run import run as run_loadtest
 
     options = LoadTestOptions(
         models=[parse_model("probe")],
@@ -64,8 +68,6 @@ def _measure(
 
 
 def _wrk(server: Any, report: Path, seconds: float) -> dict[str, Any]:
-    from tritonkit.loadtest.payloads import fetch_model_spec
-    from tritonkit.loadtest.wrk import cross_check
 
     report.mkdir(parents=True, exist_ok=True)
     spec = fetch_model_spec(server.http_url, "probe")
@@ -83,9 +85,6 @@ def _wrk(server: Any, report: Path, seconds: float) -> dict[str, Any]:
 
 def run(quick: bool = False) -> str:
     """Measure and return the Markdown section (machine named, figures from this one run)."""
-    from tritonkit.loadtest.wrk import wrk_available
-    from tritonkit.machine import description
-    from tritonkit.serve.embedded import EmbeddedServer
 
     rounds, seconds = (1, 3.0) if quick else (3, 8.0)
     cores = os.cpu_count() or 1

@@ -78,9 +78,9 @@ def compare_models(
 
     The two arrays are the gated output (``output`` or the first one) concatenated over all batches.
     """
-    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
-    from polygraphy.comparator import Comparator, SimpleCompareFunc
-    from polygraphy.logger import G_LOGGER
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.comparator import Comparator, SimpleCompareFunc  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     runners = [
         OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"]), name="fp32"),
@@ -131,10 +131,10 @@ def compare_engine(
     profile ``profiles[i]`` (:func:`tritonkit.build.tensorrt.evaluation_profiles`): a ``TrtRunner``
     left on profile 0 fails every batch outside profile 0's range. ``input_dtypes`` (numpy dtypes by
     input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6)."""
-    from polygraphy.backend.common import BytesFromPath
-    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
-    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
-    from polygraphy.logger import G_LOGGER
+    from polygraphy.backend.common import BytesFromPath  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     if len(profiles) != len(feeds):
         raise ValueError(f"one profile per batch expected: {len(feeds)} batches, {len(profiles)} profiles")

@@ -13,6 +13,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data import topics
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,6 @@ def english_sentences() -> list[str]:
     ``pydoc_data.topics`` ships with every CPython, so calibration needs no download. Sentences are
     de-duplicated before shuffling, which is what keeps calibration and evaluation disjoint.
     """
-    from pydoc_data import topics
 
     found: set[str] = set()
     for page in topics.topics.values():
@@ -141,7 +141,7 @@ class TextEncoder:
     max_seq_length: int = 256
 
     def __post_init__(self) -> None:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # noqa: PLC0415 (optional (models extra))
 
         self._tokenizer: Any = Tokenizer.from_file(str(self.tokenizer_file))
         padding = self._tokenizer.padding or {}

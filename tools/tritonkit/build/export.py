@@ -32,7 +32,7 @@ def export_torch(
     The TorchScript-based exporter is used because it keeps the named dynamic axes the Triton
     config and TensorRT profiles are derived from; the module is traced with ``example_inputs``.
     """
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if opset < MIN_OPSET:
         raise ModelImportError(f"ONNX opset must be >= {MIN_OPSET}; got {opset}")

@@ -57,7 +57,7 @@ def _peak_bytes() -> float:
 
 
 def _measure(onnx_path: str, max_dim: int, probe_batch: int) -> dict[str, float]:
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from tritonkit.build.data import Feeds
 from tritonkit.errors import BuildError, CalibrationError
 
@@ -61,8 +63,7 @@ def to_fp16(
     node_block_list: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Convert ``source`` to float16 weights and compute; FP32 inputs/outputs when ``keep_io_types``."""
-    import onnx
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
     try:
@@ -77,7 +78,7 @@ def to_fp16(
             f"FP16 conversion failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
     # The converter appends the I/O Casts at the end of the node list; ONNX requires topological order.
-    from onnxruntime.transformers.onnx_model import OnnxModel
+    from onnxruntime.transformers.onnx_model import OnnxModel  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     wrapper = OnnxModel(model)
     wrapper.topological_sort()
@@ -95,7 +96,7 @@ def _weight_inputs(graph: Any) -> set[str]:
 
 def select_nodes(model: Any, options: Int8Options) -> tuple[list[str], list[str]]:
     """(nodes to quantize, nodes kept at higher precision) among the INT8-capable op types asked for."""
-    from onnxruntime.quantization.registry import QDQRegistry
+    from onnxruntime.quantization.registry import QDQRegistry  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     unknown = [op for op in options.op_types if op not in QDQRegistry]
     if unknown:
@@ -160,9 +161,8 @@ def quantize_int8(
     Raises CalibrationError for too few samples or batch shapes the method cannot use, and
     UnsupportedOpError when nothing INT8-capable remains to quantize.
     """
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+    from onnxruntime.quantization.shape_inference import quant_pre_process  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     if options.method not in CALIBRATION_METHODS:
         raise CalibrationError(

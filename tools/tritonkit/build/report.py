@@ -76,7 +76,7 @@ def collect(repo: str | Path, *, all_versions: bool = False) -> list[AccuracyRow
 
 def machine() -> str:
     cpu = cpu_model() or platform.processor() or platform.machine()
-    import onnxruntime
+    import onnxruntime  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     return (
         f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "

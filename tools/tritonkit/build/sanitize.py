@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
+
 from tritonkit.errors import ModelImportError
 
 __all__ = ["opset_of", "sanitize_onnx"]
@@ -24,10 +26,9 @@ def sanitize_onnx(source: str | Path, dest: str | Path, *, min_opset: int = 13) 
     Returns node counts before and after, for the manifest. Raises ModelImportError when the file
     is missing, not ONNX, or older than ``min_opset``.
     """
-    import onnx
-    import onnxruntime
-    from polygraphy.backend.onnx import fold_constants
-    from polygraphy.logger import G_LOGGER
+    import onnxruntime  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+    from polygraphy.backend.onnx import fold_constants  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
     src = Path(source)
     if not src.is_file():

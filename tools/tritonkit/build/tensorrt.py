@@ -361,7 +361,7 @@ def tensorrt_major() -> int:
 def require_tensorrt() -> Any:
     """``tensorrt`` if it imports; TensorRTUnavailableError with an install hint otherwise."""
     try:
-        import tensorrt
+        import tensorrt  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
     except Exception as exc:  # ImportError, or a broken install raising OSError
         raise TensorRTUnavailableError(f"{INSTALL_HINT} ({type(exc).__name__})") from None
     return tensorrt

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tritonkit.client.aio import AsyncClient
 from tritonkit.client.core import ClientStats
 from tritonkit.client.errors import (
     ClientError,
@@ -60,7 +61,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # AsyncClient pulls in aiohttp and grpc.aio; load them only when asked for.
     if name == "AsyncClient":
-        from tritonkit.client.aio import AsyncClient
-
         return AsyncClient
     raise AttributeError(f"module 'tritonkit.client' has no attribute {name!r}")

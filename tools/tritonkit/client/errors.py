@@ -160,8 +160,8 @@ def _transport_kinds() -> tuple[
     timeouts: list[type[BaseException]] = [TimeoutError, asyncio.TimeoutError]
     garbage: list[type[BaseException]] = [http.client.BadStatusLine]
     try:
-        import gevent
-        from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+        import gevent  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
+        from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
 
         closed.append(HTTPConnectionClosed)
         timeouts.append(gevent.Timeout)
@@ -169,7 +169,7 @@ def _transport_kinds() -> tuple[
     except ImportError:  # pragma: no cover - tritonclient[http] brings both
         pass
     try:
-        import aiohttp
+        import aiohttp  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
 
         closed += [aiohttp.ClientConnectionError]
         timeouts += [aiohttp.ServerTimeoutError]

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import tritonclient.utils.shared_memory as shm
 from numpy.typing import NDArray
 from tritonclient.utils import serialize_byte_tensor, serialized_byte_size
 
@@ -62,13 +63,12 @@ class _Region:
         self.kind, self.name, self.size = kind, name, size
         self.registered = False
         if kind == "system":
-            import tritonclient.utils.shared_memory as shm
-
             self._lib: Any = shm
             self.key = f"/{name}"
             self.handle = shm.create_shared_memory_region(name, self.key, size, create_only=True)
         else:
-            import tritonclient.utils.cuda_shared_memory as cudashm
+            # Raises without cuda-python (CPU hosts): imported only when a CUDA region is asked for.
+            import tritonclient.utils.cuda_shared_memory as cudashm  # noqa: PLC0415
 
             self._lib = cudashm
             self.key = ""
@@ -114,7 +114,7 @@ class ShmPool:
             raise ClientError(f"unknown shared_memory {kind!r}; expected one of none, {', '.join(KINDS)}")
         if kind == "cuda":
             try:
-                import tritonclient.utils.cuda_shared_memory  # noqa: F401
+                import tritonclient.utils.cuda_shared_memory  # noqa: F401, PLC0415 (raises without cuda-python: probed)
             except Exception as exc:
                 raise ClientError(
                     f"shared_memory='cuda' needs CUDA and cuda-python here ({type(exc).__name__}: {exc})"

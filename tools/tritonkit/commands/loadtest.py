@@ -13,6 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.options import LoadTestOptions, parse_model
+from tritonkit.loadtest.payloads import SOURCES
+from tritonkit.loadtest.run import run as run_loadtest
+from tritonkit.loadtest.slo import SLO
 
 
 def _number(name: str) -> Callable[[str], float]:
@@ -90,10 +94,6 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonkit.loadtest.options import LoadTestOptions, parse_model
-    from tritonkit.loadtest.payloads import SOURCES
-    from tritonkit.loadtest.run import run as run_loadtest
-    from tritonkit.loadtest.slo import SLO
 
     if args.payload not in SOURCES:
         raise LoadTestError(f"--payload {args.payload!r}: expected one of {', '.join(SOURCES)}")

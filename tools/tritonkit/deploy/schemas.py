@@ -43,9 +43,9 @@ def validate(
     and fails closed when there is none: an unvalidated object never passes silently.
     """
     try:
-        import jsonschema
-        import kubernetes_validate
-        from kubernetes_validate import utils as kv_utils
+        import jsonschema  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
+        import kubernetes_validate  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
+        from kubernetes_validate import utils as kv_utils  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
     except ImportError as exc:
         raise DeployError(
             f"schema validation needs `{exc.name}`; install it with `pip install -e '.[dev]'`"

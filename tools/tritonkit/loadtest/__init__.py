@@ -20,6 +20,7 @@ imports it); the names below load lazily.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +45,5 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tritonkit.loadtest' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

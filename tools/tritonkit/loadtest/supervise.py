@@ -20,6 +20,7 @@ from typing import IO
 
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.report.locust_csv import aggregated_rows, as_float
+from tritonkit.serve.embedded import free_port
 
 __all__ = ["GRACE_S", "LOCUSTFILE", "Progress", "last_error", "locust_command", "run_locust"]
 
@@ -134,7 +135,6 @@ def run_locust(
     its stats (exit code 1 only means some requests failed; the report tells which). Every child
     is gone when this returns or raises.
     """
-    from tritonkit.serve.embedded import free_port
 
     env = dict(os.environ)
     env["TRITONKIT_LOADTEST_CONFIG"] = str(config_path)

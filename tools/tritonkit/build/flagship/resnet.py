@@ -19,8 +19,8 @@ SEED = 50
 
 
 def build_resnet50(num_classes: int = 1000, seed: int = SEED) -> Any:
-    import torch
-    from torch import nn
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from torch import nn  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch.manual_seed(seed)
 
@@ -80,7 +80,7 @@ def build_resnet50(num_classes: int = 1000, seed: int = SEED) -> Any:
 
 
 def export_resnet50(path: str | Path, image_size: int = 224) -> Path:
-    import torch
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     example = (torch.zeros(1, 3, image_size, image_size),)
     return export_torch(

@@ -22,9 +22,11 @@ import urllib.parse
 from collections import deque
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
+import grpc
 from gevent import Timeout
 from gevent.hub import Waiter, get_hub
 from gevent.lock import BoundedSemaphore
+from tritonclient.grpc import service_pb2
 
 from tritonkit.errors import LoadTestError
 
@@ -52,8 +54,6 @@ _STATUS_NAMES: dict[int, str] = {}
 def status_name(code: int) -> str:
     """gRPC's name of a status code (``grpc.StatusCode``), e.g. ``DATA_LOSS`` for 15."""
     if not _STATUS_NAMES:
-        import grpc
-
         _STATUS_NAMES.update({c.value[0]: c.name for c in grpc.StatusCode})
     return _STATUS_NAMES.get(code, f"gRPC status {code}")
 
@@ -369,6 +369,5 @@ class HubConnection:
 
 def parse_answer(message: bytes) -> Any:
     """The ``ModelInferResponse`` in an answer's bytes."""
-    from tritonclient.grpc import service_pb2
 
     return service_pb2.ModelInferResponse.FromString(message)

@@ -33,6 +33,7 @@ import struct
 import time
 from typing import ClassVar
 
+import hpack
 from gevent.hub import Waiter
 
 from tritonkit.errors import LoadTestError
@@ -132,7 +133,6 @@ class WireGrpcConnection(HubConnection):
         return self.closed is None and not self._retiring and self._next_id <= _MAX_STREAM_ID - 2
 
     def __init__(self, url: str, timeout: float = 10.0) -> None:
-        import hpack
 
         super().__init__(url, timeout)
         self._fields = [
@@ -192,8 +192,6 @@ class WireGrpcConnection(HubConnection):
         whatever the server's decoder table holds; cached per timeout."""
         block = self._blocks.get(timeout)
         if block is None:
-            import hpack
-
             fields = (
                 self._fields if timeout is None else [*self._fields, ("grpc-timeout", grpc_timeout(timeout))]
             )
