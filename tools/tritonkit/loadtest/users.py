@@ -36,10 +36,11 @@ from tritonkit.loadtest.payloads import (
     request_body,
 )
 from tritonkit.loadtest.transports.hub import GrpcTransport, parse_answer
-from tritonkit.loadtest.transports.wire import WireGrpcConnection
+from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
 
 __all__ = [
+    "Backoff",
     "GrpcClient",
     "HttpLeanClient",
     "HttpTritonClient",
@@ -63,6 +64,40 @@ class TritonInferenceError(LoadTestError):
 
 class WrongAnswerError(LoadTestError):
     """Triton answered, but the outputs are not what the model's metadata promises."""
+
+
+#: back-off after a connection error: first delay, and the cap it doubles up to (seconds)
+BACKOFF_FIRST_S = 0.01
+BACKOFF_CAP_S = 1.0
+
+
+class Backoff:
+    """Exponential back-off of one user after connection errors, so a dead or restarting server
+    sees a bounded request rate instead of one refused connection per microsecond.
+
+    Each consecutive connection error doubles the delay (``BACKOFF_FIRST_S`` up to ``BACKOFF_CAP_S``),
+    jittered to between half and all of it so users do not retry in step; any answer from the server
+    (even an error answer) resets it. With the jitter's lower half a dead server sees at most about
+    ``7 + 2 * (seconds - 0.64)`` connection errors per user over ``seconds`` (plus what the requests'
+    own time allows).
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def record(self, exception: BaseException | None) -> None:
+        if exception is not None and isinstance(exception, OSError | WireGrpcError):
+            self.failures += 1
+        else:
+            self.failures = 0
+
+    def delay(self) -> float:
+        """Seconds to wait before the next request (0 after an answer)."""
+        if not self.failures:
+            return 0.0
+        full = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(self.failures - 1, 30))
+        return float(full * self._rng.uniform(0.5, 1.0))
 
 
 _SETUP_LOCK = gevent.lock.RLock()
@@ -90,8 +125,10 @@ class _Client:
         self.name = payload_set.spec.label
         self.timeout = timeout
         self._fire = environment.events.request.fire
+        self.backoff = Backoff()
 
     def report(self, seconds: float, length: int, exception: BaseException | None) -> None:
+        self.backoff.record(exception)
         self._fire(
             request_type=self.request_type,
             name=self.name,
@@ -334,6 +371,10 @@ class TritonUser(User):
     @task
     def infer(self) -> None:
         self.client.infer(self.payload_set.pick(self.rng))
+        backoff: Backoff | None = getattr(self.client, "backoff", None)
+        delay = backoff.delay() if backoff is not None else 0.0
+        if delay:  # the server is unreachable: wait (cooperatively) before the next request
+            gevent.sleep(delay)
 
     def on_stop(self) -> None:
         self.client.close()
