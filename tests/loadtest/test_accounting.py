@@ -4,9 +4,21 @@ counts successes only."""
 
 from __future__ import annotations
 
+import csv
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.client import ModelStatistics
 from tritonkit.loadtest.report.metrics import Counters, batch_stats, increase
-from tritonkit.loadtest.slo import Totals
+from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
+from tritonkit.loadtest.slo import SLO, Totals
+from tritonkit.serve.embedded import EmbeddedServer
 
 
 def _c(success: float, failure: float = 0.0, inferences: float | None = None) -> Counters:
@@ -57,3 +69,57 @@ def test_batch_stats_after_a_restart_are_the_new_process_counts() -> None:
 def test_throughput_is_successes_per_second() -> None:
     totals = Totals(requests=2500, failures=2355, seconds=1.0, p50_ms=1.0, p95_ms=1.0, p99_ms=1.0)
     assert totals.rps == 145.0 and totals.failures_per_s == 2355.0
+
+
+# --- against the real server --------------------------------------------------------------------
+#: connection errors one user may make in 3 s against a dead server: delays of at least 5, 10, 20,
+#: 40, 80, 160, 320 ms then 500 ms each (half of the doubled delay, jittered) give about 12;
+#: without back-off a user makes thousands.
+DEAD_ERRORS_PER_USER = 25
+
+
+def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
+    """A server that dies 1 s into a 4 s run: the users' connection errors over the ~3 s left stay
+    within what the back-off allows."""
+    repo = tmp_path / "repo"
+    write_probe_model(repo, "probe_add", mode="add")
+    users = 4
+    result: dict[str, Any] = {}
+    with EmbeddedServer(repo) as doomed:
+        options = LoadTestOptions(
+            models=[parse_model("probe_add")],
+            report_dir=tmp_path / "report",
+            url=doomed.grpc_url,
+            http_url=doomed.http_url,
+            metrics_url=doomed.metrics_url,
+            admin_key=doomed.admin_key,
+            protocol="grpc",
+            users=users,
+            duration="4s",
+            slo=SLO(),
+            progress=False,
+            plots=False,
+        )
+        thread = threading.Thread(target=lambda: result.update(summary=run(options)))
+        thread.start()
+        time.sleep(2.0)  # Locust's start, then about a second of load
+        doomed.stop()
+    thread.join(timeout=120)
+    summary = result["summary"]
+    assert summary["succeeded"] > 0
+    # While it shuts down the server still answers ("not at ready state"), fast: those are answers,
+    # not connection errors. Only what was refused once it was gone is bounded by the back-off.
+    with open(tmp_path / "report" / "locust_failures.csv", newline="") as handle:
+        refused = sum(
+            int(r["Occurrences"]) for r in csv.DictReader(handle) if "Connection refused" in r["Error"]
+        )
+    assert 0 < refused < users * DEAD_ERRORS_PER_USER, refused
+
+
+def test_throughput_counts_only_successes_against_the_real_server(loadtest: Callable[..., Any]) -> None:
+    summary = loadtest(("probe_add", "probe_error"), duration="2s")
+    assert summary["failures"] > 0 and summary["succeeded"] > 0
+    assert summary["rps"] == pytest.approx(summary["succeeded"] / summary["measured_s"], rel=0.01)
+    assert summary["failures_per_s"] == pytest.approx(summary["failures"] / summary["measured_s"], rel=0.01)
+    for model in summary["models"].values():
+        assert model["rps"] * summary["measured_s"] == pytest.approx(model["succeeded"], rel=0.01, abs=1)
