@@ -16,6 +16,7 @@ import pytest
 from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.client import ModelStatistics
 from tritonkit.loadtest.report.metrics import Counters, batch_stats, increase
+from tritonkit.loadtest.report.summary import markdown
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO, Totals
 from tritonkit.serve.embedded import EmbeddedServer
@@ -123,3 +124,8 @@ def test_throughput_counts_only_successes_against_the_real_server(loadtest: Call
     assert summary["failures_per_s"] == pytest.approx(summary["failures"] / summary["measured_s"], rel=0.01)
     for model in summary["models"].values():
         assert model["rps"] * summary["measured_s"] == pytest.approx(model["succeeded"], rel=0.01, abs=1)
+    # no restart in this run, and the report says so only when there was one
+    assert summary["accounting"]["server_restarts"] == 0
+    assert "server restarted" not in markdown(summary)
+    summary.data["accounting"]["server_restarts"] = 1
+    assert "The server restarted during the run (1 restart(s) seen)" in markdown(summary)

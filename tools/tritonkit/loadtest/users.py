@@ -21,6 +21,7 @@ import os
 import random
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import gevent.lock
@@ -100,6 +101,9 @@ class Backoff:
         return float(full * self._rng.uniform(0.5, 1.0))
 
 
+#: what one request gave: seconds to the answer, answer bytes, and the failure (None: a success)
+Sent = tuple[float, int, BaseException | None]
+
 _SETUP_LOCK = gevent.lock.RLock()
 _PAYLOADS: dict[tuple[Any, ...], PayloadSet] = {}
 
@@ -126,6 +130,20 @@ class _Client:
         self.timeout = timeout
         self._fire = environment.events.request.fire
         self.backoff = Backoff()
+
+    def timed(self, call: Callable[[float], Sent]) -> None:
+        """Send one request and report it: ``call(start)`` sends and validates; anything it raises
+        (connection errors, timeouts) is a failed request (:meth:`failure`), never fatal to the user."""
+        start = time.perf_counter()
+        try:
+            seconds, length, exception = call(start)
+        except Exception as exc:
+            seconds, length, exception = time.perf_counter() - start, 0, self.failure(exc)
+        self.report(seconds, length, exception)
+
+    def failure(self, exc: Exception) -> BaseException:
+        """What a request that raised ``exc`` is reported as."""
+        return exc
 
     def report(self, seconds: float, length: int, exception: BaseException | None) -> None:
         self.backoff.record(exception)
@@ -172,26 +190,19 @@ class HttpLeanClient(_Client):
 
     def infer(self, index: int) -> None:
         payload, body, headers = self._requests[index]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
+
+        def call(start: float) -> Sent:
             response = self._http.request("POST", self._path, body=body, headers=headers)
             data = response.read()
             seconds = time.perf_counter() - start
-            length = len(data)
             if response.status_code != 200:
-                exception = TritonInferenceError(_http_error(data, response.status_code))
-            else:
-                header_length = response.get("Inference-Header-Content-Length")
-                got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
-                problem = check_outputs(payload.checks, got)
-                if problem:
-                    exception = WrongAnswerError(problem)
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+                return seconds, len(data), TritonInferenceError(_http_error(data, response.status_code))
+            header_length = response.get("Inference-Header-Content-Length")
+            got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
+            problem = check_outputs(payload.checks, got)
+            return seconds, len(data), WrongAnswerError(problem) if problem else None
+
+        self.timed(call)
 
     def close(self) -> None:
         self._http.close()
@@ -215,34 +226,31 @@ class HttpTritonClient(_Client):
         self._requests = [http_request(p)[:2] for p in payload_set.payloads]
 
     def infer(self, index: int) -> None:
-        from tritonclient.utils import InferenceServerException
-
         inputs, outputs = self._requests[index]
         payload = self.payload_set.payloads[index]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
+
+        def call(start: float) -> Sent:
             result = self.client.infer(
                 self.spec.name, inputs, model_version=self.spec.version, outputs=outputs
             )
             seconds = time.perf_counter() - start
-            response = result.get_response()
+            length = 0
             got = {}
-            for out in response.get("outputs", []):
+            for out in result.get_response().get("outputs", []):
                 array = result.as_numpy(out["name"])
                 length += int(array.nbytes) if array is not None else 0
                 got[out["name"]] = (out["datatype"], out["shape"], array if array is not None else b"")
             problem = check_outputs(payload.checks, got)
-            if problem:
-                exception = WrongAnswerError(problem)
-        except InferenceServerException as exc:
-            seconds = time.perf_counter() - start
-            exception = TritonInferenceError(exc.message() or str(exc))
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+            return seconds, length, WrongAnswerError(problem) if problem else None
+
+        self.timed(call)
+
+    def failure(self, exc: Exception) -> BaseException:
+        from tritonclient.utils import InferenceServerException
+
+        if isinstance(exc, InferenceServerException):
+            return TritonInferenceError(exc.message() or str(exc))
+        return exc
 
     def close(self) -> None:
         self.client.close()
