@@ -5,6 +5,8 @@ counts successes only."""
 from __future__ import annotations
 
 import csv
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -129,3 +131,52 @@ def test_throughput_counts_only_successes_against_the_real_server(loadtest: Call
     assert "server restarted" not in markdown(summary)
     summary.data["accounting"]["server_restarts"] = 1
     assert "The server restarted during the run (1 restart(s) seen)" in markdown(summary)
+
+
+def test_restart_mid_run_is_counted_per_segment(tmp_path: Path) -> None:
+    """The server stops and a new one starts on the same ports during the run: Triton's counters
+    restart from 0, and the report sums them per segment (never negative) and says so."""
+    repo = tmp_path / "repo"
+    write_probe_model(repo, "probe_add", mode="add")
+    result: dict[str, Any] = {}
+    first = EmbeddedServer(repo, admin_key="restart-test-key").start()
+    options = LoadTestOptions(
+        models=[parse_model("probe_add")],
+        report_dir=tmp_path / "report",
+        url=first.http_url,
+        metrics_url=first.metrics_url,
+        admin_key="restart-test-key",
+        protocol="http",
+        users=2,
+        duration="9s",
+        slo=SLO(),
+        progress=False,
+        plots=False,
+    )
+    thread = threading.Thread(target=lambda: result.update(summary=run(options)))
+    thread.start()
+    try:
+        time.sleep(3.0)
+        # kill -9: a crash, not a drain (a draining server keeps serving open keep-alive connections)
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()
+        with EmbeddedServer(
+            repo,
+            admin_key="restart-test-key",
+            http_port=first.http_port,
+            grpc_port=first.grpc_port,
+            metrics_port=first.metrics_port,
+        ):
+            thread.join(timeout=120)
+    finally:
+        first.stop()
+    summary = result["summary"]
+    accounting = summary["accounting"]
+    assert accounting["server_restarts"] >= 1
+    assert accounting["triton_requests"] > 0 and accounting["triton_success"] > 0
+    server = summary["models"]["probe_add:1"]["server"]
+    assert all(server[k] >= 0 for k in ("requests", "success", "failure", "inferences", "executions"))
+    formed = summary["models"]["probe_add:1"]["batch_stats"]
+    assert formed is None or all(n > 0 for n in formed["batch_sizes"].values())
+    assert "The server restarted during the run" in markdown(summary)
