@@ -272,6 +272,11 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
+def _key(name: Any) -> str:
+    """A key from the file for a one-line message: as written when printable, else its repr."""
+    return name if isinstance(name, str) and name.isprintable() else repr(name)
+
+
 def _given(value: Any) -> str:
     return f"{type(value).__name__} {value!r}" if not isinstance(value, dict | list) else type(value).__name__
 
@@ -302,7 +307,7 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
         _, item = typing.get_args(hint)
-        return {str(k): _convert(item, v, f"{key}.{k}") for k, v in value.items()}
+        return {str(k): _convert(item, v, f"{key}.{_key(k)}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
         return _dataclass(hint, value, key)
     if hint is bool:
@@ -332,7 +337,7 @@ def _dataclass(cls: Any, value: Any, key: str) -> Any:
     unknown = [k for k in value if k not in names]
     if unknown:
         prefix = f"{key}." if key else ""
-        raise SpecError(f"unknown spec key `{prefix}{unknown[0]}`; expected one of {', '.join(names)}")
+        raise SpecError(f"unknown spec key `{prefix}{_key(unknown[0])}`; expected one of {', '.join(names)}")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in _NOT_IN_YAML:

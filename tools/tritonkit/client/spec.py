@@ -281,7 +281,7 @@ class ModelSpec:
         unknown = [n for n in names if n not in self.outputs]
         if unknown:
             raise InvalidInputError(
-                f"unknown output {', '.join(f'`{n}`' for n in unknown)} for {self._where()}; "
+                f"unknown output {', '.join(_q(n) for n in unknown)} for {self._where()}; "
                 f"expected some of {', '.join(f'`{n}`' for n in self.output_names)}"
             )
         return tuple(names)
@@ -350,7 +350,7 @@ class ModelSpec:
         unknown = [n for n in inputs if n not in self.inputs]
         if unknown:
             raise InvalidInputError(
-                f"unknown input {', '.join(f'`{n}`' for n in unknown)} for {self._where()}; "
+                f"unknown input {', '.join(_q(n) for n in unknown)} for {self._where()}; "
                 f"expected {_names(self.inputs)}"
             )
         missing = sorted(self.required.difference(inputs))
@@ -444,5 +444,10 @@ def _fmt(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def _q(name: object) -> str:
+    """A caller-given name for a one-line message: as written when printable, else its repr."""
+    return f"`{name}`" if isinstance(name, str) and name.isprintable() else f"`{name!r}`"
+
+
 def _names(items: Mapping[str, Any]) -> str:
-    return "{" + ", ".join(f"`{n}`" for n in items) + "}"
+    return "{" + ", ".join(_q(n) for n in items) + "}"

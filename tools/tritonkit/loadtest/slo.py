@@ -91,7 +91,12 @@ class Totals:
 
     @property
     def rps(self) -> float:
-        return self.requests / self.seconds if self.seconds > 0 else 0.0
+        """Successes per second: a failed (e.g. rejected by a full queue) request is no throughput."""
+        return (self.requests - self.failures) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def failures_per_s(self) -> float:
+        return self.failures / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def failure_ratio(self) -> float:

@@ -21,6 +21,7 @@ import os
 import random
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import gevent.lock
@@ -36,10 +37,11 @@ from tritonkit.loadtest.payloads import (
     request_body,
 )
 from tritonkit.loadtest.transports.hub import GrpcTransport, parse_answer
-from tritonkit.loadtest.transports.wire import WireGrpcConnection
+from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
 
 __all__ = [
+    "Backoff",
     "GrpcClient",
     "HttpLeanClient",
     "HttpTritonClient",
@@ -64,6 +66,43 @@ class TritonInferenceError(LoadTestError):
 class WrongAnswerError(LoadTestError):
     """Triton answered, but the outputs are not what the model's metadata promises."""
 
+
+#: back-off after a connection error: first delay, and the cap it doubles up to (seconds)
+BACKOFF_FIRST_S = 0.01
+BACKOFF_CAP_S = 1.0
+
+
+class Backoff:
+    """Exponential back-off of one user after connection errors, so a dead or restarting server
+    sees a bounded request rate instead of one refused connection per microsecond.
+
+    Each consecutive connection error doubles the delay (``BACKOFF_FIRST_S`` up to ``BACKOFF_CAP_S``),
+    jittered to between half and all of it so users do not retry in step; any answer from the server
+    (even an error answer) resets it. With the jitter's lower half a dead server sees at most about
+    ``7 + 2 * (seconds - 0.64)`` connection errors per user over ``seconds`` (plus what the requests'
+    own time allows).
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def record(self, exception: BaseException | None) -> None:
+        if exception is not None and isinstance(exception, OSError | WireGrpcError):
+            self.failures += 1
+        else:
+            self.failures = 0
+
+    def delay(self) -> float:
+        """Seconds to wait before the next request (0 after an answer)."""
+        if not self.failures:
+            return 0.0
+        full = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(self.failures - 1, 30))
+        return float(full * self._rng.uniform(0.5, 1.0))
+
+
+#: what one request gave: seconds to the answer, answer bytes, and the failure (None: a success)
+Sent = tuple[float, int, BaseException | None]
 
 _SETUP_LOCK = gevent.lock.RLock()
 _PAYLOADS: dict[tuple[Any, ...], PayloadSet] = {}
@@ -90,8 +129,24 @@ class _Client:
         self.name = payload_set.spec.label
         self.timeout = timeout
         self._fire = environment.events.request.fire
+        self.backoff = Backoff()
+
+    def timed(self, call: Callable[[float], Sent]) -> None:
+        """Send one request and report it: ``call(start)`` sends and validates; anything it raises
+        (connection errors, timeouts) is a failed request (:meth:`failure`), never fatal to the user."""
+        start = time.perf_counter()
+        try:
+            seconds, length, exception = call(start)
+        except Exception as exc:
+            seconds, length, exception = time.perf_counter() - start, 0, self.failure(exc)
+        self.report(seconds, length, exception)
+
+    def failure(self, exc: Exception) -> BaseException:
+        """What a request that raised ``exc`` is reported as."""
+        return exc
 
     def report(self, seconds: float, length: int, exception: BaseException | None) -> None:
+        self.backoff.record(exception)
         self._fire(
             request_type=self.request_type,
             name=self.name,
@@ -135,26 +190,19 @@ class HttpLeanClient(_Client):
 
     def infer(self, index: int) -> None:
         payload, body, headers = self._requests[index]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
+
+        def call(start: float) -> Sent:
             response = self._http.request("POST", self._path, body=body, headers=headers)
             data = response.read()
             seconds = time.perf_counter() - start
-            length = len(data)
             if response.status_code != 200:
-                exception = TritonInferenceError(_http_error(data, response.status_code))
-            else:
-                header_length = response.get("Inference-Header-Content-Length")
-                got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
-                problem = check_outputs(payload.checks, got)
-                if problem:
-                    exception = WrongAnswerError(problem)
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+                return seconds, len(data), TritonInferenceError(_http_error(data, response.status_code))
+            header_length = response.get("Inference-Header-Content-Length")
+            got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
+            problem = check_outputs(payload.checks, got)
+            return seconds, len(data), WrongAnswerError(problem) if problem else None
+
+        self.timed(call)
 
     def close(self) -> None:
         self._http.close()
@@ -178,34 +226,31 @@ class HttpTritonClient(_Client):
         self._requests = [http_request(p)[:2] for p in payload_set.payloads]
 
     def infer(self, index: int) -> None:
-        from tritonclient.utils import InferenceServerException
-
         inputs, outputs = self._requests[index]
         payload = self.payload_set.payloads[index]
-        start = time.perf_counter()
-        length = 0
-        exception: BaseException | None = None
-        try:
+
+        def call(start: float) -> Sent:
             result = self.client.infer(
                 self.spec.name, inputs, model_version=self.spec.version, outputs=outputs
             )
             seconds = time.perf_counter() - start
-            response = result.get_response()
+            length = 0
             got = {}
-            for out in response.get("outputs", []):
+            for out in result.get_response().get("outputs", []):
                 array = result.as_numpy(out["name"])
                 length += int(array.nbytes) if array is not None else 0
                 got[out["name"]] = (out["datatype"], out["shape"], array if array is not None else b"")
             problem = check_outputs(payload.checks, got)
-            if problem:
-                exception = WrongAnswerError(problem)
-        except InferenceServerException as exc:
-            seconds = time.perf_counter() - start
-            exception = TritonInferenceError(exc.message() or str(exc))
-        except Exception as exc:  # connection errors, timeouts: counted, never fatal to the user
-            seconds = time.perf_counter() - start
-            exception = exc
-        self.report(seconds, length, exception)
+            return seconds, length, WrongAnswerError(problem) if problem else None
+
+        self.timed(call)
+
+    def failure(self, exc: Exception) -> BaseException:
+        from tritonclient.utils import InferenceServerException
+
+        if isinstance(exc, InferenceServerException):
+            return TritonInferenceError(exc.message() or str(exc))
+        return exc
 
     def close(self) -> None:
         self.client.close()
@@ -334,6 +379,10 @@ class TritonUser(User):
     @task
     def infer(self) -> None:
         self.client.infer(self.payload_set.pick(self.rng))
+        backoff: Backoff | None = getattr(self.client, "backoff", None)
+        delay = backoff.delay() if backoff is not None else 0.0
+        if delay:  # the server is unreachable: wait (cooperatively) before the next request
+            gevent.sleep(delay)
 
     def on_stop(self) -> None:
         self.client.close()

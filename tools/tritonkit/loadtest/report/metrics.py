@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import threading
 import time
 import urllib.error
@@ -31,6 +32,7 @@ __all__ = [
     "MetricsScraper",
     "ServerDelta",
     "batch_stats",
+    "increase",
     "parse_metrics",
     "scrape",
     "server_statistics",
@@ -105,6 +107,8 @@ class ServerDelta:
     model: str
     seconds: float
     counters: dict[str, float]
+    #: scrape intervals in which the counters went down: the server restarted (and counted from 0)
+    restarts: int = 0
 
     def get(self, key: str) -> float:
         return self.counters.get(key, 0.0)
@@ -135,14 +139,44 @@ class ServerDelta:
             ),
             "request_us_per_request": self.per_request_us("request_us"),
             "avg_batch": self.avg_batch,
+            "restarts": self.restarts,
         }
 
 
 def delta(before: Counters, after: Counters, seconds: float) -> dict[str, ServerDelta]:
+    """What each model version counted between two scrapes.
+
+    A counter that went down means the server restarted in between and counted again from 0, as
+    Prometheus' ``increase()`` reads it: the increase is then the value after (what the new process
+    counted; what the old one counted after the earlier scrape is lost). All counters of a version
+    restart together, so one going down resets them all.
+    """
     out = {}
     for key, counters in after.items():
         base = before.get(key, {})
-        out[key] = ServerDelta(key, seconds, {k: v - base.get(k, 0.0) for k, v in counters.items()})
+        reset = any(v < base.get(k, 0.0) for k, v in counters.items())
+        if reset:
+            base = {}
+        out[key] = ServerDelta(
+            key, seconds, {k: v - base.get(k, 0.0) for k, v in counters.items()}, int(reset)
+        )
+    return out
+
+
+def increase(samples: list[tuple[float, Counters]]) -> dict[str, ServerDelta]:
+    """Per model version, the sum of :func:`delta` over consecutive scrapes: a restart between two
+    scrapes starts a new segment instead of making the total negative."""
+    out: dict[str, ServerDelta] = {}
+    for (ta, a), (tb, b) in itertools.pairwise(samples):
+        for key, d in delta(a, b, tb - ta).items():
+            total = out.setdefault(key, ServerDelta(key, 0.0, {}))
+            total.seconds += d.seconds
+            total.restarts += d.restarts
+            for k, v in d.counters.items():
+                total.counters[k] = total.counters.get(k, 0.0) + v
+    if samples:
+        for total in out.values():
+            total.seconds = samples[-1][0] - samples[0][0]
     return out
 
 
@@ -178,11 +212,10 @@ class MetricsScraper:
             self.samples.append((time.time(), scrape(self.url)))
 
     def total(self) -> dict[str, ServerDelta]:
-        """Per model version, from the first scrape to the last."""
+        """Per model version, from the first scrape to the last, summed over restarts."""
         if len(self.samples) < 2:
             return {}
-        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
-        return delta(first, last, t1 - t0)
+        return increase(self.samples)
 
     def series(self, keys: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """Per model version, one record per scrape interval (for plots and the batch table)."""
@@ -239,6 +272,12 @@ def batch_stats(before: Statistics | None, after: Statistics | None) -> dict[str
     out: dict[str, dict[str, Any]] = {}
     for key, now in after.items():
         base = before.get(key)
+        # Fewer inferences than before: the server restarted and these are the new process's counts.
+        restarted = base is not None and (
+            now.inference_count < base.inference_count or now.execution_count < base.execution_count
+        )
+        if restarted:
+            base = None
         sizes = {
             size: count - (base.batch_executions.get(size, 0) if base else 0)
             for size, count in sorted(now.batch_executions.items())
@@ -247,5 +286,6 @@ def batch_stats(before: Statistics | None, after: Statistics | None) -> dict[str
             "inferences": now.inference_count - (base.inference_count if base else 0),
             "executions": now.execution_count - (base.execution_count if base else 0),
             "batch_sizes": {str(size): n for size, n in sizes.items() if n > 0},
+            "restarted": restarted,
         }
     return out

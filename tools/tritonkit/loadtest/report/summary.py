@@ -108,7 +108,8 @@ def _scope(totals: Totals) -> dict[str, Any]:
         "requests": totals.requests,
         "failures": totals.failures,
         "succeeded": totals.requests - totals.failures,
-        "rps": round(totals.rps, 2),
+        "rps": round(totals.rps, 2),  # successes per second
+        "failures_per_s": round(totals.failures_per_s, 2),
         "failure_ratio": round(totals.failure_ratio, 6),
         "p50_ms": _round(totals.p50_ms),
         "p95_ms": _round(totals.p95_ms),
@@ -193,6 +194,10 @@ def collect(
         else None,
     }
     accounting["matched"] = triton_requests == aggregated["requests"] if triton_requests is not None else None
+    # Triton's counters start from 0 when the server restarts: sums are per segment (metrics.increase)
+    restarts = max((d.restarts for d in server.values()), default=0)
+    restarts = max(restarts, int(any((b or {}).get("restarted") for b in (batch_stats or {}).values())))
+    accounting["server_restarts"] = restarts
     ramp_path = report / "ramp_steps.json"
     ramp_steps = json.loads(ramp_path.read_text()) if ramp_path.exists() else []
     knee, knee_rule = _knee(ramp_steps)
@@ -318,6 +323,12 @@ def markdown(summary: Summary) -> str:
             f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
             f"Triton counted {acc['triton_requests']:,} ({acc['triton_success']:,} success + "
             f"{acc['triton_failure']:,} failure): {verdict}.",
+        ]
+    if acc.get("server_restarts"):
+        lines += [
+            "",
+            f"The server restarted during the run ({acc['server_restarts']} restart(s) seen): Triton's counters "
+            "are summed per segment between restarts, and what a process counted after its last scrape is lost.",
         ]
     if d.get("client_cpu_us_per_request") is not None:
         name = d.get("grpc_transport") or d.get("http_transport")
