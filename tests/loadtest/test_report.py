@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tritonkit.loadtest.report.summary import _knee
 from tritonkit.loadtest.slo import SLO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -78,7 +79,6 @@ def _step(users: int, rps: float, breaches: tuple[str, ...] = ()) -> dict[str, A
 
 
 def test_knee_rules() -> None:
-    from tritonkit.loadtest.report.summary import _knee
 
     rising = [_step(2, 100), _step(4, 190), _step(6, 260)]
     assert _knee(rising) == (None, "not reached")

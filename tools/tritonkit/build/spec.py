@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from tritonkit.build.gpu import get_profile
 from tritonkit.build.precision import CALIBRATION_METHODS, Int8Options
 from tritonkit.config import ModelConfig, QueuePolicy
@@ -417,7 +419,6 @@ def parse_spec(data: Any, base_dir: str | Path = ".", *, as_is: bool = False) ->
 
 def load_spec(path: str | Path) -> BuildSpec:
     """Read and check a YAML build spec."""
-    import yaml
 
     file = Path(path)
     if not file.is_file():

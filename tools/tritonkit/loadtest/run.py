@@ -28,7 +28,10 @@ from tritonkit.loadtest.report import summary as reporting
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_stats, server_statistics
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.supervise import run_locust
+from tritonkit.loadtest.wrk import cross_check
 from tritonkit.machine import description
+from tritonkit.repository.store import ModelRepository
+from tritonkit.serve.embedded import EmbeddedServer
 
 __all__ = ["LoadTestOptions", "ModelTarget", "parse_model", "run"]
 
@@ -76,7 +79,6 @@ def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
         metrics = options.metrics_url or f"http://{_with_port(url, 8002)}/metrics"
         yield Endpoints(http, grpc, metrics, options.metrics_url is not None, options.admin_headers())
         return
-    from tritonkit.serve.embedded import EmbeddedServer
 
     repo = Path(options.repo)
     if not repo.is_dir():
@@ -91,8 +93,6 @@ def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
     """From the version's ``build.json`` when the repository is local (the embedded server's);
     else ``unknown``: the platform or backend (``python``, ``onnxruntime``) is not a precision."""
     if options.url is None:
-        from tritonkit.repository.store import ModelRepository
-
         # a version built elsewhere has no manifest (or a version that is not a number)
         with contextlib.suppress(TritonKitError, ValueError):
             manifest = ModelRepository(Path(options.repo)).read_manifest(spec.name, int(spec.version))
@@ -219,7 +219,6 @@ def _start_scraper(endpoints: Endpoints) -> tuple[MetricsScraper | None, str | N
 
 def _wrk(options: LoadTestOptions, endpoints: Endpoints, spec: ModelSpec, report: Path) -> dict[str, Any]:
     """The wrk cross-check on the first model, after the Locust run (never beside it)."""
-    from tritonkit.loadtest.wrk import cross_check
 
     assert isinstance(options.duration, float)
     return cross_check(

@@ -25,7 +25,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import gevent.lock
+import numpy as np
+import tritonclient.http as httpclient
+from geventhttpclient import HTTPClient
 from locust import User, constant, task
+from tritonclient.utils import InferenceServerException
 
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import (
@@ -33,12 +37,13 @@ from tritonkit.loadtest.payloads import (
     ModelSpec,
     PayloadSet,
     fetch_model_spec,
+    http_request,
     make_payloads,
     request_body,
 )
 from tritonkit.loadtest.transports.hub import GrpcTransport, parse_answer
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
-from tritonkit.loadtest.validation import check_outputs
+from tritonkit.loadtest.validation import check_outputs, dtype_of
 
 __all__ = [
     "Backoff",
@@ -168,9 +173,6 @@ class HttpLeanClient(_Client):
     request_type = "http"
 
     def __init__(self, environment: Any, url: str, payload_set: PayloadSet, timeout: float) -> None:
-        from geventhttpclient import HTTPClient
-
-        from tritonkit.loadtest.payloads import http_request
 
         super().__init__(environment, payload_set, timeout)
         self._path = f"/v2/models/{urllib.parse.quote(self.spec.name)}/versions/{self.spec.version}/infer"
@@ -215,9 +217,6 @@ class HttpTritonClient(_Client):
     request_type = "http"
 
     def __init__(self, environment: Any, url: str, payload_set: PayloadSet, timeout: float) -> None:
-        import tritonclient.http as httpclient
-
-        from tritonkit.loadtest.payloads import http_request
 
         super().__init__(environment, payload_set, timeout)
         self.client = httpclient.InferenceServerClient(  # connects on the first request
@@ -246,7 +245,6 @@ class HttpTritonClient(_Client):
         self.timed(call)
 
     def failure(self, exc: Exception) -> BaseException:
-        from tritonclient.utils import InferenceServerException
 
         if isinstance(exc, InferenceServerException):
             return TritonInferenceError(exc.message() or str(exc))
@@ -435,9 +433,6 @@ def _http_error(data: bytes, status: int) -> str:
 
 def _http_outputs(data: bytes, header_length: str | None) -> dict[str, tuple[str, Any, Any]]:
     """Outputs of a KServe v2 answer: name → (datatype, shape, raw bytes or JSON values)."""
-    import numpy as np
-
-    from tritonkit.loadtest.validation import dtype_of
 
     size = int(header_length) if header_length else len(data)
     header = json.loads(data[:size])

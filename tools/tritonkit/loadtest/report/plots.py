@@ -16,10 +16,10 @@ __all__ = ["draw_all"]
 
 
 def _figure() -> Any:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib is heavy; only report writing needs it)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib is heavy; only report writing needs it)
 
     return plt
 
@@ -40,7 +40,7 @@ def _float(value: str | None) -> float | None:
 
 
 def _integer_ticks(axis: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 (matplotlib is heavy; only report writing needs it)
 
     axis.yaxis.set_major_locator(MaxNLocator(integer=True))
 

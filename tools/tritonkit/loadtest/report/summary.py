@@ -22,6 +22,7 @@ from typing import Any
 from tritonkit.loadtest.payloads import ModelSpec
 from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper
+from tritonkit.loadtest.report.plots import draw_all
 from tritonkit.loadtest.slo import EXIT_SLO_BREACH, SLO, Breach, Histogram, Totals, check_slo
 
 __all__ = ["Summary", "collect", "markdown", "write"]
@@ -397,8 +398,6 @@ def markdown(summary: Summary) -> str:
 def write(summary: Summary, report: Path, *, plots: bool = True) -> None:
     """Write ``summary.json``, ``summary.md`` and the PNG plots into ``report``."""
     if plots:
-        from tritonkit.loadtest.report.plots import draw_all
-
         summary.data["plots"] = draw_all(report, summary.data)
     else:
         summary.data["plots"] = []
