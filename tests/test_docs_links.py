@@ -1,6 +1,6 @@
 """Every relative link in the repository's Markdown files leads to a file or folder that exists in it.
 
-Documents used to point at files outside the repository (``../shared/docs/...``) that readers of the
+Documents used to point at files outside the repository (a sibling folder of notes) that readers of the
 repository cannot open. Checked: inline links and images ``[text](target)`` and reference definitions
 ``[id]: target`` in every tracked ``*.md``, outside code blocks and code spans; external links
 (``scheme:``), mail and pure anchors are skipped, ``#fragment`` and ``?query`` are cut off.
@@ -56,12 +56,13 @@ def test_relative_links_resolve_inside_the_repository(doc: Path) -> None:
 def test_link_extraction() -> None:
     text = (
         '[a](docs/deploy.md#x) ![img](k8s/x.png "t") [web](https://example.com) [anchor](#top)\n'
-        "`[code](nope.md)`\n```\n[fenced](nope2.md)\n```\n[ref]: ../shared/docs/REFERENCE.md\n"
+        "`[code](nope.md)`\n```\n[fenced](nope2.md)\n```\n[ref]: ../outside/notes.md\n"
     )
-    assert links(text) == ["docs/deploy.md", "k8s/x.png", "../shared/docs/REFERENCE.md"]
+    assert links(text) == ["docs/deploy.md", "k8s/x.png", "../outside/notes.md"]
 
 
-_OUTSIDE_DOCS = re.compile(r"shared/docs|\b(?:ENVIRONMENT|REFERENCE|STYLE)\.md\b")
+# Assembled from parts so that this file does not match its own pattern.
+_OUTSIDE_DOCS = re.compile("shared" + r"/docs|\b(?:ENVIRONMENT|REFERENCE|STYLE)" + r"\.md\b")
 
 
 def test_docs_and_manifests_cite_no_document_outside_the_repository() -> None:

@@ -146,7 +146,7 @@ ZOO = ("two_in", "seq_sum", "fixed", "half_bool", "gemm_names", "strings", "gath
 
 
 NUMPY2 = int(np.__version__.split(".")[0]) >= 2
-#: BYTES cannot travel by DLPack; on NumPy 2 the stub's NumPy path is known broken (ENVIRONMENT.md).
+#: BYTES cannot travel by DLPack, and on NumPy 2 the 2.51 stub rejects NumPy outputs ("output tensor shape does not match").
 BYTES_ON_NUMPY2 = pytest.mark.xfail(NUMPY2, reason="BYTES need the stub's NumPy path, broken with NumPy 2")
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-# NumPy 2 breaks this stub's NumPy tensor path (shared/docs/ENVIRONMENT.md): move tensors by DLPack
+# NumPy 2 breaks the 2.51 stub's NumPy tensor path (it rejects NumPy-2 outputs): move tensors by DLPack
 # through torch there, as the portable runner does.
 USE_DLPACK = int(np.__version__.split(".")[0]) >= 2
 

@@ -234,7 +234,7 @@ class EmbeddedServer:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        # The python-backend stub finds the venv's site-packages only through PATH (ENVIRONMENT.md).
+        # The python-backend stub finds the venv's site-packages only through PATH (PYTHONPATH alone is not read).
         venv_bin = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
         env.pop("PYTHONHOME", None)

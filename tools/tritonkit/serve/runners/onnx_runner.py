@@ -71,7 +71,7 @@ class TritonPythonModel:
         if self.use_dlpack:
             # Through torch, not NumPy: NumPy's DLPack capsules expect the standard "used_dltensor"
             # rename, the stub writes "used_dlpack", and the stub dies (seen with NumPy 1.26).
-            # torch <-> stub DLPack is the path verified on the NumPy-2 GPU host (ENVIRONMENT.md).
+            # torch <-> stub DLPack is the path verified on a NumPy-2 GPU host (H100/H200, NumPy 2.5).
             try:
                 import torch  # noqa: PLC0415  # optional in the stub: only the DLPack exchange needs it
                 import torch.utils.dlpack as torch_dlpack  # noqa: PLC0415
