@@ -106,6 +106,9 @@ def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
         thread = threading.Thread(target=lambda: result.update(summary=run(options)))
         thread.start()
         time.sleep(2.0)  # Locust's start, then about a second of load
+        # Gone at once (a graceful stop drains for seconds on a loaded machine and may outlast the run).
+        assert doomed.pid is not None
+        os.kill(doomed.pid, signal.SIGKILL)
         doomed.stop()
     thread.join(timeout=120)
     summary = result["summary"]
