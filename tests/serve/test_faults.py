@@ -177,6 +177,11 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
     assert _wait_until(lambda: not _alive(crashed.pid), 5)
     # While the dead server is not reaped, its stubs see it as alive and keep running with their regions.
     time.sleep(0.5)
+    if not any(_alive(s.pid) for s in stubs):
+        # Seen on a GPU host (containerised, another init): the killed server was reaped at once, its
+        # stubs saw their parent gone and exited; the next start then has nothing to reap.
+        crashed.wait()
+        pytest.skip("the killed server's stubs exited by themselves on this host: nothing left to reap")
     assert all(_alive(s.pid) for s in stubs) and all(r.exists() for r in regions)
     with EmbeddedServer(tmp_path, exit_timeout=1) as second:
         assert not any(_alive(s.pid) for s in stubs)
