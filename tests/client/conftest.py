@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from tests.support.python_models import model_source
 
 from tritonkit.build.portable import import_onnx
 from tritonkit.client import Client
@@ -41,44 +42,19 @@ class TritonPythonModel:
 """
 
 
-SLOW_MODEL_PY = """\
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-# This stub release rejects NumPy-2 arrays (outputs fail with a shape/size mismatch): with NumPy 2,
-# numeric tensors cross it by DLPack through torch, as the tritonkit runners do.
-_DLPACK = int(np.__version__.split(".")[0]) >= 2
-
-
-def _numpy_in(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if _DLPACK:
-        from torch.utils.dlpack import from_dlpack
-
-        return from_dlpack(tensor.to_dlpack()).numpy().copy()
-    return tensor.as_numpy()
-
-
-def _tensor_out(name, array):
-    if _DLPACK:
-        import torch
-        from torch.utils.dlpack import to_dlpack
-
-        return pb_utils.Tensor.from_dlpack(name, to_dlpack(torch.from_numpy(np.ascontiguousarray(array))))
-    return pb_utils.Tensor(name, array)
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = _numpy_in(request, "SECONDS")
-            time.sleep(float(seconds.reshape(-1)[0]))
-            responses.append(pb_utils.InferenceResponse([_tensor_out("SECONDS_OUT", seconds)]))
-        return responses
-"""
+SLOW_MODEL_PY = model_source(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                seconds = _numpy_in(request, "SECONDS")
+                time.sleep(float(seconds.reshape(-1)[0]))
+                responses.append(pb_utils.InferenceResponse([_tensor_out("SECONDS_OUT", seconds)]))
+            return responses
+    """,
+    "import time",
+)
 
 
 def _python_model(repo: Path, config: ModelConfig, source: str) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.support.python_models import model_source
 
 from tritonkit import config
 from tritonkit.config import (
@@ -30,41 +31,17 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 
 
 # A python-backend model that adds one to X; it accepts any batch the config allows.
-ADD_ONE_MODEL_PY = """\
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-# This stub release rejects NumPy-2 arrays (outputs fail with a shape/size mismatch): with NumPy 2,
-# numeric tensors cross it by DLPack through torch, as the tritonkit runners do.
-_DLPACK = int(np.__version__.split(".")[0]) >= 2
-
-
-def _numpy_in(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if _DLPACK:
-        from torch.utils.dlpack import from_dlpack
-
-        return from_dlpack(tensor.to_dlpack()).numpy().copy()
-    return tensor.as_numpy()
-
-
-def _tensor_out(name, array):
-    if _DLPACK:
-        import torch
-        from torch.utils.dlpack import to_dlpack
-
-        return pb_utils.Tensor.from_dlpack(name, to_dlpack(torch.from_numpy(np.ascontiguousarray(array))))
-    return pb_utils.Tensor(name, array)
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = _numpy_in(request, "X")
-            responses.append(pb_utils.InferenceResponse([_tensor_out("Y", x + 1)]))
-        return responses
-"""
+ADD_ONE_MODEL_PY = model_source(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                x = _numpy_in(request, "X")
+                responses.append(pb_utils.InferenceResponse([_tensor_out("Y", x + 1)]))
+            return responses
+    """
+)
 
 
 def python_onnx_runner() -> ModelConfig:

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.support.processes import alive, children, http_infer, serve_cli, stop, wait_until
+from tests.support.python_models import ADD_ONE, write_python_model
 from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as shm
 
@@ -25,17 +26,6 @@ from tritonkit.client.protocol import grpc_headers
 from tritonkit.errors import ModelLoadError
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
-
-from .test_server import ADD_ONE, _http_infer, write_python_model
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    """Kill ``process`` if it still runs, reap it and close its pipes (no ResourceWarning)."""
-    process.kill()
-    process.wait()
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +38,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
 
 def _stub_path(server: EmbeddedServer) -> Path:
     return server._stub_path()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _wait_until(predicate: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # --- 1. shared memory and statistics are restricted -----------------------------------------
@@ -113,19 +86,6 @@ def test_admin_key_is_not_in_the_servers_command_line(served: EmbeddedServer) ->
 
 
 # --- 2. no orphans ------------------------------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            if parent == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -139,28 +99,22 @@ def _port_free(port: int) -> bool:
 def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
-    wrapper = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--http-port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    wrapper = serve_cli(tmp_path, "--http-port", str(port), stderr=subprocess.DEVNULL)
     try:
         assert wrapper.stdout is not None
         assert wrapper.stdout.readline().startswith("tritonkit serve: ready")
-        (triton,) = _children(wrapper.pid)
+        (triton,) = children(wrapper.pid)
         stubs = stubs_of(triton, EmbeddedServer(tmp_path)._stub_path())
         assert len(stubs) == 1
         wrapper.kill()
         wrapper.wait()
-        assert _wait_until(lambda: not _alive(triton), 10), "tritonserver outlived its wrapper"
-        assert _wait_until(lambda: _port_free(port), 5)
+        assert wait_until(lambda: not alive(triton), 10), "tritonserver outlived its wrapper"
+        assert wait_until(lambda: _port_free(port), 5)
         # Triton stopped gracefully (SIGTERM, not a crash): it ended its stubs and removed their regions.
-        assert _wait_until(lambda: not any(_alive(s.pid) for s in stubs), 10)
+        assert wait_until(lambda: not any(alive(s.pid) for s in stubs), 10)
         assert not any(Path("/dev/shm", s.region).exists() for s in stubs)
     finally:
-        _stop(wrapper)
+        stop(wrapper)
 
 
 def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) -> None:
@@ -174,24 +128,24 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
     crashed, first._process = first._process, None  # held, not reaped: as when its wrapper was killed
     assert crashed is not None
     os.kill(crashed.pid, signal.SIGKILL)
-    assert _wait_until(lambda: not _alive(crashed.pid), 5)
+    assert wait_until(lambda: not alive(crashed.pid), 5)
     # While the dead server is not reaped, its stubs see it as alive and keep running with their regions.
     time.sleep(0.5)
-    if not any(_alive(s.pid) for s in stubs):
+    if not any(alive(s.pid) for s in stubs):
         # Seen on a GPU host (containerised, another init): the killed server was reaped at once, its
         # stubs saw their parent gone and exited; the next start then has nothing to reap.
         crashed.wait()
         pytest.skip("the killed server's stubs exited by themselves on this host: nothing left to reap")
-    assert all(_alive(s.pid) for s in stubs) and all(r.exists() for r in regions)
+    assert all(alive(s.pid) for s in stubs) and all(r.exists() for r in regions)
     with EmbeddedServer(tmp_path, exit_timeout=1) as second:
-        assert not any(_alive(s.pid) for s in stubs)
+        assert not any(alive(s.pid) for s in stubs)
         assert not any(r.exists() for r in regions)
         assert second.pid is not None
         live = stubs_of(second.pid, _stub_path(second))
         second.reap()
-        assert live and all(_alive(s.pid) for s in live), "a running server's stubs are kept"
+        assert live and all(alive(s.pid) for s in live), "a running server's stubs are kept"
         np.testing.assert_array_equal(
-            _http_infer(second.http_url, "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
+            http_infer(second.http_url, "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
         )
     crashed.wait()
 
@@ -202,10 +156,10 @@ def test_stop_after_a_crash_reaps_the_stubs(tmp_path: Path) -> None:
     assert server.pid is not None
     stubs = stubs_of(server.pid, _stub_path(server))
     os.kill(server.pid, signal.SIGKILL)
-    assert _wait_until(lambda: not server.is_running(), 5)
+    assert wait_until(lambda: not server.is_running(), 5)
     assert server.problems() == ["tritonserver exited with code -9"]
     server.stop()
-    assert stubs and not any(_alive(s.pid) for s in stubs)
+    assert stubs and not any(alive(s.pid) for s in stubs)
     assert not any(Path("/dev/shm", s.region).exists() for s in stubs)
 
 
@@ -217,7 +171,7 @@ def test_dead_stub_is_reported_while_triton_still_says_ready(tmp_path: Path) -> 
         assert server.pid is not None
         (stub,) = stubs_of(server.pid, _stub_path(server))
         os.kill(stub.pid, signal.SIGKILL)
-        assert _wait_until(lambda: server.problems() != [], 5)
+        assert wait_until(lambda: server.problems() != [], 5)
         assert server.problems() == [
             f"the python stub of model `add_one` (instance add_one_0_0, pid {stub.pid}) died"
         ]
@@ -231,46 +185,27 @@ def test_dead_stub_is_reported_while_triton_still_says_ready(tmp_path: Path) -> 
 def test_cli_serve_restarts_after_a_dead_stub(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tritonkit",
-            "serve",
-            "--repo",
-            str(tmp_path),
-            "--http-port",
-            str(port),
-            "--max-restarts",
-            "1",
-            "--exit-timeout",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = serve_cli(tmp_path, "--http-port", str(port), "--max-restarts", "1", "--exit-timeout", "1")
     try:
         assert process.stdout is not None and process.stderr is not None
         assert process.stdout.readline().startswith("tritonkit serve: ready")
         assert process.stdout.readline().startswith("tritonkit serve: restricted APIs need header")
-        (triton,) = _children(process.pid)
-        (stub,) = _children(triton)
+        (triton,) = children(process.pid)
+        (stub,) = children(triton)
         os.kill(stub, signal.SIGKILL)
         assert "restarting (1/1): the python stub of model `add_one`" in process.stderr.readline()
         assert process.stdout.readline().startswith("tritonkit serve: ready again")
         np.testing.assert_array_equal(
-            _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
+            http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
             np.ones((1, 4), np.float32),
         )
-        (triton,) = _children(process.pid)
-        (stub,) = _children(triton)
+        (triton,) = children(process.pid)
+        (stub,) = children(triton)
         os.kill(stub, signal.SIGKILL)  # no restarts left: exit 1 with one line
         assert process.wait(timeout=60) == 1
         assert "error: the python stub of model `add_one`" in process.stderr.read()
     finally:
-        _stop(process)
+        stop(process)
 
 
 # --- 6. usage errors and a model that cannot start -----------------------------------------------
@@ -329,39 +264,21 @@ def test_server_log_is_rotated_at_its_cap(tmp_path: Path) -> None:
 def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tritonkit",
-            "serve",
-            "--repo",
-            str(tmp_path),
-            "--http-port",
-            str(port),
-            "--max-restarts",
-            "1",
-            "--exit-timeout",
-            "10",  # a python model takes about a second to unload
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    # --exit-timeout 10: a python model takes about a second to unload
+    process = serve_cli(tmp_path, "--http-port", str(port), "--max-restarts", "1", "--exit-timeout", "10")
     try:
         assert process.stdout is not None and process.stderr is not None
         assert process.stdout.readline().startswith("tritonkit serve: ready")
         assert process.stdout.readline().startswith("tritonkit serve: restricted APIs need header")
-        (triton,) = _children(process.pid)
+        (triton,) = children(process.pid)
         os.kill(triton, signal.SIGKILL)  # as a hostile body that crashes Triton's parser would
         assert "restarting (1/1): tritonserver exited unexpectedly" in process.stderr.readline()
         assert process.stdout.readline().startswith("tritonkit serve: ready again")
         np.testing.assert_array_equal(
-            _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
+            http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
             np.ones((1, 4), np.float32),
         )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
-        _stop(process)
+        stop(process)

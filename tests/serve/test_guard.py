@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,20 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.support.processes import http_infer, serve_cli, stop
+from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_model
 
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
-
-from .test_server import ADD_ONE, SLOW_ADD_ONE, _http_infer, write_python_model
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    """Kill ``process`` if it still runs, reap it and close its pipes (no ResourceWarning)."""
-    process.kill()
-    process.wait()
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +48,7 @@ def _json_infer(shape: list[int], data: list[float]) -> bytes:
 
 def test_infer_goes_through_the_guard(guarded: EmbeddedServer) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    np.testing.assert_array_equal(_http_infer(guarded.http_url, "add_one", x), x + 1)
+    np.testing.assert_array_equal(http_infer(guarded.http_url, "add_one", x), x + 1)
     status, body = _post(guarded, "/v2/models/add_one/infer", _json_infer([1, 4], [1, 2, 3, 4]))
     assert status == 200 and json.loads(body)["outputs"][0]["data"] == [2, 3, 4, 5]
 
@@ -190,13 +179,7 @@ def test_expect_100_continue_is_answered_by_the_guard(guarded: EmbeddedServer) -
 def test_cli_serve_guards_by_default(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--http-port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = serve_cli(tmp_path, "--http-port", str(port))
     try:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("tritonkit serve: ready")
@@ -206,10 +189,10 @@ def test_cli_serve_guards_by_default(tmp_path: Path) -> None:
         assert conn.getresponse().status == 413
         conn.close()
         np.testing.assert_array_equal(
-            _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
+            http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
             np.ones((1, 4), np.float32),
         )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
-        _stop(process)
+        stop(process)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import signal
 import socket
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import urllib.error
@@ -19,9 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.support.processes import http_infer, serve_cli
+from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_model
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import (
     ModelLoadError,
     PortInUseError,
@@ -31,44 +28,6 @@ from tritonkit.errors import (
 )
 from tritonkit.serve.embedded import EmbeddedServer, find_triton, free_port
 from tritonkit.serve.options import ADMIN_HEADER
-
-ADD_ONE = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-# This stub release rejects NumPy-2 arrays (outputs fail with a shape/size mismatch): with NumPy 2,
-# numeric tensors cross it by DLPack through torch, as the tritonkit runners do.
-_DLPACK = int(np.__version__.split(".")[0]) >= 2
-
-
-def _numpy_in(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if _DLPACK:
-        from torch.utils.dlpack import from_dlpack
-
-        return from_dlpack(tensor.to_dlpack()).numpy().copy()
-    return tensor.as_numpy()
-
-
-def _tensor_out(name, array):
-    if _DLPACK:
-        import torch
-        from torch.utils.dlpack import to_dlpack
-
-        return pb_utils.Tensor.from_dlpack(name, to_dlpack(torch.from_numpy(np.ascontiguousarray(array))))
-    return pb_utils.Tensor(name, array)
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            x = _numpy_in(request, "X")
-            out.append(pb_utils.InferenceResponse([_tensor_out("Y", (x + 1).astype(np.float32))]))
-        return out
-"""
-
-SLOW_ADD_ONE = ADD_ONE.replace("out = []", "import time; time.sleep(SECONDS); out = []")
 
 FAILS_TO_LOAD = """
 class TritonPythonModel:
@@ -84,34 +43,6 @@ class TritonPythonModel:
 """
 
 
-def write_python_model(repo: Path, name: str, source: str, *, max_batch_size: int = 8) -> Path:
-    """A python-backend model X[FP32, 4] -> Y[FP32, 4], config written through tritonkit.config."""
-    config = ModelConfig(
-        name=name,
-        backend="python",
-        max_batch_size=max_batch_size,
-        inputs=[TensorConfig("X", "FP32", [4])],
-        outputs=[TensorConfig("Y", "FP32", [4])],
-        dynamic_batching=DynamicBatching() if max_batch_size > 0 else None,
-        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
-    )
-    version = repo / name / "1"
-    version.mkdir(parents=True)
-    (version / "model.py").write_text(textwrap.dedent(source))
-    save(config, repo / name / "config.pbtxt")
-    return repo / name
-
-
-def _http_infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
-    client = httpclient.InferenceServerClient(url)
-    tensor = httpclient.InferInput("X", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    result = client.infer(model, [tensor]).as_numpy("Y")
-    client.close()
-    assert result is not None
-    return result
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     repo = tmp_path_factory.mktemp("repo")
@@ -122,7 +53,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
 
 def test_serves_http_and_grpc_on_free_loopback_ports(served: EmbeddedServer) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    np.testing.assert_array_equal(_http_infer(served.http_url, "add_one", x), x + 1)
+    np.testing.assert_array_equal(http_infer(served.http_url, "add_one", x), x + 1)
 
     client = grpcclient.InferenceServerClient(served.grpc_url)
     tensor = grpcclient.InferInput("X", [2, 4], "FP32")
@@ -134,7 +65,7 @@ def test_serves_http_and_grpc_on_free_loopback_ports(served: EmbeddedServer) -> 
 
 
 def test_metrics_endpoint_reports_inference_counters(served: EmbeddedServer) -> None:
-    _http_infer(served.http_url, "add_one", np.zeros((1, 4), np.float32))
+    http_infer(served.http_url, "add_one", np.zeros((1, 4), np.float32))
     with urllib.request.urlopen(served.metrics_url, timeout=5) as response:
         text = response.read().decode()
     assert 'nv_inference_request_success{model="add_one",version="1"}' in text
@@ -218,7 +149,7 @@ def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     server = EmbeddedServer(tmp_path, exit_timeout=10).start()
     results: list[np.ndarray] = []
     worker = threading.Thread(
-        target=lambda: results.append(_http_infer(server.http_url, "slow", np.ones((1, 4), np.float32)))
+        target=lambda: results.append(http_infer(server.http_url, "slow", np.ones((1, 4), np.float32)))
     )
     worker.start()
     time.sleep(0.5)  # the request is now executing inside the model
@@ -229,27 +160,17 @@ def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v2/health/live", timeout=2)
 
 
-def _serve_cli(repo: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(repo), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
-    process = _serve_cli(tmp_path, "--http-port", str(port))
+    process = serve_cli(tmp_path, "--http-port", str(port))
     assert process.stdout is not None
     line = process.stdout.readline()
     assert line.startswith("tritonkit serve: ready"), line + (process.stderr.read() if process.stderr else "")
     assert f"http=127.0.0.1:{port}" in line
     np.testing.assert_array_equal(
-        _http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
+        http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
     )
     process.send_signal(sig)
     process.communicate(timeout=60)  # also closes the pipes
@@ -262,7 +183,7 @@ def test_cli_serve_busy_port_is_one_line_and_nonzero(tmp_path: Path) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        process = _serve_cli(tmp_path, "--grpc-port", str(port))
+        process = serve_cli(tmp_path, "--grpc-port", str(port))
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert stderr.strip().splitlines() == [

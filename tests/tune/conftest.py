@@ -15,48 +15,44 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from tests.support.python_models import model_source
 
 from tritonkit.build.portable import import_onnx
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 from tritonkit.serve.embedded import EmbeddedServer
 
-WORK_MODEL_PY = """\
-import time
+WORK_MODEL_PY = model_source(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            time.sleep(0.001)
+            out = []
+            for request in requests:
+                x = _numpy_in(request, "X")
+                out.append(pb_utils.InferenceResponse([_tensor_out("OUT", (x + 1).astype(np.float32))]))
+            return out
+    """,
+    "import time",
+)
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
+FLAKY_MODEL_PY = model_source(
+    """
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.count = 0
 
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.001)
-        out = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (x + 1).astype(np.float32))]))
-        return out
-"""
-
-FLAKY_MODEL_PY = """\
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.count = 0
-
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            self.count += 1
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            if self.count % 2:
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("odd request refused")))
-            else:
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
-        return out
-"""
+        def execute(self, requests):
+            out = []
+            for request in requests:
+                self.count += 1
+                x = _numpy_in(request, "X")
+                if self.count % 2:
+                    out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("odd request refused")))
+                else:
+                    out.append(pb_utils.InferenceResponse([_tensor_out("OUT", x)]))
+            return out
+    """
+)
 
 
 def python_model(repo: Path, config: ModelConfig, source: str) -> None:
