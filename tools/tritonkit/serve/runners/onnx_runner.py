@@ -18,6 +18,12 @@ Batching: all requests Triton hands to one ``execute`` call whose inputs share n
 concatenated along axis 0 and run once; the outputs are split back by each request's batch size.
 Requests with other shapes form their own group. A failing group is retried request by request so
 one bad request cannot fail its neighbours. Errors go back as error responses; the stub never dies.
+
+A request the caller got wrong is answered INVALID_ARGUMENT (HTTP 400), not INTERNAL (500): a missing
+input, BYTES that are not UTF-8, and what ONNX Runtime refuses in the request itself: a dtype, rank
+or dimension the graph does not declare, an index out of range, a shape a node cannot take (a Reshape
+whose element count does not fit). Its message names the inputs' shapes as given. A failure of the
+runtime itself (memory, device) stays INTERNAL.
 """
 
 import json
@@ -40,9 +46,44 @@ def _param(params: dict[str, Any], key: str, default: str) -> str:
     return str(text or default)
 
 
-def _to_str_array(array: NDArray[Any]) -> NDArray[Any]:
+class BadInputError(ValueError):
+    """A request the caller got wrong: answered INVALID_ARGUMENT, not INTERNAL."""
+
+
+# ONNX Runtime's exception classes for what a node refuses at run time; matched by name so this file
+# imports no onnxruntime internals (``onnxruntime.capi.onnxruntime_pybind11_state``) on load.
+_ORT_BAD_INPUT = "InvalidArgument"  # dtype, rank, dimension or index the graph refuses
+_ORT_NODE_FAILURES = ("Fail", "RuntimeException")  # a node that cannot take these shapes (Reshape...)
+# ...unless the runtime itself failed: that is the server's problem, not the caller's.
+_RUNTIME_TROUBLE = ("memory", "alloc", "cuda", "cublas", "cudnn", "device")
+
+
+def _is_bad_input(exc: BaseException) -> bool:
+    if isinstance(exc, BadInputError):
+        return True
+    kind = type(exc).__name__
+    if not type(exc).__module__.startswith("onnxruntime"):
+        return False
+    if kind == _ORT_BAD_INPUT:
+        return True
+    text = str(exc)
+    return (
+        kind in _ORT_NODE_FAILURES
+        and "while running" in text
+        and not any(word in text.lower() for word in _RUNTIME_TROUBLE)
+    )
+
+
+def _shapes(feeds: Feeds) -> str:
+    return ", ".join(f"{name} {list(value.shape)} {value.dtype}" for name, value in feeds.items())
+
+
+def _to_str_array(array: NDArray[Any], name: str) -> NDArray[Any]:
     # Triton hands BYTES over as bytes objects; ORT string tensors want str.
-    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    try:
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"input `{name}` is not UTF-8: {exc.reason} at byte {exc.start}") from None
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
@@ -129,9 +170,9 @@ class TritonPythonModel:
         for name, _ in self.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is None:
-                raise ValueError(f"request lacks input `{name}`")
+                raise BadInputError(f"request lacks input `{name}`")
             if name in self.bytes_inputs:
-                feeds[name] = _to_str_array(tensor.as_numpy())
+                feeds[name] = _to_str_array(tensor.as_numpy(), name)
             elif self.use_dlpack:
                 # Copy: the request's buffer is only lent for the duration of this call.
                 feeds[name] = self.torch_dlpack.from_dlpack(tensor.to_dlpack()).cpu().numpy().copy()
@@ -153,10 +194,17 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor(name, array))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    @staticmethod
-    def _error(exc: BaseException) -> Any:
+    def _error(self, exc: BaseException, feeds: Feeds | None = None) -> Any:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        if not _is_bad_input(exc):
+            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        if feeds is not None:
+            message = f"model `{self.model_name}` refused the inputs given ({_shapes(feeds)}): {message}"
+        # The caller's mistake is INVALID_ARGUMENT (HTTP 400), not an internal error (500); a stub
+        # without error codes still gets the message.
+        code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+        error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+        return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
     # --- execution -------------------------------------------------------------------------------
     def _run(self, feeds: Feeds) -> list[NDArray[Any]]:
@@ -204,14 +252,14 @@ class TritonPythonModel:
                 results = list(self._run_group(members))
             except Exception as exc:  # retried alone below: one bad request fails only itself
                 if len(members) == 1:
-                    responses[members[0][0]] = self._error(exc)
+                    responses[members[0][0]] = self._error(exc, members[0][1])
                     continue
                 results = [None] * len(members)
             for (index, feeds), outputs in zip(members, results, strict=True):
                 try:
                     responses[index] = self._make_response(self._run(feeds) if outputs is None else outputs)
                 except Exception as exc:
-                    responses[index] = self._error(exc)
+                    responses[index] = self._error(exc, feeds)
         return responses
 
     def finalize(self) -> None:
