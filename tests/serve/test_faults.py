@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.support.processes import alive, children, http_infer, serve_cli, stop, wait_until
+from tests.support.processes import alive, assert_adds_one, children, serve_cli, stop, wait_until
 from tests.support.python_models import ADD_ONE, write_python_model
 from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as shm
@@ -144,9 +144,7 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
         live = stubs_of(second.pid, _stub_path(second))
         second.reap()
         assert live and all(alive(s.pid) for s in live), "a running server's stubs are kept"
-        np.testing.assert_array_equal(
-            http_infer(second.http_url, "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
-        )
+        assert_adds_one(second.http_url)
     crashed.wait()
 
 
@@ -195,10 +193,7 @@ def test_cli_serve_restarts_after_a_dead_stub(tmp_path: Path) -> None:
         os.kill(stub, signal.SIGKILL)
         assert "restarting (1/1): the python stub of model `add_one`" in process.stderr.readline()
         assert process.stdout.readline().startswith("tritonkit serve: ready again")
-        np.testing.assert_array_equal(
-            http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
-            np.ones((1, 4), np.float32),
-        )
+        assert_adds_one(f"127.0.0.1:{port}")
         (triton,) = children(process.pid)
         (stub,) = children(triton)
         os.kill(stub, signal.SIGKILL)  # no restarts left: exit 1 with one line
@@ -274,10 +269,7 @@ def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
         os.kill(triton, signal.SIGKILL)  # as a hostile body that crashes Triton's parser would
         assert "restarting (1/1): tritonserver exited unexpectedly" in process.stderr.readline()
         assert process.stdout.readline().startswith("tritonkit serve: ready again")
-        np.testing.assert_array_equal(
-            http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)),
-            np.ones((1, 4), np.float32),
-        )
+        assert_adds_one(f"127.0.0.1:{port}")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:

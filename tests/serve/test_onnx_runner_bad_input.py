@@ -28,14 +28,30 @@ from tritonkit.serve.runners import runner_path
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
 
 
-def _runner_model(repo: Path, graph: onnx.GraphProto, cfg: ModelConfig) -> None:
-    version = repo / cfg.name / "1"
+def _runner_model(
+    repo: Path,
+    graph: onnx.GraphProto,
+    inputs: list[TensorConfig],
+    outputs: list[TensorConfig],
+    batching: DynamicBatching | None = None,
+) -> None:
+    """``graph`` served by the portable ONNX runner, as ``tritonkit build`` lays a version out."""
+    version = repo / graph.name / "1"
     version.mkdir(parents=True)
     shutil.copy(runner_path("onnx_runner"), version / "model.py")
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, version / "model.onnx")
-    config.save(cfg, repo / cfg.name / "config.pbtxt")
+    cfg = ModelConfig(
+        graph.name,
+        backend="python",
+        max_batch_size=8,
+        inputs=inputs,
+        outputs=outputs,
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=batching,
+    )
+    config.save(cfg, repo / graph.name / "config.pbtxt")
 
 
 def _f32(name: str, dims: list[int | str]) -> onnx.ValueInfoProto:
@@ -43,7 +59,6 @@ def _f32(name: str, dims: list[int | str]) -> onnx.ValueInfoProto:
 
 
 def _build(repo: Path) -> None:
-    cpu = [InstanceGroup(kind="KIND_CPU", count=1)]
     # ``fixed``: the config allows any width, the graph declares 4.
     fixed = helper.make_graph(
         [helper.make_node("Add", ["X", "one"], ["Y"])],
@@ -52,18 +67,7 @@ def _build(repo: Path) -> None:
         [_f32("Y", ["b", 4])],
         [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])],
     )
-    _runner_model(
-        repo,
-        fixed,
-        ModelConfig(
-            "fixed",
-            backend="python",
-            max_batch_size=8,
-            inputs=[TensorConfig("X", "FP32", [-1])],
-            outputs=[TensorConfig("Y", "FP32", [-1])],
-            instance_groups=cpu,
-        ),
-    )
+    _runner_model(repo, fixed, [TensorConfig("X", "FP32", [-1])], [TensorConfig("Y", "FP32", [-1])])
     # ``reshape``: any width passes the graph's declaration, but only 4 fits the Reshape to [b, 2, 2].
     reshape = helper.make_graph(
         [helper.make_node("Reshape", ["X", "shape"], ["Y"])],
@@ -72,18 +76,7 @@ def _build(repo: Path) -> None:
         [_f32("Y", ["b", 2, 2])],
         [numpy_helper.from_array(np.array([0, 2, 2], np.int64), "shape")],
     )
-    _runner_model(
-        repo,
-        reshape,
-        ModelConfig(
-            "reshape",
-            backend="python",
-            max_batch_size=8,
-            inputs=[TensorConfig("X", "FP32", [-1])],
-            outputs=[TensorConfig("Y", "FP32", [2, 2])],
-            instance_groups=cpu,
-        ),
-    )
+    _runner_model(repo, reshape, [TensorConfig("X", "FP32", [-1])], [TensorConfig("Y", "FP32", [2, 2])])
     # ``lookup``: rows of a 10-row table; an index past it is the caller's error, found only by value.
     # The batcher waits for three requests, so the test's three land in one ``execute`` call.
     lookup = helper.make_graph(
@@ -96,17 +89,9 @@ def _build(repo: Path) -> None:
     _runner_model(
         repo,
         lookup,
-        ModelConfig(
-            "lookup",
-            backend="python",
-            max_batch_size=8,
-            inputs=[TensorConfig("IDX", "INT64", [1])],
-            outputs=[TensorConfig("Y", "FP32", [1, 4])],
-            instance_groups=cpu,
-            dynamic_batching=DynamicBatching(
-                preferred_batch_size=[3], max_queue_delay_microseconds=5_000_000
-            ),
-        ),
+        [TensorConfig("IDX", "INT64", [1])],
+        [TensorConfig("Y", "FP32", [1, 4])],
+        DynamicBatching(preferred_batch_size=[3], max_queue_delay_microseconds=5_000_000),
     )
 
 
@@ -149,7 +134,7 @@ def test_a_shape_the_graph_refuses_is_400_over_http(
 ) -> None:
     status, body = _post(served, model, "X", "FP32", x)
     assert status == 400, body
-    assert f"model `{model}` refused the inputs given" in body["error"]
+    assert body["error"].startswith(f"model `{model}` refused the inputs given (X [1, 5] float32): ")
     for text in expected:
         assert text in body["error"], body
     good = np.arange(4, dtype=np.float32).reshape(1, 4)

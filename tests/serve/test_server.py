@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.support.processes import http_infer, serve_cli
+from tests.support.processes import assert_adds_one, http_infer, serve_cli
 from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_model
 from tritonclient.utils import InferenceServerException
 
@@ -169,9 +169,7 @@ def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
     line = process.stdout.readline()
     assert line.startswith("tritonkit serve: ready"), line + (process.stderr.read() if process.stderr else "")
     assert f"http=127.0.0.1:{port}" in line
-    np.testing.assert_array_equal(
-        http_infer(f"127.0.0.1:{port}", "add_one", np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
-    )
+    assert_adds_one(f"127.0.0.1:{port}")
     process.send_signal(sig)
     process.communicate(timeout=60)  # also closes the pipes
     assert process.returncode == 0

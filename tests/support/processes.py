@@ -78,3 +78,10 @@ def http_infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
         client.close()
     assert result is not None
     return result
+
+
+def assert_adds_one(url: str, model: str = "add_one") -> None:
+    """``model`` at ``url`` answers X = zeros(1, 4) with Y = ones: the X + 1 test model serves."""
+    np.testing.assert_array_equal(
+        http_infer(url, model, np.zeros((1, 4), np.float32)), np.ones((1, 4), np.float32)
+    )

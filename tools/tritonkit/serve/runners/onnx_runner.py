@@ -28,6 +28,7 @@ runtime itself (memory, device) stays INTERNAL.
 
 import json
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -198,6 +199,8 @@ class TritonPythonModel:
         message = " ".join(str(exc).split()) or type(exc).__name__
         if not _is_bad_input(exc):
             return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        # ORT's "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : " prefix says nothing the code does not.
+        message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", message)
         if feeds is not None:
             message = f"model `{self.model_name}` refused the inputs given ({_shapes(feeds)}): {message}"
         # The caller's mistake is INVALID_ARGUMENT (HTTP 400), not an internal error (500); a stub
