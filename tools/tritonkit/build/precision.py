@@ -41,8 +41,8 @@ from tritonkit.errors import BuildError, CalibrationError
 __all__ = [
     "CALIBRATION_METHODS",
     "INT8_COMPUTE_OPS",
-    "Int8Options",
     "QDQ_FP16_OPSET",
+    "Int8Options",
     "UnsupportedOpError",
     "qdq_to_fp16",
     "quantize_int8",
@@ -322,7 +322,9 @@ def qdq_to_fp16(
     model = onnx.load(str(source))
     qdq_names = {n.name for n in model.graph.node if n.op_type in _QDQ}
     if not qdq_names:
-        raise BuildError(f"{Path(source).name} has no QuantizeLinear/DequantizeLinear node; expected a Q/DQ model")
+        raise BuildError(
+            f"{Path(source).name} has no QuantizeLinear/DequantizeLinear node; expected a Q/DQ model"
+        )
     folded = _fold_int32_dequantize(model)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     try:
@@ -346,7 +348,9 @@ def qdq_to_fp16(
     scales = [n.input[1] for n in model.graph.node if n.op_type in _QDQ]
     wrong = sorted({s for s in scales if inits.get(s) != TensorProto.FLOAT16})
     if wrong:
-        raise BuildError(f"Q/DQ on FP16: scales {wrong[:3]} are not float16 initializers; expected every scale float16")
+        raise BuildError(
+            f"Q/DQ on FP16: scales {wrong[:3]} are not float16 initializers; expected every scale float16"
+        )
     onnx.save(model, str(dest))
     fp32 = _float32_nodes(model)
     return {
