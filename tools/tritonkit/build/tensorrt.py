@@ -18,14 +18,13 @@ Precision handling by TensorRT major version:
 
 ``build.json`` records what the unquantized layers run in (``unquantized_layers``).
 
-GPU support by TensorRT version (:data:`TENSORRT_DROPPED`): NVIDIA's support matrices list
-compute capability 7.5 (Turing: T4) as supported for TensorRT 8.5 through 10.x, with Volta (7.0)
-the architecture deprecated in 10.0 and removed in 10.5. For TensorRT 11 no statement dropping
-Turing was found in what was checked (November 2026): the TensorRT 11.0.0 to 11.5.0 release-note
-announcements, the 10.x-to-11.x migration guide and its removed-API lists, and the support
-policies page; they remove weak typing, implicit INT8, IPluginV2 and tactic sources, not a GPU
-architecture. The 11.x support matrix is an interactive explorer whose hardware table could not be
-read here. So the table is empty; docs/build-spec.md lists the pages (URLs) checked.
+GPU support by TensorRT version (:data:`TENSORRT_DROPPED`): the last architecture TensorRT dropped
+is Volta (7.0: deprecated in 10.0, removed in 10.5). For Turing (7.5, the T4) no NVIDIA statement of
+a drop was found in what was checked in November 2026: the TensorRT 11.0.0 to 11.5.0 release-note
+announcements, the 10.x-to-11.x migration guide and its removed-API list (weak typing, implicit
+INT8, IPluginV2, tactic sources: no GPU architecture) and the support policies page. The 11.x
+support matrix is an interactive explorer whose GPU table could not be read here. So the table is
+empty; docs/build-spec.md lists the pages (URLs) checked.
 """
 
 from __future__ import annotations
