@@ -155,6 +155,7 @@ def test_tensorrt_11_int8_loader_graph(int8_build: tuple[Any, Any, Any, Any, Pat
     plan = plan_for_spec(spec, T4)
     flags = builder_flags(plan, "int8", 11, T4)
     typed = TypedInt8(tmp_path / "int8-fp16-base.onnx", {}, {})
+    typed.path.write_bytes(item.artifact.read_bytes())  # network_onnx reads the graph it hands over
     network = network_onnx(flags, source.onnx, item.artifact, typed)
     assert network == typed.path
     graph = engine_loader_graph(

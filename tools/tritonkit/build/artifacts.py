@@ -54,7 +54,11 @@ def build_precision(spec: BuildSpec, source: Source, prec: str, sets: Datasets, 
         )
     elif prec == "int8":
         details = precision.quantize_int8(
-            source.onnx, target, sets.calibration, spec.int8.options(spec.calibration.min_samples)
+            source.onnx,
+            target,
+            sets.calibration,
+            spec.int8.options(spec.calibration.min_samples),
+            quantize_bias=spec.target != "tensorrt",  # TensorRT refuses INT32 bias DequantizeLinear
         )
     elif prec == "bf16" and spec.target == "tensorrt":
         # BF16 is a TensorRT builder flag on the FP32 graph; the engine itself is gated after the build.

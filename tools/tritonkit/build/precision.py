@@ -5,8 +5,14 @@ INT8 is the INT8+FP16 hybrid: only the op types asked for are quantized, and nod
 ``exclude_nodes`` patterns or ``exclude_op_types`` stay at the higher precision. MatMuls between two
 activations (attention scores) are never quantized: they carry no weights, are where transformer
 accuracy goes first, and per-tensor activation scales suit them worst. Quantization is symmetric
-(zero point 0) for activations and weights because that is the only Q/DQ form TensorRT accepts;
-the same Q/DQ file is therefore the INT8 artifact for ONNX Runtime and TensorRT <= 10.
+(zero point 0) for activations and weights because that is the only Q/DQ form TensorRT accepts.
+Biases differ by target (``quantize_bias``): for ONNX Runtime (the portable and onnxruntime
+targets) ONNX Runtime's Gemm/Conv quantization stores each bias as INT32 behind a DequantizeLinear;
+for TensorRT the bias stays a float initializer (``QuantizeBias: False``), because TensorRT's
+DequantizeLinear takes only quantized types (onnx-tensorrt's operator table: INT8, FP8, INT4;
+``IDequantizeLayer``: input INT8, FP8 or INT4), so an INT32 bias DequantizeLinear is refused when the
+network is parsed. That bias-float Q/DQ file, gated like every precision, is what TensorRT <= 10
+builds; :func:`int32_dequantize_nodes` finds any INT32 DequantizeLinear left in a graph.
 
 :func:`qdq_to_fp16` makes that Q/DQ model's *FP16-base* twin for strongly typed TensorRT networks
 (TensorRT 11 has no other kind). In a strongly typed network the ONNX parser gives each
@@ -44,6 +50,7 @@ __all__ = [
     "QDQ_FP16_OPSET",
     "Int8Options",
     "UnsupportedOpError",
+    "int32_dequantize_nodes",
     "qdq_to_fp16",
     "quantize_int8",
     "to_fp16",
@@ -174,9 +181,17 @@ class _Reader:
 
 
 def quantize_int8(
-    source: str | Path, dest: str | Path, calibration: Sequence[Feeds], options: Int8Options
+    source: str | Path,
+    dest: str | Path,
+    calibration: Sequence[Feeds],
+    options: Int8Options,
+    *,
+    quantize_bias: bool = True,
 ) -> dict[str, Any]:
     """Write the Q/DQ model of ``source`` calibrated on ``calibration`` to ``dest``; return details.
+
+    ``quantize_bias``: Gemm/Conv biases as INT32 behind a DequantizeLinear (ONNX Runtime's default);
+    False keeps them float, the form TensorRT parses (module docstring).
 
     Raises CalibrationError for too few samples or batch shapes the method cannot use, and
     UnsupportedOpError when nothing INT8-capable remains to quantize.
@@ -231,6 +246,7 @@ def quantize_int8(
                     "ActivationSymmetric": True,
                     "WeightSymmetric": True,
                     "CalibPercentile": options.percentile,
+                    "QuantizeBias": quantize_bias,
                 },
             )
         except (CalibrationError, BuildError):
@@ -256,7 +272,25 @@ def quantize_int8(
         "quantize_linear_nodes": qdq,
         "symmetric": True,
         "format": "QDQ",
+        "quantize_bias": quantize_bias,
+        "int32_dequantize_nodes": len(int32_dequantize_nodes(quantized)),
     }
+
+
+def int32_dequantize_nodes(model: Any) -> list[str]:
+    """Names of the DequantizeLinear nodes of ``model`` (a ModelProto) whose input is INT32: what
+    ONNX Runtime makes of a quantized bias, and what TensorRT's parser refuses."""
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    types.update({v.name: v.type.tensor_type.elem_type for v in model.graph.value_info})
+    types.update({v.name: v.type.tensor_type.elem_type for v in model.graph.input})
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            types.update({o: a.t.data_type for o in node.output for a in node.attribute if a.name == "value"})
+    return [
+        n.name or n.output[0]
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and types.get(n.input[0]) == TensorProto.INT32
+    ]
 
 
 def _fold_int32_dequantize(model: Any) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from tritonkit.build import accuracy, precision
 from tritonkit.build.data import Feeds
@@ -131,17 +132,32 @@ def engine_loader_graph(
 def network_onnx(
     flags: BuilderFlags, fp32_onnx: Path, precision_onnx: Path, typed_int8: TypedInt8 | None
 ) -> Path:
-    """The ONNX the network is parsed from, as ``flags.network_source`` names it."""
+    """The ONNX the network is parsed from, as ``flags.network_source`` names it.
+
+    A Q/DQ network (int8, int8_fp16) is refused with BuildError when it still has a DequantizeLinear
+    of an INT32 tensor (ONNX Runtime's quantized bias): TensorRT's parser refuses it, and a graph
+    changed here would not be the one the accuracy gate passed.
+    """
     if flags.network_source == "fp32":
         return fp32_onnx
+    chosen = precision_onnx
     if flags.network_source == "int8_fp16":
         if typed_int8 is None:
             raise BuildError(
                 "a strongly typed int8 engine is built from the FP16-base Q/DQ model; none was made "
                 "(typed_int8_network)"
             )
-        return typed_int8.path
-    return precision_onnx
+        chosen = typed_int8.path
+    if flags.network_source.startswith("int8"):
+        int32 = precision.int32_dequantize_nodes(onnx.load(str(chosen), load_external_data=False))
+        if int32:
+            raise BuildError(
+                f"{chosen.name}: DequantizeLinear of an INT32 tensor ({', '.join(int32[:3])}"
+                f"{', ...' if len(int32) > 3 else ''}; {len(int32)} in all); expected biases as float "
+                "initializers (int8 Q/DQ made for the tensorrt target), since TensorRT dequantizes "
+                "only INT8, FP8 and INT4"
+            )
+    return chosen
 
 
 def _fit(array: Any, shape: tuple[int, ...]) -> Any:
@@ -314,6 +330,7 @@ def build_engine(
         "strongly_typed": flags.strongly_typed,
         "flags": {k: getattr(flags, k) for k in ("fp16", "int8", "bf16", "tf32", "legacy_calibrator")},
         "network_source": flags.network_source,
+        "network_onnx": network.name,
         "unquantized_layers": flags.unquantized,
         **(
             {"fp16_base_qdq": {**typed_int8.details, "accuracy": typed_int8.accuracy}}
