@@ -13,7 +13,8 @@ Precision handling by TensorRT major version:
   quantized run in FP16, as the INT8 + FP16 flags made them on TensorRT <= 10. The same holds for
   ``tensorrt.strongly_typed: on`` on TensorRT 10.
 - TensorRT <= 10: fp16 builds the FP32 graph with the FP16 flag; int8 builds the Q/DQ graph with
-  INT8 + FP16 flags (the hybrid's unquantized layers run in FP16), or, when the spec asks for
+  INT8 + FP16 flags (the hybrid's unquantized layers run in FP16; its biases are float, since
+  TensorRT refuses INT32 DequantizeLinear: :mod:`tritonkit.build.precision`), or, when the spec asks for
   ``int8.legacy_calibrator``, the FP32 graph with the deprecated implicit-INT8 calibrator and its cache.
 
 ``build.json`` records what the unquantized layers run in (``unquantized_layers``).
