@@ -154,8 +154,8 @@ def test_shapes_must_cover_dynamic_dims() -> None:
         ),
         ("fp32", 10, dict(strongly_typed=False, fp16=False, int8=False, tf32=False)),
         ("fp16", 11, dict(strongly_typed=True, fp16=False, int8=False, network_source="fp16")),
-        # TensorRT 11: the Q/DQ graph's unquantized layers run as the ONNX says, FP32 (see docs/build-spec.md).
-        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8", unquantized="fp32")),
+        # TensorRT 11: the FP16-base Q/DQ graph, so unquantized layers run in FP16 (docs/build-spec.md).
+        ("int8", 11, dict(strongly_typed=True, int8=False, network_source="int8_fp16", unquantized="fp16")),
     ],
 )
 def test_builder_flags_by_tensorrt_version(precision: str, major: int, expected: dict[str, Any]) -> None:

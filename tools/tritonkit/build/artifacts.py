@@ -54,7 +54,11 @@ def build_precision(spec: BuildSpec, source: Source, prec: str, sets: Datasets, 
         )
     elif prec == "int8":
         details = precision.quantize_int8(
-            source.onnx, target, sets.calibration, spec.int8.options(spec.calibration.min_samples)
+            source.onnx,
+            target,
+            sets.calibration,
+            spec.int8.options(spec.calibration.min_samples),
+            quantize_bias=spec.target != "tensorrt",  # TensorRT refuses INT32 bias DequantizeLinear
         )
     elif prec == "bf16" and spec.target == "tensorrt":
         # BF16 is a TensorRT builder flag on the FP32 graph; the engine itself is gated after the build.
@@ -111,6 +115,9 @@ def target_artifacts(
     plan_file = workdir / f"{item.precision}.plan"
     io = read_io(item.artifact)
     tensorrt.check_shapes(plan, io)
+    typed = None  # strongly typed int8 (TensorRT 11): the FP16-base Q/DQ model, gated before the build
+    if item.precision == "int8" and sets is not None:
+        typed = tensorrt_loaders.typed_int8_network(spec, source.onnx, item.artifact, plan, sets, workdir)
     built = tensorrt_loaders.build_engine(
         source.onnx,
         item.artifact,
@@ -120,6 +127,7 @@ def target_artifacts(
         profile,
         io,
         sets.calibration if sets is not None else None,
+        typed,
     )
     engine = built.record
     if sets is not None and sets.evaluation:  # pragma: no cover - needs TensorRT

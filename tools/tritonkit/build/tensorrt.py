@@ -6,14 +6,26 @@ from the built engine's own I/O (:mod:`tritonkit.build.engine_io`).
 
 Precision handling by TensorRT major version:
 
-- TensorRT >= 11 (strongly typed only): the precision's ONNX is built as a strongly typed network
-  (FP16 ONNX for fp16, the Q/DQ ONNX for int8); builder precision flags do not exist.
+- TensorRT >= 11 (strongly typed only): the precision's ONNX is built as a strongly typed network;
+  builder precision flags do not exist. fp16 builds the FP16 ONNX. int8 builds the *FP16-base* Q/DQ
+  ONNX (:func:`tritonkit.build.precision.qdq_to_fp16`: the Q/DQ model on an FP16 graph with float16
+  scales, gated against FP32 on ONNX Runtime before the build), so the layers that are not
+  quantized run in FP16, as the INT8 + FP16 flags made them on TensorRT <= 10. The same holds for
+  ``tensorrt.strongly_typed: on`` on TensorRT 10.
 - TensorRT <= 10: fp16 builds the FP32 graph with the FP16 flag; int8 builds the Q/DQ graph with
-  INT8 + FP16 flags (the hybrid's unquantized layers run in FP16), or, when the spec asks for
+  INT8 + FP16 flags (the hybrid's unquantized layers run in FP16; its biases are float, since
+  TensorRT refuses INT32 DequantizeLinear: :mod:`tritonkit.build.precision`), or, when the spec asks for
   ``int8.legacy_calibrator``, the FP32 graph with the deprecated implicit-INT8 calibrator and its cache.
 
-On TensorRT 11 the int8 engine runs what the Q/DQ ONNX says: its unquantized layers stay FP32 (the
-Q/DQ graph is made from the FP32 graph), so an int8 engine there is INT8 + FP32, not INT8 + FP16.
+``build.json`` records what the unquantized layers run in (``unquantized_layers``).
+
+GPU support by TensorRT version (:data:`TENSORRT_DROPPED`): the last architecture TensorRT dropped
+is Volta (7.0: deprecated in 10.0, removed in 10.5). For Turing (7.5, the T4) no NVIDIA statement of
+a drop was found in what was checked in November 2026: the TensorRT 11.0.0 to 11.5.0 release-note
+announcements, the 10.x-to-11.x migration guide and its removed-API list (weak typing, implicit
+INT8, IPluginV2, tactic sources: no GPU architecture) and the support policies page. The 11.x
+support matrix is an interactive explorer whose GPU table could not be read here. So the table is
+empty; docs/build-spec.md lists the pages (URLs) checked.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ __all__ = [
     "check_shapes",
     "check_tensorrt_version",
     "evaluation_profiles",
+    "installed_tensorrt_major",
     "plan_for_spec",
     "profile_for",
     "require_tensorrt",
@@ -49,9 +62,9 @@ __all__ = [
 #: The oldest TensorRT this builder drives: the engine's I/O is read through the tensor API
 #: (``num_io_tensors``, ``get_tensor_profile_shape``) that TensorRT 8.5 introduced.
 TENSORRT_MIN = (8, 5)
-#: Compute capability → first TensorRT (major, minor) that no longer supports it. Turing (7.5, the
-#: T4) is listed as supported by every TensorRT support matrix checked (8.5 through 10.x; the 11.x
-#: migration guides remove APIs, not Turing), so it has no entry; add one when NVIDIA drops it.
+#: Compute capability → first TensorRT (major, minor) that no longer supports it. Empty: no NVIDIA
+#: statement drops Turing (7.5, the T4) in what was checked (module docstring); add an entry, e.g.
+#: ``{"7.5": (12, 0)}``, when one appears, and :func:`check_tensorrt_version` refuses the build.
 TENSORRT_DROPPED: dict[str, tuple[int, int]] = {}
 INSTALL_HINT = (
     "the TensorRT builder is not importable here (`import tensorrt` failed); run the build on a "
@@ -191,10 +204,11 @@ class BuilderFlags:
     bf16: bool
     tf32: bool
     legacy_calibrator: bool
-    #: Which ONNX the network is parsed from: "fp32" or the precision's own artifact.
+    #: Which ONNX the network is parsed from: "fp32", the precision's own artifact ("fp16", "int8"),
+    #: or "int8_fp16", the FP16-base Q/DQ ONNX of a strongly typed int8 build.
     network_source: str
-    #: The precision the layers that are not quantized run in ("fp32", "fp16", "bf16"): for int8 on
-    #: TensorRT 11 this is what the Q/DQ ONNX carries, FP32, where TensorRT <= 10 picked FP16 kernels.
+    #: The precision the layers that are not quantized run in ("fp32", "fp16", "bf16"): FP16 for int8
+    #: (INT8 + FP16 flags on TensorRT <= 10, the FP16-base Q/DQ ONNX when strongly typed).
     unquantized: str = "fp32"
 
 
@@ -218,8 +232,9 @@ def builder_flags(plan: EnginePlan, precision: str, trt_major: int, gpu: GpuProf
             raise SpecError(
                 "bf16 with a strongly typed network needs a BF16 ONNX model, which this builder does not make"
             )
+        source = {"int8": "int8_fp16"}.get(precision, precision)
         return BuilderFlags(
-            True, False, False, False, False, False, precision, "fp16" if precision == "fp16" else "fp32"
+            True, False, False, False, False, False, source, "fp32" if precision == "fp32" else "fp16"
         )
     return BuilderFlags(
         strongly_typed=False,
@@ -356,6 +371,14 @@ def calibration_shapes(plan: EnginePlan, io: Any) -> dict[str, tuple[int, ...]]:
 def tensorrt_major() -> int:
     trt = require_tensorrt()
     return int(str(trt.__version__).split(".")[0])
+
+
+def installed_tensorrt_major() -> int | None:
+    """The TensorRT major version if ``tensorrt`` imports here, else None (the builder will say why)."""
+    try:
+        return tensorrt_major()
+    except TensorRTUnavailableError:
+        return None
 
 
 def require_tensorrt() -> Any:

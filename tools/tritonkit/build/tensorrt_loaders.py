@@ -7,6 +7,11 @@ Polygraphy's loaders are lazy: constructing them imports nothing from TensorRT, 
 calling the graph builds. :func:`build_engine` is that call, where ``import tensorrt`` works. The
 legacy INT8 calibrator's batches are reshaped here too (:func:`calibration_feeds`), because
 TensorRT calibrates only at the calibration profile's OPT shape.
+
+A strongly typed int8 build (TensorRT 11, or ``tensorrt.strongly_typed: on``) parses the
+FP16-base Q/DQ ONNX instead of the Q/DQ one: :func:`typed_int8_network` makes it and gates it
+against FP32 on ONNX Runtime (the int8 thresholds of the spec) before any builder exists, and only
+when the build will be strongly typed, so a TensorRT 10 build is what it was.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
+from tritonkit.build import accuracy, precision
 from tritonkit.build.data import Feeds
+from tritonkit.build.datasets import Datasets
 from tritonkit.build.engine_io import EngineDescription, describe_engine
 from tritonkit.build.gpu import GpuProfile
+from tritonkit.build.spec import BuildSpec
 from tritonkit.build.tensorrt import (
     BuilderFlags,
     EnginePlan,
@@ -28,19 +37,24 @@ from tritonkit.build.tensorrt import (
     calibration_shapes,
     check_shapes,
     check_tensorrt_version,
+    installed_tensorrt_major,
     require_tensorrt,
     timing_cache_path,
 )
-from tritonkit.errors import CalibrationError
+from tritonkit.build.text_models import TEXT_OUTPUT
+from tritonkit.errors import BuildError, CalibrationError
 
 __all__ = [
     "BuiltEngine",
+    "TypedInt8",
     "build_engine",
     "calibration_cache_for",
     "calibration_feeds",
     "create_config",
     "engine_loader_graph",
+    "network_onnx",
     "polygraphy_profiles",
+    "typed_int8_network",
 ]
 
 
@@ -115,6 +129,37 @@ def engine_loader_graph(
     return SaveEngine(engine, path=str(plan_file))
 
 
+def network_onnx(
+    flags: BuilderFlags, fp32_onnx: Path, precision_onnx: Path, typed_int8: TypedInt8 | None
+) -> Path:
+    """The ONNX the network is parsed from, as ``flags.network_source`` names it.
+
+    A Q/DQ network (int8, int8_fp16) is refused with BuildError when it still has a DequantizeLinear
+    of an INT32 tensor (ONNX Runtime's quantized bias): TensorRT's parser refuses it, and a graph
+    changed here would not be the one the accuracy gate passed.
+    """
+    if flags.network_source == "fp32":
+        return fp32_onnx
+    chosen = precision_onnx
+    if flags.network_source == "int8_fp16":
+        if typed_int8 is None:
+            raise BuildError(
+                "a strongly typed int8 engine is built from the FP16-base Q/DQ model; none was made "
+                "(typed_int8_network)"
+            )
+        chosen = typed_int8.path
+    if flags.network_source.startswith("int8"):
+        int32 = precision.int32_dequantize_nodes(onnx.load(str(chosen), load_external_data=False))
+        if int32:
+            raise BuildError(
+                f"{chosen.name}: DequantizeLinear of an INT32 tensor ({', '.join(int32[:3])}"
+                f"{', ...' if len(int32) > 3 else ''}; {len(int32)} in all); expected biases as float "
+                "initializers (int8 Q/DQ made for the tensorrt target), since TensorRT dequantizes "
+                "only INT8, FP8 and INT4"
+            )
+    return chosen
+
+
 def _fit(array: Any, shape: tuple[int, ...]) -> Any:
     """Crop or zero-pad every non-batch axis of ``array`` to ``shape`` (the batch axis untouched)."""
     out = np.zeros((array.shape[0], *shape), dtype=array.dtype)
@@ -164,6 +209,71 @@ def calibration_cache_for(plan_file: Path) -> Path:
 
 
 @dataclass
+class TypedInt8:
+    """The FP16-base Q/DQ ONNX of a strongly typed int8 build, how it was made, and its gate."""
+
+    path: Path
+    details: dict[str, Any]
+    accuracy: dict[str, Any]
+
+
+def typed_int8_network(
+    spec: BuildSpec,
+    fp32_onnx: Path,
+    qdq_onnx: Path,
+    plan: EnginePlan,
+    sets: Datasets,
+    workdir: Path,
+    *,
+    trt_major: int | None = None,
+) -> TypedInt8 | None:
+    """For an int8 engine that will be strongly typed: the FP16-base twin of ``qdq_onnx`` in
+    ``workdir``, gated against ``fp32_onnx`` on ONNX Runtime CPU; None for every other build.
+
+    Whether the build is strongly typed depends on the TensorRT that builds (``tensorrt.strongly_typed:
+    auto``): ``trt_major``, else the installed one; with none installed the twin is made, so that
+    everything before ``import tensorrt`` runs (and fails) here as on a TensorRT 11 node.
+    AccuracyError below the spec's int8 thresholds, before any engine is built.
+    """
+    if plan.legacy_calibrator or plan.strongly_typed == "off":
+        return None
+    if plan.strongly_typed == "auto":
+        major = trt_major if trt_major is not None else installed_tensorrt_major()
+        if major is not None and major < 11:
+            return None
+    if not sets.evaluation:
+        raise BuildError("the FP16-base Q/DQ model needs evaluation data for its accuracy gate; got none")
+    target = workdir / "int8-fp16-base.onnx"
+    details = precision.qdq_to_fp16(
+        qdq_onnx,
+        target,
+        keep_io_types=spec.fp16.keep_io_types,
+        op_block_list=spec.fp16.op_block_list,
+        node_block_list=spec.fp16.node_block_list,
+    )
+    stats, cand, ref = accuracy.compare_models(
+        fp32_onnx,
+        target,
+        sets.evaluation,
+        output=spec.accuracy.output,
+        atol=spec.accuracy.atol,
+        rtol=spec.accuracy.rtol,
+    )
+    marks = spec.accuracy.int8
+    gated = accuracy.gate(
+        f"{spec.model_name('int8')} (Q/DQ on FP16 for strongly typed TensorRT)",
+        "int8",
+        cand,
+        ref,
+        accuracy.Thresholds(spec.accuracy.metric, marks.mean, marks.min),
+        output=TEXT_OUTPUT if spec.preprocessing.kind == "text" else stats["output"],
+        labels=sets.labels,
+    )
+    gated.update(stats)
+    return TypedInt8(target, details, gated)
+
+
+@dataclass
 class BuiltEngine:
     """What a build made: the engine's own I/O (the config is written from it) and build.json facts."""
 
@@ -180,9 +290,11 @@ def build_engine(
     gpu: GpuProfile,
     io: Any,
     calibration: Sequence[Feeds] | None = None,
+    typed_int8: TypedInt8 | None = None,
 ) -> BuiltEngine:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
-    """Build and save the engine at ``plan_file`` from the FP32 graph or the precision's ONNX
-    (:func:`tritonkit.build.tensorrt.builder_flags` says which); describe it."""
+    """Build and save the engine at ``plan_file`` from the FP32 graph, the precision's ONNX or, for
+    a strongly typed int8 build, ``typed_int8`` (:func:`tritonkit.build.tensorrt.builder_flags` says
+    which); describe it."""
     trt = require_tensorrt()
     version = str(trt.__version__)
     check_tensorrt_version(gpu, version)
@@ -201,8 +313,9 @@ def build_engine(
             int64_as_int32=int(version.split(".", maxsplit=1)[0]) < 10,
         )
         calibrator = Calibrator(feeds, cache=str(calibration_cache))
+    network = network_onnx(flags, fp32_onnx, precision_onnx, typed_int8)
     graph = engine_loader_graph(
-        fp32_onnx if flags.network_source == "fp32" else precision_onnx,
+        network,
         plan_file,
         plan,
         flags,
@@ -217,7 +330,13 @@ def build_engine(
         "strongly_typed": flags.strongly_typed,
         "flags": {k: getattr(flags, k) for k in ("fp16", "int8", "bf16", "tf32", "legacy_calibrator")},
         "network_source": flags.network_source,
+        "network_onnx": network.name,
         "unquantized_layers": flags.unquantized,
+        **(
+            {"fp16_base_qdq": {**typed_int8.details, "accuracy": typed_int8.accuracy}}
+            if typed_int8 is not None and network == typed_int8.path
+            else {}
+        ),
         "profiles": [
             {
                 "batch": list(p.batch),
