@@ -19,6 +19,7 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from tritonkit.config import ModelConfig, TensorConfig, load
@@ -35,7 +36,9 @@ __all__ = [
     "check_repository",
     "compare_tensors",
     "expected_artifacts",
+    "gpu_placement_problems",
     "target_problems",
+    "visible_gpus",
 ]
 
 #: Servers ``tritonkit check --target`` knows.
@@ -284,17 +287,43 @@ def check_model(model_dir: Path) -> list[str]:
     return problems
 
 
-@functools.cache
-def local_gpu() -> bool:
-    """True when ``nvidia-smi -L`` lists a GPU here."""
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs this machine shows (``nvidia-smi -L``, narrowed by CUDA_VISIBLE_DEVICES)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return False
+        return []
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
+        return []
+    count = (
+        sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+    )
+    narrowed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if narrowed is not None:
+        count = min(count, len([p for p in narrowed.split(",") if p.strip()]))
+    return list(range(count))
+
+
+@functools.cache
+def local_gpu() -> bool:
+    """True when ``nvidia-smi -L`` lists a GPU here (narrowed by CUDA_VISIBLE_DEVICES)."""
+    return bool(visible_gpus())
+
+
+def gpu_placement_problems(config: ModelConfig, visible: Sequence[int]) -> list[str]:
+    """What ``tritonkit check`` refuses: KIND_GPU instances where no GPU (or not that GPU) is visible."""
+    problems = []
+    for group in config.instance_groups:
+        if group.kind != "KIND_GPU":
+            continue
+        if not visible:
+            problems.append(f"{config.name}: instance_group KIND_GPU needs a GPU; none is visible here")
+            continue
+        missing = [g for g in group.gpus if g not in visible]
+        if missing:
+            problems.append(f"{config.name}: instance_group names GPU(s) {missing}; visible: {list(visible)}")
+    return problems
 
 
 def target_problems(config: ModelConfig, target: str, gpu_available: bool | None = None) -> list[str]:
