@@ -53,16 +53,24 @@ def _cuda_provider() -> str | None:
     return f"onnxruntime {onnxruntime.__version__} here has no CUDAExecutionProvider"
 
 
+def _torch_unusable(source: Source) -> str | None:
+    """Why the torch engine cannot serve this model anywhere (None: it can)."""
+    if source.torch is None:
+        return "torch needs a `source.torch` module"
+    if any(axis != 0 for axes in source.torch.dynamic_axes.values() for axis in axes):
+        return "torch.export would fix the module's dynamic non-batch axes"
+    return None
+
+
 def gpu_engines(spec: BuildSpec, source: Source) -> tuple[tuple[str, ...], str | None]:
     """(engines that can serve this model on a GPU here, why none can when empty)."""
     why: list[str] = []
     engines: list[str] = []
-    if source.torch is None:
-        why.append("torch needs a `source.torch` module")
-    elif any(axis != 0 for axes in source.torch.dynamic_axes.values() for axis in axes):
-        why.append("torch.export would fix the module's dynamic non-batch axes")
-    else:
+    no_torch = _torch_unusable(source)
+    if no_torch is None:
         engines.append("torch")
+    else:
+        why.append(no_torch)
     cuda = _cuda_provider()
     if cuda is None:
         engines.append("onnxruntime")
@@ -112,6 +120,9 @@ def plan_version(
     other than ``auto`` must agree with it. SpecError when ``serving`` asks for what cannot be had.
     """
     serving = spec.serving
+    no_torch = _torch_unusable(source)
+    if serving.engine == "torch" and no_torch is not None:
+        raise SpecError(f"serving.engine torch cannot serve `{spec.model_name(precision)}`: {no_torch}")
     if serving.precision != "auto" and precision in GPU_PRECISIONS and serving.precision != precision:
         raise SpecError(
             f"serving.precision {serving.precision} does not match version `{spec.model_name(precision)}` "
