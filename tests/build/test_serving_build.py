@@ -290,3 +290,27 @@ def test_check_shows_execution_and_refuses_kind_gpu_without_a_gpu(
     assert capsys.readouterr().out.splitlines() == [refusal, shown]
     assert main(["check", "--repo", str(repo), "--target", "triton-image"]) == 0
     assert capsys.readouterr().out.splitlines() == [shown, "1 models OK"]
+
+
+def flat_torch() -> TorchSource:
+    """A module answering one value per row: its output has no axis besides the batch."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 1), torch.nn.Flatten(0))
+    return TorchSource(model, (torch.zeros(2, 16),), ["x"], ["y"])
+
+
+def test_a_tensor_without_dims_stays_on_the_cpu(
+    tmp_path: Path, tiny_data: tuple[Path, Path], tiny_spec: SpecDict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("tritonkit_test_serving_flat")
+    module.flat_torch = flat_torch  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    data = tiny_spec(tmp_path / "unused.onnx", *tiny_data, precisions=["fp32"])
+    data["source"] = {"torch": f"{module.__name__}:flat_torch"}
+    build_from_spec(parse_spec(data), tmp_path / "repo", gpus=[0])
+    execution = _execution(tmp_path / "repo", "tiny_fp32")
+    assert execution["device"] == "cpu"
+    assert execution["reason"] == "tensor(s) y have no axis besides the batch, which the GPU runners need"
+    assert ModelRepository(tmp_path / "repo").read_config("tiny_fp32").parameters["runner"] == "onnx_runner"

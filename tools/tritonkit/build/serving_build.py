@@ -96,6 +96,10 @@ def _cpu_only(spec: BuildSpec, source: Source, precision: str, mbs: int) -> str 
         )
     if mbs <= 0:
         return "the graph has no dynamic batch axis to batch on the GPU (max_batch_size 0)"
+    flat = [t.name for t in (*source.graph.inputs, *source.graph.outputs) if len(t.shape) < 2]
+    if flat:
+        # Triton refuses empty dims; the portable runner's [1]-reshaped-to-[] form is its own.
+        return f"tensor(s) {', '.join(flat)} have no axis besides the batch, which the GPU runners need"
     return gpu_engines(spec, source)[1]
 
 
