@@ -22,10 +22,14 @@ import yaml
 from tritonkit.build.export import TorchSource
 from tritonkit.build.gpu_serving import ServingSpec, visible_gpus
 from tritonkit.build.pipeline import build_from_spec
+from tritonkit.build.serving_build import plan_version
+from tritonkit.build.source import Source
 from tritonkit.build.spec import apply_overrides, parse_spec
 from tritonkit.cli import main
+from tritonkit.config import InstanceGroup, ModelConfig
 from tritonkit.errors import SpecError
 from tritonkit.repository.check import check_repository, executions
+from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.runners import runner_path
 
@@ -314,3 +318,24 @@ def test_a_tensor_without_dims_stays_on_the_cpu(
     assert execution["device"] == "cpu"
     assert execution["reason"] == "tensor(s) y have no axis besides the batch, which the GPU runners need"
     assert ModelRepository(tmp_path / "repo").read_config("tiny_fp32").parameters["runner"] == "onnx_runner"
+
+
+def test_server_side_tokenization_keeps_the_text_runner_on_the_cpu(tiny_onnx: Path) -> None:
+    text = {"name": "enc", "source": {"flagship": "minilm"}, "preprocessing": {"kind": "text"}}
+    source = Source(onnx=tiny_onnx, origin=tiny_onnx, graph=read_io(tiny_onnx))
+    cpu = ModelConfig(
+        name="enc_fp32", backend="python", instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)]
+    )
+    plan = plan_version(parse_spec(text), source, "fp32", 8, gpus=[0], profile=None, cpu_config=cpu)
+    assert (plan.device, plan.engine) == ("cpu", "onnxruntime")
+    assert plan.reason.startswith("the text-embedding runner tokenizes in the server, on the CPU")
+    with pytest.raises(SpecError, match=r"^serving.device is gpu but the text-embedding runner tokenizes"):
+        plan_version(
+            parse_spec({**text, "serving": {"device": "gpu"}}),
+            source,
+            "fp32",
+            8,
+            gpus=[0],
+            profile=None,
+            cpu_config=cpu,
+        )
