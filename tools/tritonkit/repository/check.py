@@ -444,7 +444,10 @@ def executions(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
     for entry in sorted(repo.root.iterdir()):
         if not entry.is_dir() or entry.is_symlink() or entry.name.startswith((".", STAGING_PREFIX)):
             continue
-        versions = sorted((p for p in entry.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        try:
+            versions = sorted((p for p in entry.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        except OSError:
+            continue  # unreadable: check_model reports what it can
         for version_dir in versions:
             try:
                 manifest = Manifest.from_json((version_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
