@@ -339,3 +339,16 @@ def test_server_side_tokenization_keeps_the_text_runner_on_the_cpu(tiny_onnx: Pa
             profile=None,
             cpu_config=cpu,
         )
+
+
+def test_flagship_builds_record_where_each_member_executes(flagship_repo: tuple[Path, Any]) -> None:
+    repo = flagship_repo[0]
+    if visible_gpus():
+        pytest.skip("the flagship repository was planned for this machine's GPU")
+    tokenizer = _execution(repo, "minilmens_tokenizer")
+    assert (tokenizer["device"], tokenizer["reason"]) == ("cpu", "tokenization runs on the CPU")
+    assert _execution(repo, "minilmens_fp32")["device"] == "cpu"
+    ensemble = json.loads((repo / "minilmens_fp32_text" / "1" / "build.json").read_text(encoding="utf-8"))
+    assert "execution" not in ensemble["extra"]  # it only routes to its members
+    for name in ("minilm_fp32", "minilm_fp16", "minilm_int8", "resnet50_fp16"):
+        assert _execution(repo, name)["reason"] == "no GPU visible here"

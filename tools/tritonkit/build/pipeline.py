@@ -144,7 +144,8 @@ def _tokenizer_version(
     )
     files: Files = {RUNNER_FILE: runner_path("text_embedding"), "tokenizer.json": source.tokenizer}
     config = tokenizer_config(spec, source, mbs)
-    manifest.extra.update(cpu_plan(config, "fp32", "tokenization runs on the CPU").manifest_extra())
+    if planned(spec):  # the embedded server's tokenizer (not the Triton image's of other targets)
+        manifest.extra.update(cpu_plan(config, "fp32", "tokenization runs on the CPU").manifest_extra())
     return config, files, manifest
 
 
