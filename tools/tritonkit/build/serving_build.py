@@ -4,7 +4,7 @@ server executes, and the GPU version written when the plan says GPU.
 Owns which versions are planned (the portable target's, not the as-is import, not the versions of
 the ``onnxruntime`` and ``tensorrt`` targets, which NVIDIA's Triton image serves), why a version stays
 on the CPU (INT8, the text-embedding runner's server-side tokenization, a graph without a dynamic
-batch axis, no engine that can run it on a GPU here), the CPU plan recorded for today's portable
+batch axis or with a tensor that has no other axis, no engine that can run it on a GPU here), the CPU plan recorded for today's portable
 version, and the GPU version: a ``torch.export`` program of the ``source.torch`` module, gated
 against the FP32 reference before anything is written, or the precision's ONNX graph on ONNX
 Runtime's CUDA provider (the same file the ONNX gate passed).
@@ -31,7 +31,16 @@ from tritonkit.build.torch_program import PROGRAM_FILE, onnx_gpu_version, torch_
 from tritonkit.config import ModelConfig
 from tritonkit.errors import SpecError
 
-__all__ = ["GPU_PRECISIONS", "GpuVersion", "gpu_engines", "plan_version", "stage_gpu_version"]
+__all__ = [
+    "GPU_PRECISIONS",
+    "GpuVersion",
+    "cpu_plan",
+    "gate_program",
+    "gpu_engines",
+    "plan_version",
+    "planned",
+    "stage_gpu_version",
+]
 
 #: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
 GPU_PRECISIONS = ("fp32", "fp16")
