@@ -10,16 +10,16 @@ and what ``tritonkit check`` shows.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonkit.build.gpu import GpuProfile
-from tritonkit.config import InstanceGroup, ModelConfig
+from tritonkit.config import InstanceGroup
 from tritonkit.errors import SpecError
+
+# Re-exported: the repository check needs them below the build layer.
+from tritonkit.repository.check import gpu_placement_problems, visible_gpus
 
 __all__ = [
     "DEFAULT_GPU_INSTANCES",
@@ -28,6 +28,7 @@ __all__ = [
     "ExecutionPlan",
     "Placement",
     "ServingSpec",
+    "choose_device",
     "default_buckets",
     "gpu_placement_problems",
     "instance_groups",
@@ -107,27 +108,23 @@ class ServingSpec:
             placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
         )
 
+    def to_mapping(self) -> dict[str, Any]:
+        """The ``serving:`` section that :meth:`from_mapping` reads back as this spec."""
+        instances: dict[str, Any] = {"gpus": list(self.placement.gpus)}
+        if self.placement.count is not None:
+            instances["count"] = self.placement.count
+        return {
+            "device": self.device,
+            "engine": self.engine,
+            "precision": self.precision,
+            "batch_buckets": list(self.batch_buckets),
+            "cuda_graphs": self.cuda_graphs,
+            "instances": instances,
+        }
+
 
 def _positive(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def visible_gpus() -> list[int]:
-    """Indices of the GPUs this machine shows (``nvidia-smi -L``, narrowed by CUDA_VISIBLE_DEVICES)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    count = (
-        sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
-    )
-    narrowed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if narrowed is not None:
-        count = min(count, len([p for p in narrowed.split(",") if p.strip()]))
-    return list(range(count))
 
 
 def default_buckets(max_batch_size: int) -> tuple[int, ...]:
@@ -195,6 +192,23 @@ def instance_groups(placement: Placement, device: str, visible: Sequence[int]) -
     return (InstanceGroup(kind="KIND_GPU", count=placement.count or DEFAULT_GPU_INSTANCES, gpus=gpus),)
 
 
+def choose_device(wanted: str, visible: Sequence[int], cpu_only: str | None = None) -> tuple[str, str]:
+    """(device, reason) for ``serving.device`` ``wanted``: the GPU by default where one is visible and
+    the model can use it. ``cpu_only``: why this model cannot run on a GPU (None: it can). SpecError
+    when ``gpu`` is asked for and cannot be had."""
+    if wanted == "gpu" and not visible:
+        raise SpecError("serving.device is gpu but no GPU is visible here (nvidia-smi -L found none)")
+    if wanted == "gpu" and cpu_only is not None:
+        raise SpecError(f"serving.device is gpu but {cpu_only}")
+    if wanted == "cpu":
+        return "cpu", "serving.device is cpu"
+    if not visible:
+        return "cpu", "no GPU visible here"
+    if cpu_only is not None:
+        return "cpu", cpu_only
+    return "gpu", "serving.device is gpu" if wanted == "gpu" else f"{len(visible)} GPU(s) visible"
+
+
 def plan_execution(
     spec: ServingSpec,
     *,
@@ -212,19 +226,9 @@ def plan_execution(
     whose precisions decide ``auto`` precision (FP16 wherever the profile has it).
     """
     visible = list(visible_gpus() if gpus is None else gpus)
-    if spec.device == "gpu" and not visible:
-        raise SpecError("serving.device is gpu but no GPU is visible here (nvidia-smi -L found none)")
-    if spec.device == "gpu" and not gpu_capable:
-        raise SpecError("serving.device is gpu but this model cannot run on a GPU")
-    if spec.device == "cpu":
-        device, reason = "cpu", "serving.device is cpu"
-    elif not visible:
-        device, reason = "cpu", "no GPU visible here"
-    elif not gpu_capable:
-        device, reason = "cpu", "the model cannot run on a GPU"
-    else:
-        device = "gpu"
-        reason = "serving.device is gpu" if spec.device == "gpu" else f"{len(visible)} GPU(s) visible"
+    device, reason = choose_device(
+        spec.device, visible, None if gpu_capable else "this model cannot run on a GPU"
+    )
     if spec.engine == "auto":
         engine = "torch" if "torch" in engines and device == "gpu" else "onnxruntime"
     else:
@@ -246,18 +250,3 @@ def plan_execution(
         raise SpecError(f"serving.batch_buckets {list(buckets)} exceed max_batch_size {max_batch_size}")
     groups = instance_groups(spec.placement, device, visible)
     return ExecutionPlan(device, engine, precision, tuple(buckets), spec.cuda_graphs, groups, reason)
-
-
-def gpu_placement_problems(config: ModelConfig, visible: Sequence[int]) -> list[str]:
-    """What ``tritonkit check`` refuses: KIND_GPU instances where no GPU (or not that GPU) is visible."""
-    problems = []
-    for group in config.instance_groups:
-        if group.kind != "KIND_GPU":
-            continue
-        if not visible:
-            problems.append(f"{config.name}: instance_group KIND_GPU needs a GPU; none is visible here")
-            continue
-        missing = [g for g in group.gpus if g not in visible]
-        if missing:
-            problems.append(f"{config.name}: instance_group names GPU(s) {missing}; visible: {list(visible)}")
-    return problems

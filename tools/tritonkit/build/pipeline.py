@@ -16,8 +16,9 @@ with no GPU profile to plan for.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ from tritonkit.build import gpu, tensorrt
 from tritonkit.build.artifacts import Built, Files, build_precision, check_tensorrt_data, target_artifacts
 from tritonkit.build.datasets import Datasets, prepare_data
 from tritonkit.build.flagship import FLAGSHIP_SPECS, flagship_spec
+from tritonkit.build.gpu_serving import choose_device, visible_gpus
 from tritonkit.build.memory import estimate_memory
 from tritonkit.build.portable_target import RUNNER_FILE
+from tritonkit.build.serving_build import cpu_plan, plan_version, planned, stage_gpu_version
 from tritonkit.build.source import Source, prepare_source
 from tritonkit.build.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec, apply_queue_policy
 from tritonkit.build.text_models import ensemble_config, text_ensemble, tokenizer_config, tokenizer_name
@@ -140,7 +143,10 @@ def _tokenizer_version(
         extra={"builder": "tritonkit.build", "spec": spec.name, "role": "tokenizer"},
     )
     files: Files = {RUNNER_FILE: runner_path("text_embedding"), "tokenizer.json": source.tokenizer}
-    return tokenizer_config(spec, source, mbs), files, manifest
+    config = tokenizer_config(spec, source, mbs)
+    if planned(spec):  # the embedded server's tokenizer (not the Triton image's of other targets)
+        manifest.extra.update(cpu_plan(config, "fp32", "tokenization runs on the CPU").manifest_extra())
+    return config, files, manifest
 
 
 def _manifest_extra(
@@ -175,8 +181,16 @@ def build_from_spec(
     version: int | None = None,
     force: bool = False,
     log: Log = _quiet,
+    gpus: Sequence[int] | None = None,
 ) -> list[BuildResult]:
-    """Build every precision of ``spec`` for its target and write one version per model."""
+    """Build every precision of ``spec`` for its target and write one version per model.
+
+    ``gpus``: the GPU indices visible here (None: ``nvidia-smi -L``), which the ``serving`` section's
+    plan of each portable version reads (:mod:`.serving_build`); other builds never ask.
+    """
+    visible = list(visible_gpus() if gpus is None else gpus) if planned(spec) else []
+    if planned(spec):
+        choose_device(spec.serving.device, visible)  # `device: gpu` with no GPU: refused before any work
     detection = None
     if not spec.as_is or spec.batching.max_batch_size == "auto":
         detection = gpu.detect_gpu(spec.requested_gpu, spec.gpu)
@@ -233,11 +247,31 @@ def build_from_spec(
         # Every target artifact (engines included, each gated) exists before the first write.
         staged: list[tuple[str, Built, ModelConfig, Files, Manifest]] = []
         gpu_profile = profile.name if profile is not None else None
-        for item in built:
+        for as_built in built:
+            item = as_built  # a GPU version carries its served artifact's gate instead
             name = spec.model_name(item.precision)
             files, config, extra = target_artifacts(
                 spec, source, item, name, mbs, profile, plan, workdir, sets
             )
+            if planned(spec):
+                execution = plan_version(
+                    spec, source, item.precision, mbs, gpus=visible, profile=profile, cpu_config=config
+                )
+                log(f"  {name} executes on {execution.device} ({execution.reason})")
+                if execution.device == "gpu":
+                    on_gpu = stage_gpu_version(
+                        spec,
+                        source,
+                        name,
+                        (item.precision, item.artifact, item.accuracy),
+                        execution,
+                        mbs,
+                        workdir,
+                        sets,
+                    )
+                    files, config, extra = on_gpu.files, on_gpu.config, on_gpu.extra
+                    item = dataclasses.replace(item, accuracy=on_gpu.accuracy)
+                extra.update(execution.manifest_extra())
             apply_queue_policy(config, spec.batching)
             extra = _manifest_extra(spec, source, item, extra, sets, detection, planning)
             manifest = Manifest.create(
@@ -250,7 +284,10 @@ def build_from_spec(
             )
             staged.append((name, item, config, files, manifest))
             if text_ensemble(spec):
-                staged.append((f"{name}_text", item, ensemble_config(spec, source, name, mbs), {}, manifest))
+                # The ensemble only routes: where it executes is its members' business.
+                routes = {k: v for k, v in manifest.extra.items() if k != "execution"}
+                ensemble = dataclasses.replace(manifest, extra=routes)
+                staged.append((f"{name}_text", item, ensemble_config(spec, source, name, mbs), {}, ensemble))
         if text_ensemble(spec):
             staged.insert(
                 0, (tokenizer_name(spec), built[0], *_tokenizer_version(spec, source, mbs, gpu_profile))

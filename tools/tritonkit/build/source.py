@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonkit.build.export import load_torch_source
+from tritonkit.build.export import TorchSource, load_torch_source
 from tritonkit.build.flagship import minilm, resnet
 from tritonkit.build.sanitize import sanitize_onnx
 from tritonkit.build.spec import BuildSpec
@@ -39,6 +39,8 @@ class Source:
     details: dict[str, Any] = field(default_factory=dict)
     #: Files that travel with ``model.onnx`` (external weights of an as-is import), by name.
     companions: dict[str, Path] = field(default_factory=dict)
+    #: The ``source.torch`` module the graph was exported from (the GPU torch engine exports it again).
+    torch: TorchSource | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -85,6 +87,7 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
     clean = workdir / "fp32.onnx"
     tokenizer: Path | None = None
     image_shape: tuple[int, int, int] | None = None
+    torch_source: TorchSource | None = None
     max_seq = spec.preprocessing.max_seq_length
     if spec.source.flagship == "minilm":
         minilm.export_minilm(raw)
@@ -123,4 +126,5 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
         max_seq_length=max_seq,
         image_shape=image_shape,
         details={"opset": details["opset"], "sanitize": details, "synthetic_weights": spec.source.synthetic},
+        torch=torch_source,
     )

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,9 @@ from typing import Any, Literal
 import yaml
 
 from tritonkit.build.gpu import get_profile
+from tritonkit.build.gpu_serving import ServingSpec
 from tritonkit.build.precision import CALIBRATION_METHODS, Int8Options
+from tritonkit.build.spec_parse import parse_dataclass
 from tritonkit.config import ModelConfig, QueuePolicy
 from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
@@ -231,6 +231,8 @@ class BuildSpec:
     portable: PortableSpec = field(default_factory=PortableSpec)
     tensorrt: TensorRTSpec = field(default_factory=TensorRTSpec)
     onnxruntime: OnnxRuntimeSpec = field(default_factory=OnnxRuntimeSpec)
+    #: Where versions served by the embedded server execute (portable target; see gpu_serving).
+    serving: ServingSpec = field(default_factory=ServingSpec)
     #: Directory the spec was read from; relative paths in it resolve against this.
     base_dir: str = "."
     #: GPU profile asked for by ``--gpu`` / ``TRITONKIT_GPU``: beats detection, which beats ``gpu``.
@@ -254,102 +256,6 @@ class BuildSpec:
             return self.name
         suffix = "" if self.target == "portable" else {"onnxruntime": "_ort", "tensorrt": "_trt"}[self.target]
         return f"{self.name}_{precision}{suffix}"
-
-
-# --- parsing -------------------------------------------------------------------------------------
-def _type_name(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(hint))
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(hint)[0])}"
-    if origin is dict:
-        return f"mapping of {_type_name(typing.get_args(hint)[1])}"
-    if hint is type(None):
-        return "null"
-    if dataclasses.is_dataclass(hint):
-        return "mapping"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _key(name: Any) -> str:
-    """A key from the file for a one-line message: as written when printable, else its repr."""
-    return name if isinstance(name, str) and name.isprintable() else repr(name)
-
-
-def _given(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, dict | list) else type(value).__name__
-
-
-def _convert(hint: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (types.UnionType, typing.Union):
-        for option in typing.get_args(hint):
-            try:
-                return _convert(option, value, key)
-            except SpecError:
-                continue
-        raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-    if origin is Literal:
-        if value in typing.get_args(hint):
-            return value
-        raise SpecError(f"spec key `{key}`: expected one of {_type_name(hint)}, got {_given(value)}")
-    if hint is type(None):
-        if value is None:
-            return None
-        raise SpecError(f"spec key `{key}`: expected null, got {_given(value)}")
-    if origin is list:
-        if not isinstance(value, list):
-            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-        (item,) = typing.get_args(hint)
-        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-        _, item = typing.get_args(hint)
-        return {str(k): _convert(item, v, f"{key}.{_key(k)}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
-        return _dataclass(hint, value, key)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str and isinstance(value, str):
-        return value
-    raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-
-
-#: BuildSpec fields set by the loader and the overrides, never by the YAML file.
-_NOT_IN_YAML = ("base_dir", "requested_gpu", "as_is")
-
-
-def _dataclass(cls: Any, value: Any, key: str) -> Any:
-    where = f"`{key}`" if key else "the spec"
-    if not isinstance(value, dict):
-        raise SpecError(f"{where}: expected a mapping, got {_given(value)}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_YAML]
-    unknown = [k for k in value if k not in names]
-    if unknown:
-        prefix = f"{key}." if key else ""
-        raise SpecError(f"unknown spec key `{prefix}{_key(unknown[0])}`; expected one of {', '.join(names)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in _NOT_IN_YAML:
-            continue
-        if f.name not in value:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SpecError(f"spec lacks required key `{key + '.' if key else ''}{f.name}`")
-            continue
-        kwargs[f.name] = _convert(hints[f.name], value[f.name], f"{key + '.' if key else ''}{f.name}")
-    return cls(**kwargs)
 
 
 def _check(spec: BuildSpec) -> BuildSpec:
@@ -411,7 +317,7 @@ def _check(spec: BuildSpec) -> BuildSpec:
 
 def parse_spec(data: Any, base_dir: str | Path = ".", *, as_is: bool = False) -> BuildSpec:
     """A BuildSpec from parsed YAML (a mapping); SpecError on unknown keys or wrong types."""
-    spec: BuildSpec = _dataclass(BuildSpec, data, "")
+    spec: BuildSpec = parse_dataclass(BuildSpec, data, "")
     spec.base_dir = str(base_dir)
     spec.as_is = as_is
     return _check(spec)
@@ -486,6 +392,7 @@ def apply_overrides(
     environ = os.environ if env is None else env
     given: dict[str, str] = {}  # spec key -> where its override came from, for error messages
     data = _as_dict(spec)
+    data["serving"] = spec.serving.to_mapping()  # read back by ServingSpec.from_mapping
     base_dir = data.pop("base_dir")
     requested_gpu = data.pop("requested_gpu")
     as_is = data.pop("as_is")

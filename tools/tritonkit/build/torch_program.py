@@ -11,6 +11,7 @@ program to the GPU it is placed on.
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,8 @@ __all__ = [
     "TORCH_RUNNER",
     "export_program",
     "gpu_config",
+    "onnx_gpu_version",
+    "torch_version",
     "write_onnx_gpu_version",
     "write_torch_version",
 ]
@@ -78,7 +81,8 @@ def export_program(
     module = module.eval()
     inputs = dict(example_inputs)
     if precision == "fp16":
-        module = module.half()
+        # A copy: the caller's module stays FP32 (it may be exported again or be the reference).
+        module = copy.deepcopy(module).half()
         inputs = {k: v.half() if v.is_floating_point() else v for k, v in inputs.items()}
     batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
     # Positional, in the order given: the runner feeds the config's inputs in that order.
@@ -143,6 +147,81 @@ def gpu_config(
     )
 
 
+def torch_version(
+    name: str,
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    output_names: Sequence[str],
+    plan: ExecutionPlan,
+    program: Path,
+    *,
+    max_batch_size: int,
+    max_queue_delay_us: int = 500,
+    dynamic_batching: bool = True,
+) -> tuple[ModelConfig, dict[str, Path | bytes]]:
+    """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
+    files of a torch-runner version serving it, for the caller to write."""
+    validate_model_name(name)
+    if plan.engine != "torch":
+        raise BuildError(f"a torch-runner version needs a plan with engine torch; got {plan.engine}")
+    inputs = [
+        TensorConfig(n, _triton_dtype(t.dtype), [int(d) for d in t.shape[1:]])
+        for n, t in example_inputs.items()
+    ]
+    outs = export_program(
+        module, example_inputs, program, precision=plan.precision, max_batch_size=max_batch_size
+    )
+    if len(outs) != len(output_names):
+        raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
+    outputs = [TensorConfig(n, dt, dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)]
+    config = gpu_config(
+        name,
+        inputs,
+        outputs,
+        plan,
+        runner=TORCH_RUNNER,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+        dynamic_batching=dynamic_batching,
+        extra_parameters={"program_file": PROGRAM_FILE},
+    )
+    return config, {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
+
+
+def onnx_gpu_version(
+    onnx_path: str | os.PathLike[str],
+    name: str,
+    plan: ExecutionPlan,
+    *,
+    max_batch_size: int,
+    max_queue_delay_us: int = 500,
+    dynamic_batching: bool = True,
+) -> tuple[ModelConfig, dict[str, Path | bytes]]:
+    """The config and files of a version serving an ONNX graph (batch axis dynamic) with the ONNX
+    Runtime CUDA runner, for the caller to write."""
+    validate_model_name(name)
+    if plan.engine != "onnxruntime":
+        raise BuildError(
+            f"an ONNX CUDA-runner version needs a plan with engine onnxruntime; got {plan.engine}"
+        )
+    source = Path(onnx_path)
+    graph = read_io(source)
+    if max_batch_size > 0 and not graph.batch_dynamic:
+        raise BuildError(f"`{source.name}` has a fixed batch axis; expected a dynamic first axis to batch")
+    config = gpu_config(
+        name,
+        [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.inputs],
+        [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.outputs],
+        plan,
+        runner=ONNX_CUDA_RUNNER,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+        dynamic_batching=dynamic_batching,
+        extra_parameters={"onnx_file": "model.onnx"},
+    )
+    return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+
+
 def write_torch_version(
     repo: ModelRepository | str | os.PathLike[str],
     name: str,
@@ -156,33 +235,20 @@ def write_torch_version(
     **options: Unpack[VersionOptions],
 ) -> Path:
     """Export ``module`` and write ``<repo>/<name>/<version>/`` (model.pt2, model.py, build.json)."""
-    validate_model_name(name)
-    if plan.engine != "torch":
-        raise BuildError(f"write_torch_version needs a plan with engine torch; got {plan.engine}")
-    inputs = [
-        TensorConfig(n, _triton_dtype(t.dtype), [int(d) for d in t.shape[1:]])
-        for n, t in example_inputs.items()
-    ]
     with tempfile.TemporaryDirectory(prefix="tritonkit-export-") as tmp:
         program = Path(tmp) / PROGRAM_FILE
-        outs = export_program(
-            module, example_inputs, program, precision=plan.precision, max_batch_size=max_batch_size
-        )
-        if len(outs) != len(output_names):
-            raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
-        outputs = [TensorConfig(n, dt, dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)]
-        return _write_gpu_version(
-            repo,
+        config, files = torch_version(
             name,
-            (inputs, outputs),
+            module,
+            example_inputs,
+            output_names,
             plan,
-            runner=TORCH_RUNNER,
-            source=(PROGRAM_FILE, program),
-            parameters={"program_file": PROGRAM_FILE},
-            manifest_extra=manifest_extra,
+            program,
             max_batch_size=max_batch_size,
-            options=options,
+            max_queue_delay_us=options.get("max_queue_delay_us", 500),
+            dynamic_batching=options.get("dynamic_batching", True),
         )
+        return _write(repo, name, config, files, program, plan, manifest_extra, options)
 
 
 def write_onnx_gpu_version(
@@ -195,62 +261,35 @@ def write_onnx_gpu_version(
     **options: Unpack[VersionOptions],
 ) -> Path:
     """Write a version serving an ONNX graph (batch axis dynamic) with the ONNX Runtime CUDA runner."""
-    validate_model_name(name)
-    if plan.engine != "onnxruntime":
-        raise BuildError(f"write_onnx_gpu_version needs a plan with engine onnxruntime; got {plan.engine}")
-    source = Path(onnx_path)
-    graph = read_io(source)
-    if max_batch_size > 0 and not graph.batch_dynamic:
-        raise BuildError(f"`{source.name}` has a fixed batch axis; expected a dynamic first axis to batch")
-    inputs = [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.inputs]
-    outputs = [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.outputs]
-    return _write_gpu_version(
-        repo,
+    config, files = onnx_gpu_version(
+        onnx_path,
         name,
-        (inputs, outputs),
         plan,
-        runner=ONNX_CUDA_RUNNER,
-        source=("model.onnx", source),
-        parameters={"onnx_file": "model.onnx"},
-        manifest_extra=None,
-        max_batch_size=max_batch_size,
-        options=options,
-    )
-
-
-def _write_gpu_version(
-    repo: ModelRepository | str | os.PathLike[str],
-    name: str,
-    tensors: tuple[Sequence[TensorConfig], Sequence[TensorConfig]],
-    plan: ExecutionPlan,
-    *,
-    runner: str,
-    source: tuple[str, Path],
-    parameters: Mapping[str, str],
-    manifest_extra: Mapping[str, Any] | None,
-    max_batch_size: int,
-    options: VersionOptions,
-) -> Path:
-    """Write the version: the config for ``runner``, the model file ``source`` (its name in the version,
-    its path here) beside the runner as model.py, and build.json recording the plan."""
-    config = gpu_config(
-        name,
-        *tensors,
-        plan,
-        runner=runner,
         max_batch_size=max_batch_size,
         max_queue_delay_us=options.get("max_queue_delay_us", 500),
         dynamic_batching=options.get("dynamic_batching", True),
-        extra_parameters=parameters,
     )
+    return _write(repo, name, config, files, Path(onnx_path), plan, None, options)
+
+
+def _write(
+    repo: ModelRepository | str | os.PathLike[str],
+    name: str,
+    config: ModelConfig,
+    files: dict[str, Path | bytes],
+    source: Path,
+    plan: ExecutionPlan,
+    manifest_extra: Mapping[str, Any] | None,
+    options: VersionOptions,
+) -> Path:
+    """Write the version with build.json recording the plan (``source`` is hashed into it)."""
     repository = repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
     extra = {
         "builder": "tritonkit.build.torch_program",
         **plan.manifest_extra(),
         **dict(manifest_extra or {}),
     }
-    manifest = Manifest.create(source[1], precision=plan.precision, target="python-gpu", extra=extra)
-    files: dict[str, Path | bytes] = {source[0]: source[1], "model.py": runner_path(runner)}
+    manifest = Manifest.create(source, precision=plan.precision, target="python-gpu", extra=extra)
     return repository.write_version(
         name, config, files, manifest, version=options.get("version"), force=options.get("force", False)
     )

@@ -1,5 +1,6 @@
 """``tritonkit check --repo DIR [--target embedded|triton-image]``: print one line per repository
-problem, including what the target server cannot load (default: the embedded server); exit 1 if any.
+problem, including what the target server cannot load (default: the embedded server), then where
+each version executes as its build.json records it; exit 1 if any problem.
 
 The rules live in :mod:`tritonkit.repository.check`; this module only parses arguments and prints.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tritonkit.repository.check import CHECK_TARGETS, check_repository
+from tritonkit.repository.check import CHECK_TARGETS, check_repository, executions
 from tritonkit.repository.store import ModelRepository
 
 __all__ = ["register", "run"]
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     repo = ModelRepository(args.repo)
     target = getattr(args, "target", "embedded")
     problems = check_repository(repo, target)
-    for line in problems:
+    for line in [*problems, *executions(repo)]:
         print(line)
     if problems:
         return 1

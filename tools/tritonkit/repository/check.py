@@ -15,10 +15,10 @@ that server cannot load: backends it lacks, and KIND_GPU instances where no GPU 
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from tritonkit.config import ModelConfig, TensorConfig, load
@@ -34,8 +34,11 @@ __all__ = [
     "check_model",
     "check_repository",
     "compare_tensors",
+    "executions",
     "expected_artifacts",
+    "gpu_placement_problems",
     "target_problems",
+    "visible_gpus",
 ]
 
 #: Servers ``tritonkit check --target`` knows.
@@ -284,21 +287,58 @@ def check_model(model_dir: Path) -> list[str]:
     return problems
 
 
-@functools.cache
-def local_gpu() -> bool:
-    """True when ``nvidia-smi -L`` lists a GPU here."""
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs this machine shows (``nvidia-smi -L``, narrowed by CUDA_VISIBLE_DEVICES)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return False
+        return []
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
+        return []
+    count = (
+        sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+    )
+    narrowed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if narrowed is not None:
+        count = min(count, len([p for p in narrowed.split(",") if p.strip()]))
+    return list(range(count))
 
 
-def target_problems(config: ModelConfig, target: str, gpu_available: bool | None = None) -> list[str]:
-    """Why the ``target`` server cannot load ``config`` (empty when it can)."""
+def _placement(config: ModelConfig, visible: Sequence[int]) -> list[str]:
+    problems = []
+    for group in config.instance_groups:
+        if group.kind != "KIND_GPU":
+            continue
+        if not visible:
+            problems.append("instance_group KIND_GPU needs a GPU; none is visible here")
+            continue
+        missing = [g for g in group.gpus if g not in visible]
+        if missing:
+            problems.append(f"instance_group names GPU(s) {missing}; visible: {list(visible)}")
+    return problems
+
+
+def gpu_placement_problems(config: ModelConfig, visible: Sequence[int]) -> list[str]:
+    """What ``tritonkit check`` refuses: KIND_GPU instances where no GPU (or not that GPU) is visible."""
+    return [f"{config.name}: {p}" for p in _placement(config, visible)]
+
+
+#: Runners of the versions a build spec's ``serving`` plan put on the GPU.
+_GPU_RUNNERS = ("torch_runner", "onnx_cuda_runner")
+
+
+def target_problems(
+    config: ModelConfig,
+    target: str,
+    gpu_available: bool | None = None,
+    gpus: Sequence[int] | None = None,
+) -> list[str]:
+    """Why the ``target`` server cannot load ``config`` (empty when it can).
+
+    For the embedded server, ``gpus`` are the GPU indices visible here (None: ask ``nvidia-smi``
+    unless ``gpu_available`` says whether there is one, indices unknown).
+    """
     if target not in CHECK_TARGETS:
         raise RepositoryError(f"unknown check target {target!r}; expected one of {', '.join(CHECK_TARGETS)}")
     problems: list[str] = []
@@ -311,12 +351,20 @@ def target_problems(config: ModelConfig, target: str, gpu_available: bool | None
                 f"the embedded server cannot load {what}: it has the python backend and ensembles only; "
                 "serve it with NVIDIA's Triton image (check with --target triton-image)"
             )
-        gpu = local_gpu() if gpu_available is None else gpu_available
+        visible = list(gpus) if gpus is not None else (visible_gpus() if gpu_available is None else None)
+        gpu = bool(visible) if visible is not None else bool(gpu_available)
         if "KIND_GPU" in kinds and not gpu:
+            fix = (
+                "rebuild it with `serving: {device: cpu}`, or where it will be served"
+                if config.parameters.get("runner") in _GPU_RUNNERS
+                else "rebuild with --instance-kind KIND_CPU"
+            )
             problems.append(
                 "instance_group kind KIND_GPU, but no GPU is found here; the embedded server would refuse "
-                "to load it (rebuild with --instance-kind KIND_CPU)"
+                f"to load it ({fix})"
             )
+        elif visible:
+            problems.extend(_placement(config, visible))
     elif (platform == "tensorrt_plan" or backend == "tensorrt") and kinds - {"KIND_GPU", "KIND_AUTO"}:
         problems.append(f"a TensorRT engine runs on GPU instances only; got instance kinds {sorted(kinds)}")
     return problems
@@ -327,14 +375,17 @@ def check_repository(
     target: str | None = None,
     *,
     gpu_available: bool | None = None,
+    gpus: Sequence[int] | None = None,
 ) -> list[str]:
     """Every problem in the repository as ``"MODEL: problem"`` lines (empty when all is well).
 
     With a ``target`` (:data:`CHECK_TARGETS`), also what that server cannot load
-    (:func:`target_problems`; ``gpu_available`` None: ask ``nvidia-smi``). RepositoryError if
-    ``root`` is not a directory at all.
+    (:func:`target_problems`; ``gpus`` the visible GPU indices, ``gpu_available`` whether there is
+    one; both None: ask ``nvidia-smi``). RepositoryError if ``root`` is not a directory at all.
     """
     repo = root if isinstance(root, ModelRepository) else ModelRepository(root)
+    if target == "embedded" and gpus is None and gpu_available is None:
+        gpus = visible_gpus()  # asked once, not once per model
     problems: list[str] = []
     for entry in sorted(repo.root.iterdir()):
         if entry.is_symlink() and entry.is_dir() and not entry.resolve().is_relative_to(repo.root.resolve()):
@@ -363,5 +414,46 @@ def check_repository(
                 config = load(entry / CONFIG_FILE)
             except ConfigError:
                 continue  # already reported by check_model
-            problems.extend(f"{entry.name}: {p}" for p in target_problems(config, target, gpu_available))
+            problems.extend(
+                f"{entry.name}: {p}" for p in target_problems(config, target, gpu_available, gpus)
+            )
     return problems
+
+
+def _execution_line(model: str, version: str, record: dict[str, object]) -> str:
+    buckets = record.get("batch_buckets") or []
+    shown = ",".join(str(b) for b in buckets) if isinstance(buckets, list) and buckets else "none"
+    groups = []
+    instances = record.get("instances")
+    for group in instances if isinstance(instances, list) else []:
+        if isinstance(group, dict):
+            where = f" on GPU {group.get('gpus')}" if group.get("gpus") else ""
+            groups.append(f"{group.get('count')} x {group.get('kind')}{where}")
+    return (
+        f"{model} version {version} executes on {record.get('device')}: engine {record.get('engine')}, "
+        f"{record.get('precision')}, buckets {shown}, instances {' + '.join(groups) or 'none'} "
+        f"({record.get('reason')})"
+    )
+
+
+def executions(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
+    """Where each version executes, one line per version whose build.json records it
+    (``extra.execution``: device, engine, precision, batch buckets, instances and why)."""
+    repo = root if isinstance(root, ModelRepository) else ModelRepository(root)
+    lines: list[str] = []
+    for entry in sorted(repo.root.iterdir()):
+        if not entry.is_dir() or entry.is_symlink() or entry.name.startswith((".", STAGING_PREFIX)):
+            continue
+        try:
+            versions = sorted((p for p in entry.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        except OSError:
+            continue  # unreadable: check_model reports what it can
+        for version_dir in versions:
+            try:
+                manifest = Manifest.from_json((version_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+            except (OSError, RepositoryError, UnicodeDecodeError):
+                continue  # no record, or a broken one check_model reports
+            record = manifest.extra.get("execution")
+            if isinstance(record, dict):
+                lines.append(_execution_line(entry.name, version_dir.name, record))
+    return lines
