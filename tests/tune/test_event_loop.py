@@ -21,7 +21,12 @@ def _tritonkit(*args: str) -> subprocess.CompletedProcess[str]:
     tools = str(Path(tritonkit.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tools, os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
-        [sys.executable, "-m", "tritonkit", *args], env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "tritonkit", *args],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 
@@ -49,7 +54,16 @@ def test_grpc_profile_and_compare_leave_no_event_loop_errors(server: EmbeddedSer
     assert [lv["level"] for lv in levels] == [2, 4] and all(lv["successes"] > 0 for lv in levels)
 
     compare = _tritonkit(
-        "compare", "add", "work", "--concurrency", "8", "--rounds", "2", *common, "--json", str(tmp_path / "c.json")
+        "compare",
+        "add",
+        "work",
+        "--concurrency",
+        "8",
+        "--rounds",
+        "2",
+        *common,
+        "--json",
+        str(tmp_path / "c.json"),
     )
     _clean(compare)
     summary = json.loads((tmp_path / "c.json").read_text())
