@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import tritonkit
 from tritonkit.serve.embedded import EmbeddedServer
@@ -31,28 +32,23 @@ def _tritonkit(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _clean(run: subprocess.CompletedProcess[str]) -> None:
+    """Exit 0, and none of: a traceback, a closed loop, an unclosed aiohttp session, leaked shared memory."""
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "Traceback" not in run.stderr and "Event loop is closed" not in run.stderr, run.stderr[-3000:]
+    for bad in ("Traceback", "Event loop is closed", "Unclosed", "leaked shared_memory"):
+        assert bad not in run.stderr, run.stderr[-3000:]
 
 
-def test_grpc_profile_and_compare_leave_no_event_loop_errors(server: EmbeddedServer, tmp_path: Path) -> None:
-    common = ["--url", server.grpc_url, "--admin-key", server.admin_key, "--protocol", "grpc", *FAST]
-    profile = _tritonkit(
-        "profile", "--model", "add", "--concurrency", "1,4,8", *common, "--json", str(tmp_path / "p.json")
-    )
-    _clean(profile)
-    levels = json.loads((tmp_path / "p.json").read_text())["levels"]
-    assert [lv["level"] for lv in levels] == [1, 4, 8]
-    assert all(lv["successes"] > 0 and lv["failures"] == 0 for lv in levels)
+def _levels(path: Path) -> list[dict[str, Any]]:
+    levels: list[dict[str, Any]] = json.loads(path.read_text())["levels"]
+    assert all(lv["successes"] > 0 and lv["windows"] > 0 for lv in levels)
+    return levels
 
-    shm = _tritonkit(
-        "profile", "--model", "add", "--concurrency", "2,4", "--shared-memory", "system", "--workers", "2",
-        *common, "--json", str(tmp_path / "s.json"),
-    )  # fmt: skip
-    _clean(shm)
-    levels = json.loads((tmp_path / "s.json").read_text())["levels"]
-    assert [lv["level"] for lv in levels] == [2, 4] and all(lv["successes"] > 0 for lv in levels)
 
+def test_profile_and_compare_leave_no_event_loop_errors_nor_leaks(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    grpc = ["--url", server.grpc_url, "--admin-key", server.admin_key, "--protocol", "grpc", *FAST]
+    # a measurer (generator, clients) per target and round, every one ending with requests in flight
     compare = _tritonkit(
         "compare",
         "add",
@@ -60,15 +56,37 @@ def test_grpc_profile_and_compare_leave_no_event_loop_errors(server: EmbeddedSer
         "--concurrency",
         "8",
         "--rounds",
-        "2",
-        *common,
+        "3",
+        *grpc,
         "--json",
         str(tmp_path / "c.json"),
     )
     _clean(compare)
     summary = json.loads((tmp_path / "c.json").read_text())
-    assert summary["rounds"] == 2 and set(summary["targets"]) == {"add", "work"}
+    assert summary["rounds"] == 3 and set(summary["targets"]) == {"add", "work"}
     assert all(row["throughput_median"] > 0 and row["failures"] == 0 for row in summary["targets"].values())
+
+    profile = _tritonkit(
+        "profile", "--model", "add", "--concurrency", "1,4,8", "--workers", "2", *grpc,
+        "--json", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    _clean(profile)
+    assert [lv["level"] for lv in _levels(tmp_path / "p.json")] == [1, 4, 8]
+
+    # open loop: requests still in flight when a level ends are cancelled, each with its shared-memory regions
+    shm = _tritonkit(
+        "profile", "--model", "work", "--request-rate", "300,1500", "--shared-memory", "system", *grpc,
+        "--json", str(tmp_path / "s.json"),
+    )  # fmt: skip
+    _clean(shm)
+    assert [lv["level"] for lv in _levels(tmp_path / "s.json")] == [300, 1500]
+
+    http = _tritonkit(
+        "profile", "--model", "work", "--request-rate", "300,1500", "--url", server.http_url, "--admin-key",
+        server.admin_key, *FAST, "--json", str(tmp_path / "h.json"),
+    )  # fmt: skip
+    _clean(http)
+    assert len(_levels(tmp_path / "h.json")) == 2
 
 
 def test_grpc_tune_leaves_no_event_loop_errors(explicit_server: EmbeddedServer, tmp_path: Path) -> None:
@@ -78,7 +96,7 @@ def test_grpc_tune_leaves_no_event_loop_errors(explicit_server: EmbeddedServer, 
         "--http-url", explicit_server.http_url, "--protocol", "grpc", "--admin-key", explicit_server.admin_key,
         "--report", str(tmp_path / "r"), "--write", "none", "--search", "brute", "--instances", "1,2",
         "--delays-us", "off", "--max-batch-sizes", "8", "--no-preferred", "--no-queue-policy",
-        "--max-concurrency", "4", "--accept-unstable", "--repo", str(explicit_server.repo), "--no-plots", *FAST,
+        "--max-concurrency", "8", "--accept-unstable", "--repo", str(explicit_server.repo), "--no-plots", *FAST,
     )  # fmt: skip
     _clean(run)
     assert "winner: " in run.stdout and "2 configs" in run.stdout

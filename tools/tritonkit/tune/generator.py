@@ -210,8 +210,12 @@ class _Loop:
         try:
             await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
         finally:
-            for task in tasks:
+            # Wait for the cancelled requests to unwind (their calls cancelled, their shared-memory
+            # regions released), as the closed loop's gather does: none outlives its level.
+            pending = list(tasks)
+            for task in pending:
                 task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _schedule(
         self,
