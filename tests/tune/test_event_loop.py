@@ -47,7 +47,7 @@ def _levels(path: Path) -> list[dict[str, Any]]:
 def test_profile_and_compare_leave_no_event_loop_errors_nor_leaks(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    grpc = ["--url", server.grpc_url, "--admin-key", server.admin_key, "--protocol", "grpc", *FAST]
+    grpc = ["--url", server.grpc_url, f"--admin-key={server.admin_key}", "--protocol", "grpc", *FAST]
     # a measurer (generator, clients) per target and round, every one ending with requests in flight
     compare = _tritonkit(
         "compare",
@@ -82,8 +82,8 @@ def test_profile_and_compare_leave_no_event_loop_errors_nor_leaks(
     assert [lv["level"] for lv in _levels(tmp_path / "s.json")] == [300, 1500]
 
     http = _tritonkit(
-        "profile", "--model", "work", "--request-rate", "300,1500", "--url", server.http_url, "--admin-key",
-        server.admin_key, *FAST, "--json", str(tmp_path / "h.json"),
+        "profile", "--model", "work", "--request-rate", "300,1500", "--url", server.http_url,
+        f"--admin-key={server.admin_key}", *FAST, "--json", str(tmp_path / "h.json"),
     )  # fmt: skip
     _clean(http)
     assert len(_levels(tmp_path / "h.json")) == 2
@@ -93,7 +93,7 @@ def test_grpc_tune_leaves_no_event_loop_errors(explicit_server: EmbeddedServer, 
     RepositoryApi(explicit_server.http_url, explicit_server.admin_headers).load("add")
     run = _tritonkit(
         "tune", "--model", "add", "--latency-budget-ms", "1000", "--url", explicit_server.grpc_url,
-        "--http-url", explicit_server.http_url, "--protocol", "grpc", "--admin-key", explicit_server.admin_key,
+        "--http-url", explicit_server.http_url, "--protocol", "grpc", f"--admin-key={explicit_server.admin_key}",
         "--report", str(tmp_path / "r"), "--write", "none", "--search", "brute", "--instances", "1,2",
         "--delays-us", "off", "--max-batch-sizes", "8", "--no-preferred", "--no-queue-policy",
         "--max-concurrency", "8", "--accept-unstable", "--repo", str(explicit_server.repo), "--no-plots", *FAST,

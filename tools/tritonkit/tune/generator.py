@@ -307,6 +307,10 @@ class _Session:
                 )
         return self._client, self._inputs
 
+    @property
+    def opened(self) -> bool:
+        return self._client is not None
+
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
@@ -352,8 +356,9 @@ def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs
                 )
             conn.send("done")
     finally:
-        with contextlib.suppress(Exception):
-            eventloop.run(session.close(), timeout=10)
+        if session.opened:
+            with contextlib.suppress(Exception):
+                eventloop.run(session.close(), timeout=10)
 
 
 class LoadGenerator:
@@ -383,8 +388,9 @@ class LoadGenerator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-        with contextlib.suppress(Exception):
-            eventloop.run(self._session.close(), timeout=10)
+        if self._session.opened:
+            with contextlib.suppress(Exception):
+                eventloop.run(self._session.close(), timeout=10)
         for proc, conn in self._procs:
             with contextlib.suppress(OSError):
                 conn.send(None)
