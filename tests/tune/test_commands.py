@@ -18,7 +18,7 @@ def test_profile_sweep_writes_csv_and_json(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["profile", "--model", "work", "--url", server.http_url, "--admin-key", server.admin_key, "--concurrency", "1,2", *FAST,
+        ["profile", "--model", "work", "--url", server.http_url, f"--admin-key={server.admin_key}", "--concurrency", "1,2", *FAST,
          "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
     )  # fmt: skip
     assert code == 0
@@ -38,7 +38,7 @@ def test_profile_find_max_and_bad_input(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["profile", "--model", "add", "--url", server.grpc_url, "--admin-key", server.admin_key, "--protocol", "grpc", "--find-max",
+        ["profile", "--model", "add", "--url", server.grpc_url, f"--admin-key={server.admin_key}", "--protocol", "grpc", "--find-max",
          "--latency-budget-ms", "500", "--max-level", "2", "--accept-unstable", *FAST, "--json", str(tmp_path / "m.json")]
     )  # fmt: skip
     data = json.loads((tmp_path / "m.json").read_text())
@@ -52,8 +52,7 @@ def test_profile_find_max_and_bad_input(
                 "add",
                 "--url",
                 server.http_url,
-                "--admin-key",
-                server.admin_key,
+                f"--admin-key={server.admin_key}",
                 "--find-max",
             ]
         )
@@ -66,7 +65,7 @@ def test_compare_two_models_in_interleaved_rounds(
     server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["compare", "add", "work", "--url", server.http_url, "--admin-key", server.admin_key, "--concurrency", "2", "--rounds", "2", *FAST,
+        ["compare", "add", "work", "--url", server.http_url, f"--admin-key={server.admin_key}", "--concurrency", "2", "--rounds", "2", *FAST,
          "--json", str(tmp_path / "c.json")]
     )  # fmt: skip
     assert code == 0

@@ -2,7 +2,8 @@
 
 Owns perf_analyzer's method, kept honest (:mod:`.stats`: µs percentiles, stability over windows, Triton's
 server-side split from statistics deltas; :mod:`.generator`: an asyncio load generator on
-:class:`~tritonkit.client.AsyncClient` in a thread or in worker processes, closed loop at a concurrency or
+:class:`~tritonkit.client.AsyncClient` on the process's one load loop (:mod:`.eventloop`) or in worker
+processes, closed loop at a concurrency or
 open loop at a constant or Poisson request rate, with its own CPU share and late sends; :mod:`.measure`:
 a load level measured in windows until stable, sweeps and the search for the highest load within a
 latency budget), the config search (:mod:`.space` axes from a model's config and engine profiles,

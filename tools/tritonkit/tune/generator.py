@@ -12,13 +12,16 @@ loop, constant spacing or Poisson arrivals; a send that starts more than ``late_
 not the server, set the pace). Windows end by time (``window_s``) or by completions (``window_count``).
 A request counts in the window in which it completes; failures are counted apart, never as throughput.
 
-:class:`LoadGenerator` hides where the loops run: ``workers=1`` a thread of this process (its CPU is the
-thread's), ``workers>1`` spawned processes kept for every level of a sweep (their CPU is the process').
+:class:`LoadGenerator` hides where the loops run: ``workers=1`` the load loop of this process (its CPU is
+that loop's thread's), ``workers>1`` spawned processes kept for every level of a sweep, each on its own
+load loop (their CPU is the process'). One :class:`~tritonkit.client.AsyncClient` per loop serves every
+level and is closed on that loop, which is never closed (:mod:`tritonkit.tune.eventloop` says why).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import multiprocessing
@@ -35,6 +38,7 @@ import numpy as np
 from tritonkit.client import AsyncClient
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.payloads import sample_sentences
+from tritonkit.tune import eventloop
 
 __all__ = ["Level", "LoadGenerator", "RawWindow", "Target", "WindowSpec", "make_inputs"]
 
@@ -206,8 +210,12 @@ class _Loop:
         try:
             await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
         finally:
-            for task in tasks:
+            # Wait for the cancelled requests to unwind (their calls cancelled, their shared-memory
+            # regions released), as the closed loop's gather does: none outlives its level.
+            pending = list(tasks)
+            for task in pending:
                 task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _schedule(
         self,
@@ -234,25 +242,21 @@ class _Loop:
             task.add_done_callback(tasks.discard)
 
     async def run(
-        self, level: Level, window: WindowSpec, emit: Callable[[RawWindow], None], stopped: Callable[[], bool]
+        self,
+        session: _Session,
+        level: Level,
+        window: WindowSpec,
+        emit: Callable[[RawWindow], None],
+        stopped: Callable[[], bool],
     ) -> None:
-
-        t = self.target
-        client = AsyncClient(
-            t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
-            shared_memory=t.shared_memory,
-        )  # fmt: skip
+        client, inputs = await session.ready()
+        sender = (
+            self._closed(client, inputs, int(level.value))
+            if level.mode == "concurrency"
+            else self._open(client, inputs, level)
+        )
+        task = asyncio.ensure_future(sender)
         try:
-            metadata = await client.metadata(t.model, t.version or None)
-            inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
-            with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
-                await client.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
-            sender = (
-                self._closed(client, inputs, int(level.value))
-                if level.mode == "concurrency"
-                else self._open(client, inputs, level)
-            )
-            task = asyncio.ensure_future(sender)
             started = (time.perf_counter(), self.cpu_clock())
             self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
             self.completed = 0
@@ -267,12 +271,49 @@ class _Loop:
                     task.result()  # raises what stopped the sender
                 raw, started = self._cut(started)
                 emit(raw)
+        finally:
+            # The client outlives the level (it is closed with the session, on this same loop): the
+            # abandoned requests' late completions land on a running loop.
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            # let cancelled requests unwind before the client closes under them
-            await asyncio.sleep(0)
-        finally:
+
+
+class _Session:
+    """One generator's :class:`AsyncClient` and request inputs, kept from level to level on the load loop.
+
+    Made on first use (inside the loop: grpc.aio channels and aiohttp sessions bind to it), closed by
+    :meth:`close` on the same loop, which keeps running afterwards (:mod:`tritonkit.tune.eventloop`).
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._client: AsyncClient | None = None
+        self._inputs: list[dict[str, Any]] | None = None
+
+    async def ready(self) -> tuple[AsyncClient, list[dict[str, Any]]]:
+        t = self.target
+        if self._client is None:
+            self._client = AsyncClient(
+                t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
+                shared_memory=t.shared_memory,
+            )  # fmt: skip
+        if self._inputs is None:
+            metadata = await self._client.metadata(t.model, t.version or None)
+            self._inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
+            with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
+                await self._client.infer(
+                    t.model, self._inputs[0], version=t.version or None, timeout=t.timeout_s
+                )
+        return self._client, self._inputs
+
+    @property
+    def opened(self) -> bool:
+        return self._client is not None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
             with contextlib.suppress(Exception):
                 await client.close()
 
@@ -293,19 +334,31 @@ class _StopFlag:
 
 
 def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs in a spawned process
-    """A worker process: run each level it is sent until told to stop; ``None`` ends it."""
-    while True:
-        message = conn.recv()
-        if message is None:
-            return
-        if message == _STOP:  # the level already ended on its own
-            continue
-        level, window = message
-        try:
-            asyncio.run(_Loop(target, time.process_time).run(level, window, conn.send, _StopFlag(conn)))
-        except Exception as exc:
-            conn.send(exc if isinstance(exc, TritonKitError) else TritonKitError(" ".join(str(exc).split())))
-        conn.send("done")
+    """A worker process: run each level it is sent until told to stop; ``None`` ends it.
+
+    Every level runs on this process's one load loop with one client, closed there at the end."""
+    session = _Session(target)
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                return
+            if message == _STOP:  # the level already ended on its own
+                continue
+            level, window = message
+            try:
+                eventloop.run(
+                    _Loop(target, time.process_time).run(session, level, window, conn.send, _StopFlag(conn))
+                )
+            except Exception as exc:
+                conn.send(
+                    exc if isinstance(exc, TritonKitError) else TritonKitError(" ".join(str(exc).split()))
+                )
+            conn.send("done")
+    finally:
+        if session.opened:
+            with contextlib.suppress(Exception):
+                eventloop.run(session.close(), timeout=10)
 
 
 class LoadGenerator:
@@ -317,7 +370,8 @@ class LoadGenerator:
         self.target = target
         self.workers = workers
         self._procs: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
-        self._thread: threading.Thread | None = None
+        self._session = _Session(target)
+        self._level: concurrent.futures.Future[None] | None = None
         self._queue: queue.Queue[RawWindow | BaseException | str] = queue.Queue()
         self._stop = threading.Event()
         self._active = 0
@@ -334,6 +388,9 @@ class LoadGenerator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        if self._session.opened:
+            with contextlib.suppress(Exception):
+                eventloop.run(self._session.close(), timeout=10)
         for proc, conn in self._procs:
             with contextlib.suppress(OSError):
                 conn.send(None)
@@ -358,15 +415,17 @@ class LoadGenerator:
         self._queue = queue.Queue()
         q = self._queue
 
-        def body() -> None:
+        async def body() -> None:
             try:
-                asyncio.run(_Loop(self.target, time.thread_time).run(level, window, q.put, self._stop.is_set))
-            except BaseException as exc:  # handed to the caller of next_window
+                await _Loop(self.target, time.thread_time).run(
+                    self._session, level, window, q.put, self._stop.is_set
+                )
+            except Exception as exc:  # handed to the caller of next_window
                 q.put(exc)
-            q.put("done")
+            finally:
+                q.put("done")
 
-        self._thread = threading.Thread(target=body, name="tritonkit-load", daemon=True)
-        self._thread.start()
+        self._level = eventloop.submit(body())
         self._active = 1
 
     def next_window(self, timeout: float) -> list[RawWindow]:
@@ -409,7 +468,9 @@ class LoadGenerator:
                         break
         else:
             self._stop.set()
-            if self._thread is not None:
-                self._thread.join(timeout=self.target.timeout_s + 10)
-            self._thread = None
+            if self._level is not None:
+                with contextlib.suppress(Exception):  # its errors went to the queue
+                    self._level.result(timeout=self.target.timeout_s + 10)
+                self._level.cancel()  # when it did not end in time
+            self._level = None
         self._active = 0
