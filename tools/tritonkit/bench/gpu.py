@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="an earlier run's --raw JSON: its parts not run now are kept on the page",
     )
-    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per served scenario")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per served scenario")
     parser.add_argument("--skip-served", action="store_true")
     tune = parser.add_argument_group("tune part")
     defaults = gpu_tune.TuneSettings()

@@ -110,11 +110,20 @@ def misses(data: dict[str, Any]) -> list[str]:
                 f"- **{row['model']}, requests of {row['batch']} at {row['in_flight']} in flight: "
                 f"{row['samples_per_s'] / eff:.2f} (target {EFFICIENCY})**, {_f(row['samples_per_s'])} samples/s "
                 f"served against {_f(eff)} in-process at batch {b}. Each execute took {_f(row['compute_us'])} µs "
-                f"against {_f(engine_us)} µs for the engine alone at that batch: {_f(host_us)} µs of host work "
-                f"({_f(host_us / max(b, 1), 1)} µs a row: the stub reading each request's inputs from the python "
-                "backend's shared memory, the pinned staging copy, the answers back), with the GPU "
-                f"{_f(row['gpu_util'])} % busy and {_f(row['queue_us'])} µs per request in Triton's queue."
+                f"against {_f(engine_us)} µs for the engine alone at that batch"
             )
+            if host_us > 0.2 * engine_us:
+                text += (
+                    f": {_f(host_us)} µs of host work ({_f(host_us / max(b, 1), 1)} µs a row: the stub reading "
+                    "each request's inputs from the python backend's shared memory, the pinned staging copy, "
+                    "the answers back)"
+                )
+            else:
+                text += (
+                    ", so the time is lost outside the execute call: in Triton's gRPC front end, its queue "
+                    "and the hand-over to the stub"
+                )
+            text += f", with the GPU {_f(row['gpu_util'])} % busy and {_f(row['queue_us'])} µs per request in Triton's queue."
             if row["client_cpu_share"] > 0.5:
                 text += (
                     f" The load generator used {100 * row['client_cpu_share']:.0f} % of the CPUs: part of "
@@ -221,8 +230,8 @@ def render_tune(tune: dict[str, Any]) -> list[str]:
         "",
         f"`tritonkit tune` (its Python API, `--search {s['search']}`) on `{s['model']}` ({s['about']}), served by "
         f"the embedded tritonserver in explicit model-control mode, each config loaded through the "
-        f"model-repository API. Grid: instances {s['instances']}, max batch {s['max_batch_sizes']}, delay µs "
-        f"{s['delays_us']}, no preferred sizes, no queue policy; p99 budget {s['budget_ms']:g} ms, "
+        f"model-repository API. Grid: instances {_join(s['instances'])}, max batch {_join(s['max_batch_sizes'])}, "
+        f"delay µs {_join(s['delays_us'])}, no preferred sizes, no queue policy; p99 budget {s['budget_ms']:g} ms, "
         f"{s['protocol']}, {s['workers']} generator processes, windows of {s['window_s']:g} s, concurrency "
         f"doubled up to {s['max_concurrency']}. Instances are python-backend stubs whose runner is pinned to "
         "the GPU by its `device` parameter (the grid's kind stays KIND_CPU; the runner still runs on GPU 0).",
@@ -263,6 +272,10 @@ def render_tune(tune: dict[str, Any]) -> list[str]:
     elif not win:
         lines += ["", f"No config met the {s['budget_ms']:g} ms p99 budget."]
     return [*lines, ""]
+
+
+def _join(values: list[Any]) -> str:
+    return ", ".join(str(v) for v in values)
 
 
 def _short(point: dict[str, Any]) -> str:
