@@ -130,16 +130,20 @@ def in_process(root: Path, part: str, have_ort: bool, batches: list[int]) -> dic
 def accuracy(root: Path, part: str, have_ort: bool) -> dict[str, dict[str, float]]:
     """Each served engine's outputs against the FP32 module run eagerly on the GPU with TF32 off, on
     held-out inputs (another seed than the export's; ragged text for MiniLM): cosine min and mean
-    over rows, and top-1 agreement (meaningful for ResNet's logits)."""
+    over rows, and top-1 agreement (meaningful for ResNet's logits). The engines run under torch's
+    defaults, as in the served stubs (TF32 convolutions on), so in-process rates match them too."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     spec = PARTS[part]
     rows = 256 if part == "minilm" else spec.max_batch
     feeds = [t.cuda() for t in examples(part, rows, seed=7, held_out=True).values()]
-    with torch.inference_mode():
-        ref = reference(part).cuda()(*feeds).float()
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            ref = reference(part).cuda()(*feeds).float()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     result = {}
     for name, _precision, _label, graphs in spec.engines:
         if graphs and (root / name).is_dir():

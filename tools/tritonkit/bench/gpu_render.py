@@ -188,7 +188,7 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
     rows = "256 ragged rows" if name == "minilm" else f"{RESNET_MAX_BATCH} held-out images"
     lines += [
         "",
-        f"### Accuracy against FP32 (eager torch on the GPU, TF32 off; {rows})",
+        f"### Accuracy against FP32 (eager torch on the GPU, TF32 off; engines as served; {rows})",
         "",
         "| version | cosine min | cosine mean | top-1 agreement | target | met |",
         "|---|---:|---:|---:|---|---|",
