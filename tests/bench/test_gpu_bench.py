@@ -102,7 +102,8 @@ def test_arguments() -> None:
             "--tune-delays-us 'off,soon': expected comma-separated whole numbers or off",
         ),
         (["--tune-instances", "off"], "--tune-instances 'off': expected comma-separated whole numbers"),
-        (["--merge", "/nonexistent.json"], "--merge /nonexistent.json: file not found"),
+        (["--merge", "/nonexistent.json"], "/nonexistent.json: file not found"),
+        (["--render-from", "/nonexistent.json"], "/nonexistent.json: file not found"),
     ],
 )
 def test_bad_arguments_are_one_line(
@@ -288,3 +289,25 @@ def test_resnet_part_on_the_gpu(tmp_path: Path) -> None:
     assert len(rows) == 3 and all(r["errors"] == 0 and r["requests"] > 0 for r in rows)
     assert data["parts"]["resnet"]["accuracy"]["resnet50_fp16"]["min"] > 0.99
     assert "## ResNet-50" in out.read_text()
+
+
+def test_render_from_runs_measured_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Parts measured in separate runs (the device's per-command limit) make one page, no GPU needed."""
+    full = _figures()
+    first = {**full, "parts": {"minilm": full["parts"]["minilm"]}, "tune": None}
+    second = {**full, "parts": {"resnet": full["parts"]["resnet"]}, "when": "2026-11-23 04:30 UTC"}
+    a, b, out, raw = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "page.md", tmp_path / "all.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(second))
+    assert gpu.main(["--render-from", str(a), str(b), "--out", str(out), "--raw", str(raw)]) == 0
+    assert out.read_text() == gpu_render.render(json.loads(raw.read_text()))
+    text = out.read_text()
+    assert "## MiniLM" in text and "## ResNet-50" in text and "## Tune on the GPU" in text
+    assert "Run 2026-11-23 04:30 UTC." in text
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    capsys.readouterr()
+    assert gpu.main(["--render-from", str(bad), "--out", str(tmp_path / "x.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected a --raw JSON of this benchmark" in err
+    assert not (tmp_path / "x.md").exists()

@@ -12,7 +12,8 @@ Figures: engines in-process (samples/s by batch), FP16 accuracy against the FP32
 served throughput with and without dynamic batching, serving efficiency (served / in-process at the
 batch Triton formed), the load generator's headroom, and the tune's ranked configs
 (:mod:`tritonkit.bench.gpu_render` writes the page). ``--merge`` keeps the parts not run from an
-earlier run's ``--raw`` JSON, so parts can be measured separately into one page.
+earlier run's ``--raw`` JSON, so parts can be measured separately into one page; ``--render-from``
+writes the page from several runs' JSON without measuring (no GPU needed).
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="an earlier run's --raw JSON: its parts not run now are kept on the page",
     )
+    parser.add_argument(
+        "--render-from",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="no measuring (no GPU needed): write the page from these runs' --raw JSON, later parts over earlier",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per served scenario")
     parser.add_argument("--skip-served", action="store_true")
     tune = parser.add_argument_group("tune part")
@@ -96,9 +104,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     except TritonKitError as exc:
         parser.error(str(exc))
-    if args.merge and not Path(args.merge).is_file():
-        parser.error(f"--merge {args.merge}: file not found; expected an earlier run's --raw JSON")
+    for path in [*([args.merge] if args.merge else []), *(args.render_from or [])]:
+        if not Path(path).is_file():
+            parser.error(f"{path}: file not found; expected an earlier run's --raw JSON")
     return args
+
+
+def _merged(paths: list[str]) -> dict[str, Any]:
+    """The runs' figures in this layout, later parts (and tune) over earlier; machine and time of the last."""
+    data: dict[str, Any] = {"parts": {}}
+    for path in paths:
+        try:
+            earlier = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark; {exc}") from None
+        if not isinstance(earlier, dict) or not isinstance(earlier.get("machine"), dict):
+            raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark (no `machine` in it)")
+        data["parts"].update(earlier.get("parts") or {})
+        data.update({k: earlier[k] for k in ("tune", "machine", "when") if earlier.get(k)})
+    return data
+
+
+def _write(data: dict[str, Any], out: str, raw: str | None) -> str:
+    data["targets"] = targets(data)
+    text = render(data)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text, encoding="utf-8")
+    if raw:
+        Path(raw).write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    return text
 
 
 def _machine(have_ort: bool, ort_version: str) -> dict[str, Any]:
@@ -165,18 +199,21 @@ def measure_parts(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        # An earlier run's parts and tune stay unless run again now.
+        data = _merged(args.render_from or ([args.merge] if args.merge else []))
+    except TritonKitError as exc:
+        print(f"tritonkit.bench.gpu: {exc}", file=sys.stderr)
+        return 2
+    if args.render_from:
+        print(_write(data, args.out, args.raw))
+        return 0
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if not torch.cuda.is_available():
         print("tritonkit.bench.gpu: expected a CUDA GPU; torch sees none", file=sys.stderr)
         return 2
     have_ort, ort_version = _ort()
-    data: dict[str, Any] = {}
-    if args.merge:
-        earlier = json.loads(Path(args.merge).read_text(encoding="utf-8"))
-        # An earlier run in this layout: its parts and tune stay unless run again now.
-        data = {k: earlier[k] for k in ("parts", "tune") if k in earlier and isinstance(earlier[k], dict)}
-    data.setdefault("parts", {})
     data["machine"] = _machine(have_ort, ort_version)
     data["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     started = time.monotonic()
@@ -186,15 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if "tune" in args.only:
         torch.cuda.empty_cache()
         data["tune"] = gpu_tune.run(work, args.tune, log)
-    data["targets"] = targets(data)
     data["seconds"] = round(time.monotonic() - started, 1)
     log(f"done in {data['seconds']:.0f} s")
-    text = render(data)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
-    if args.raw:
-        Path(args.raw).write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    print(text)
+    print(_write(data, args.out, args.raw))
     return 0
 
 

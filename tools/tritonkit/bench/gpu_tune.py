@@ -115,7 +115,7 @@ def run(work: Path, settings: TuneSettings, log: Callable[[str], None]) -> dict[
                 measure=MeasureOptions(
                     window=WindowSpec(settings.window_s),
                     stability=StabilityRule(3, 0.15),
-                    max_windows=4,
+                    max_windows=3,  # the stability rule's count: each level costs 3 windows
                     workers=settings.workers,
                 ),
                 write="none",
