@@ -185,14 +185,18 @@ def measure_parts(
     for name in names:
         part = parts[name]
         part["served"] = [r for r in rows if r["part"] == name]
-        effective = {max(1, round(r["avg_batch"])) for r in part["served"]}
-        rates = in_process(root, name, have_ort, sorted({*PARTS[name].batches, *effective}))
+        engine_of = PARTS[name].engine_of
+        compared = [r for r in part["served"] if r["model"] in engine_of]
+        effective: dict[str, set[int]] = {}
+        for row in compared:
+            row["effective_batch"] = max(1, round(row["avg_batch"]))
+            effective.setdefault(engine_of[row["model"]], set()).add(row["effective_batch"])
+        rates = in_process(root, name, have_ort, effective)
         part["in_process"] = {label: {str(b): v for b, v in by.items()} for label, by in rates.items()}
-        for row in part["served"]:
-            label = PARTS[name].engine_of.get(row["model"])
-            if label in rates:
-                row["effective_batch"] = max(1, round(row["avg_batch"]))
-                row["effective_in_process"] = rates[label][row["effective_batch"]]
+        for row in compared:
+            by_batch = rates.get(engine_of[row["model"]], {})
+            if row["effective_batch"] in by_batch:
+                row["effective_in_process"] = by_batch[row["effective_batch"]]
         log(f"{name} in-process {json.dumps(part['in_process'])}")
     return parts
 

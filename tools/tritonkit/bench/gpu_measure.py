@@ -100,9 +100,13 @@ def _torch_engine(root: Path, name: str, buckets: list[int], graphs: bool = True
     return torch_runner.GraphEngine(module, "cuda:0", dtypes, [torch.float32], buckets, cuda_graphs=graphs)
 
 
-def in_process(root: Path, part: str, have_ort: bool, batches: list[int]) -> dict[str, dict[int, float]]:
-    """Samples/s of each engine of ``part`` at each batch, inputs already on the GPU. Buckets are the
-    served versions' (powers of two up to the max batch), so padding is the same as served."""
+def in_process(
+    root: Path, part: str, have_ort: bool, extra: dict[str, set[int]] | None = None
+) -> dict[str, dict[int, float]]:
+    """Samples/s of each engine of ``part`` at the part's batches and, for an engine named in
+    ``extra``, at those batches too (the batches Triton formed for the versions compared with it),
+    inputs already on the GPU. Buckets are the served versions' (powers of two up to the max
+    batch), so padding is the same as served."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     spec = PARTS[part]
@@ -113,7 +117,7 @@ def in_process(root: Path, part: str, have_ort: bool, batches: list[int]) -> dic
             continue
         engine = _torch_engine(root, name, buckets, graphs)
         rates[label] = {}
-        for b in batches:
+        for b in sorted({*spec.batches, *(extra or {}).get(label, set())}):
             feeds = [t.cuda() for t in examples(part, b).values()]
             rates[label][b] = _rate(_call(engine, feeds), b)
         del engine
@@ -121,8 +125,10 @@ def in_process(root: Path, part: str, have_ort: bool, batches: list[int]) -> dic
     for name in ORT_VERSIONS if have_ort and part == "minilm" else ():
         if (root / name).is_dir():
             ort = runner("onnx_cuda_runner").OrtCudaEngine(str(root / name / "1" / "model.onnx"), "cuda:0")
-            rates[spec.engine_of[name]] = {
-                b: _rate(_call(ort, [t.cuda() for t in examples(part, b).values()]), b) for b in batches
+            label = spec.engine_of[name]
+            rates[label] = {
+                b: _rate(_call(ort, [t.cuda() for t in examples(part, b).values()]), b)
+                for b in sorted({*spec.batches, *(extra or {}).get(label, set())})
             }
     return rates
 
