@@ -250,6 +250,9 @@ def test_render_every_section() -> None:
     )
     assert ranked[1].startswith("| 3 | `instances=1 max_batch_size=16 delay_us=off`")
     assert "3 configs, 21 load levels, 1.8 minutes." in text
+    data = _figures()
+    data["tune"]["trials"][2] = {**data["tune"]["trials"][2], "error": "", "throughput": 0.0, "levels": []}
+    assert " | 0 | failed: (no message)" in gpu_render.render(data)
 
 
 def test_render_partial_and_failed_tune() -> None:

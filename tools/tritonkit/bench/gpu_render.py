@@ -259,7 +259,7 @@ def render_tune(tune: dict[str, Any]) -> list[str]:
             f"{_f(t.get('p50_ms'), 2)} | {_f(t.get('p99_ms'), 2)} | {_f(best.get('average_batch'), 1)} | "
             f"{_f(best.get('queue_us'))} | {_f(best.get('compute_infer_us'))} | "
             f"{'yes' if t.get('stable') else 'no'} | {limited} |"
-            + (f" {t['error'][:80]}" if t.get("error") else "")
+            + (f" failed: {t['error'][:80] or '(no message)'}" if "error" in t else "")
         )
     win, base = tune.get("winner"), tune.get("baseline")
     if win and base and base.get("throughput"):
