@@ -90,7 +90,9 @@ def test_arguments() -> None:
     )
     assert args.only == ["resnet", "tune"]
     assert args.tune.delays_us == ("off", 0, 2000) and args.tune.protocol == "http"
-    assert gpu.parse_args([]).only == ["minilm", "resnet", "tune"]
+    default = gpu.parse_args([])
+    assert default.only == ["minilm", "resnet", "tune"] and default.tune.protocol == "http"
+    assert gpu.parse_args(["--tune-protocol", "grpc"]).tune.protocol == "grpc"
 
 
 @pytest.mark.parametrize(
