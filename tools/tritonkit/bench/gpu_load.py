@@ -1,6 +1,7 @@
 """Closed-loop gRPC load for the GPU benchmark: N client processes, each keeping K requests in flight.
 
-Each process builds its request once (tritonclient's gRPC asyncio client), keeps ``in_flight``
+A :class:`Payload` names the model's inputs (token ids and masks for MiniLM, an FP32 image for
+ResNet-50) and its output. Each process builds its request once (tritonclient's gRPC asyncio client), keeps ``in_flight``
 coroutines calling ``infer`` back to back, and reports the requests it finished inside the measured
 window, a sample of their latencies and its own CPU time, so the report can show the load
 generator's headroom beside the server's figures.
@@ -19,7 +20,37 @@ import numpy as np
 import tritonclient.grpc.aio as grpcaio
 from tritonclient import grpc as grpcclient
 
-__all__ = ["LoadResult", "run_load"]
+__all__ = ["IMAGE", "TEXT", "LoadResult", "Payload", "run_load"]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A model's request: (name, per-row shape, fill) for each input, fill one of ``ids`` (token ids
+    in the vocabulary), ``ones`` (an attention mask) or ``normal`` (FP32 standard normal, an
+    image), and the output asked for."""
+
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...]
+    output: str
+
+    def arrays(self, batch: int, seed: int) -> list[tuple[str, np.ndarray[Any, Any], str]]:
+        """(name, data, Triton datatype) for a request of ``batch`` rows."""
+        rng = np.random.default_rng(seed)
+        out: list[tuple[str, np.ndarray[Any, Any], str]] = []
+        for name, shape, fill in self.inputs:
+            full = (batch, *shape)
+            if fill == "ids":
+                out.append((name, rng.integers(1000, 30000, size=full, dtype=np.int64), "INT64"))
+            elif fill == "ones":
+                out.append((name, np.ones(full, dtype=np.int64), "INT64"))
+            else:
+                out.append((name, rng.standard_normal(size=full, dtype=np.float32), "FP32"))
+        return out
+
+
+#: MiniLM: token ids and mask of sequence 128; mean-pooled embedding.
+TEXT = Payload((("input_ids", (128,), "ids"), ("attention_mask", (128,), "ones")), "EMBEDDING")
+#: ResNet-50: one FP32 224 x 224 RGB image per row (602 KB); logits.
+IMAGE = Payload((("image", (3, 224, 224), "normal"),), "logits")
 
 
 @dataclass(frozen=True)
@@ -36,20 +67,16 @@ class LoadResult:
 
 
 def _worker(
-    args: tuple[str, str, int, int, int, float, float, Any],
+    args: tuple[str, str, Payload, int, int, float, float, Any],
 ) -> tuple[int, int, list[float], float, str]:
-    url, model, seq, batch, in_flight, warmup_s, seconds, start_at = args
+    url, model, payload, batch, in_flight, warmup_s, seconds, start_at = args
 
-    rng = np.random.default_rng(os.getpid())
-    ids = rng.integers(1000, 30000, size=(batch, seq), dtype=np.int64)
-    mask = np.ones((batch, seq), dtype=np.int64)
-    inputs = [
-        grpcclient.InferInput("input_ids", [batch, seq], "INT64"),
-        grpcclient.InferInput("attention_mask", [batch, seq], "INT64"),
-    ]
-    inputs[0].set_data_from_numpy(ids)
-    inputs[1].set_data_from_numpy(mask)
-    outputs = [grpcclient.InferRequestedOutput("EMBEDDING")]
+    inputs = []
+    for name, data, datatype in payload.arrays(batch, os.getpid()):
+        tensor = grpcclient.InferInput(name, list(data.shape), datatype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    outputs = [grpcclient.InferRequestedOutput(payload.output)]
 
     async def main() -> tuple[int, int, list[float], float, str]:
         client = grpcaio.InferenceServerClient(url)
@@ -100,7 +127,7 @@ def run_load(
     url: str,
     model: str,
     *,
-    seq: int,
+    payload: Payload,
     batch: int,
     in_flight: int,
     processes: int = 8,
@@ -113,7 +140,9 @@ def run_load(
     start_at = time.time() + 3.0
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(procs) as pool:
-        parts = pool.map(_worker, [(url, model, seq, batch, k, warmup_s, seconds, start_at) for k in share])
+        parts = pool.map(
+            _worker, [(url, model, payload, batch, k, warmup_s, seconds, start_at) for k in share]
+        )
     latencies = [lat for part in parts for lat in part[2]]
     return LoadResult(
         requests=sum(p[0] for p in parts),
