@@ -65,7 +65,7 @@ rm -rf "$WORK/site"
 # --- 2. wheels the tests import that the GPU host's image lacks ---------------------------------
 # numpy 1.26: the python-backend stub of tritonserver 2.51 (nvidia-pytriton 0.7, which pins numpy<2,
 # as tritonkit does) crashes on BYTES tensors under NumPy 2 ("Stub process ... is not healthy");
-# setup.sh puts it ahead of the host's NumPy 2, as `pip install tritonkit` would.
+# setup.sh gives it to the stubs only (the host's scipy/transformers need its NumPy 2).
 download "$DEST" numpy==1.26.4 tritonclient==2.73.0 gevent==26.9.0 geventhttpclient==2.6.1 python-rapidjson==1.25 \
   polygraphy==0.53.6 onnx-graphsurgeon==0.6.1 brotli==1.2.1 zope.event==6.2 zope.interface==8.7 \
   greenlet==3.3.2

@@ -1,39 +1,49 @@
-# Sourced by run_checks.sh and bench.sh: makes, once per machine, a virtual environment in /tmp that
-# holds what scripts/gpu/pack.sh made (the Triton bundle, the wheels, numpy 1.26) ahead of the host's
-# own packages (torch, ...), reassembles onnxruntime-gpu into it when all its parts have arrived in
-# /tmp/ort-parts (see ort_part.sh), and puts the environment first on PATH.
+# Sourced by run_checks.sh and bench.sh: unpacks, once per machine, what scripts/gpu/pack.sh made:
+#   /tmp/tritonkit-site   the Triton bundle and the wheels (numpy aside), first on PYTHONPATH
+#   /tmp/tritonkit-stub   a virtual environment for the python-backend stubs: numpy 1.26, then the
+#                         host's own packages (torch, ...) through a .pth line
+# reassembles onnxruntime-gpu into /tmp/ort-gpu when all its parts have arrived in /tmp/ort-parts
+# (see ort_part.sh), and sets PYTHONPATH and TRITONKIT_STUB_PYTHON.
 #
-# Why a virtual environment and not PYTHONPATH: the python-backend stub embeds its interpreter without
-# reading PYTHONPATH; it finds packages through the `python3` first on PATH (its prefix's
-# site-packages and their .pth files). On a host whose Python has NumPy 2 the stub of tritonserver
-# 2.51 then corrupts every tensor it moves through NumPy (BYTES inputs crash the stub, numeric outputs
-# arrive empty); the environment gives the stub numpy 1.26, as `pip install tritonkit` (numpy<2) does.
+# Why the stubs get their own environment: the stub embeds its interpreter without reading PYTHONPATH
+# and finds packages through the `python3` first on PATH, which tritonkit sets to the environment
+# TRITONKIT_STUB_PYTHON names. The stub of tritonserver 2.51 (nvidia-pytriton 0.7 pins numpy<2, as
+# tritonkit does) corrupts every tensor it moves through NumPy 2 (BYTES inputs crash it, numeric
+# outputs arrive empty), while the host's other packages (scipy, transformers) need its NumPy 2: so
+# numpy 1.26 goes to the stubs only.
 WHL=${WHL:-.whl}
 OUT=${OUT:-/tmp/gpu-out}
 SRC=${SRC:-.}
 mkdir -p "$OUT"
-VENV=/tmp/tritonkit-venv
-if [ ! -x "$VENV/bin/python3" ] || [ ! -d "$VENV/.ready" ]; then
-  rm -rf "$VENV" /tmp/site
+SITE=/tmp/tritonkit-site
+if [ ! -d "$SITE/pytriton/tritonserver" ]; then
+  rm -rf /tmp/site "$SITE" && tar xJf "$WHL/triton-bundle.tar.xz" -C /tmp && mv /tmp/site "$SITE" || return 1
+  wheels=$(ls "$WHL"/*.whl | grep -v '/numpy-')
+  # shellcheck disable=SC2086
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels 2>&1 | tail -2
+fi
+STUB=/tmp/tritonkit-stub
+if [ ! -f "$STUB/.ready" ]; then
+  rm -rf "$STUB"
   BASE=$(python3 -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
   HOST_SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  "$BASE" -m venv --without-pip "$VENV" || return 1
-  SP=$("$VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  tar xJf "$WHL/triton-bundle.tar.xz" -C /tmp && cp -a /tmp/site/. "$SP/" && rm -rf /tmp/site || return 1
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SP" "$WHL"/*.whl 2>&1 | tail -2
-  # The host's packages (torch, onnx, pytest, ...) come after ours: a .pth line is appended to sys.path.
-  echo "$HOST_SITE" > "$SP/zz-host-site-packages.pth"
-  mkdir -p "$VENV/.ready"
+  "$BASE" -m venv --without-pip "$STUB" || return 1
+  STUB_SITE=$("$STUB/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$STUB_SITE" "$WHL"/numpy-*.whl 2>&1 | tail -2
+  echo "$HOST_SITE" > "$STUB_SITE/zz-host-site-packages.pth"  # after ours: a .pth line is appended
+  touch "$STUB/.ready"
 fi
-SP=$("$VENV/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-if [ ! -d "$SP/onnxruntime_gpu-"*.dist-info ] 2>/dev/null && [ -f /tmp/ort-parts/SHA256SUMS ] && \
+ORT=/tmp/ort-gpu
+if [ ! -d "$ORT/onnxruntime" ] && [ -f /tmp/ort-parts/SHA256SUMS ] && \
    [ "$(ls /tmp/ort-parts/onnxruntime-gpu.part.* 2>/dev/null | wc -l)" -ge 4 ]; then
   wheel=$(cat /tmp/ort-parts/WHEEL)
   cat /tmp/ort-parts/onnxruntime-gpu.part.* | xz -d > "/tmp/$wheel"
   (cd /tmp && sha256sum -c /tmp/ort-parts/SHA256SUMS) && \
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SP" "/tmp/$wheel" 2>&1 | tail -2
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$ORT" "/tmp/$wheel" 2>&1 | tail -2
   rm -f "/tmp/$wheel"
 fi
-export PATH="$VENV/bin:$PATH"
-export PYTHONPATH="$SRC/tools"
-hash -r
+PYTHONPATH="$SITE:$SRC/tools"
+# onnxruntime-gpu first; the ONNX Runtime CUDA runner puts PYTHONPATH's entries ahead in its stub too.
+[ -d "$ORT/onnxruntime" ] && PYTHONPATH="$ORT:$PYTHONPATH"
+export PYTHONPATH
+export TRITONKIT_STUB_PYTHON="$STUB/bin/python3"

@@ -193,9 +193,11 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
         assert execution["instances"] == [{"kind": "KIND_GPU", "count": 2, "gpus": [0]}]
         assert execution["reason"] == "1 GPU(s) visible"
     fp16 = repository.read_manifest("tiny_fp16", 1)
-    # The served program itself is gated against the FP32 reference (on the CPU here: no CUDA).
+    # The served program itself is gated against the FP32 reference, on CUDA where this process has it.
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
     assert fp16.accuracy is not None and fp16.accuracy["passed"] and fp16.accuracy["samples"] == 32
-    assert fp16.accuracy["runtime"] == "torch.export-cpu"
+    assert fp16.accuracy["runtime"] == f"torch.export-{'cuda' if torch.cuda.is_available() else 'cpu'}"
     assert fp16.extra["onnx_accuracy"]["runtime"] == "onnxruntime-cpu"
     assert repository.read_manifest("tiny_fp32", 1).accuracy is None  # the reference is not gated
     # The program is FP16 inside: its weights are half.

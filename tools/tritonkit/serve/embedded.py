@@ -63,7 +63,11 @@ from tritonkit.serve.process import (
 )
 from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failures
 
-__all__ = ["EmbeddedServer", "TritonInstall", "find_triton", "free_port"]
+__all__ = ["STUB_PYTHON_ENV", "EmbeddedServer", "TritonInstall", "find_triton", "free_port"]
+
+#: Environment variable: the Python executable whose environment the python-backend stubs use
+#: (default: the one running tritonkit).
+STUB_PYTHON_ENV = "TRITONKIT_STUB_PYTHON"
 
 _POLL_INTERVAL_S = 0.1
 
@@ -234,8 +238,11 @@ class EmbeddedServer:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        # The python-backend stub finds the venv's site-packages only through PATH (PYTHONPATH alone is not read).
-        venv_bin = str(Path(sys.executable).parent)
+        # The python-backend stub embeds its interpreter without reading PYTHONPATH: it finds packages
+        # through the first `python3` on PATH (that prefix's site-packages and .pth files). By default that
+        # is tritonkit's own environment; STUB_PYTHON_ENV names another (a host whose Python has NumPy 2,
+        # which this stub release cannot move tensors with, gives its stubs an environment with numpy<2).
+        venv_bin = str(Path(env.get(STUB_PYTHON_ENV) or sys.executable).parent)
         env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
         env.pop("PYTHONHOME", None)
         return env
