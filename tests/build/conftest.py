@@ -13,6 +13,7 @@ from tritonkit.build.export import export_torch
 from tritonkit.build.flagship import flagship_spec
 from tritonkit.build.pipeline import BuildResult, build_all, build_from_spec
 from tritonkit.build.spec import with_overrides
+from tritonkit.errors import ModelImportError
 from tritonkit.serve.embedded import EmbeddedServer
 
 
@@ -21,7 +22,10 @@ def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     """minilm_{fp32,fp16,int8} and resnet50_{fp32,fp16,int8} at reduced size, built once."""
 
     repo = tmp_path_factory.mktemp("flagship") / "repo"
-    results = build_all(repo, reduced=True, log=lambda _: None)
+    try:
+        results = build_all(repo, reduced=True, log=lambda _: None)
+    except ModelImportError as exc:  # a host without the flagships' packages (the GPU machine)
+        pytest.skip(f"flagship sources not installed: {exc}")
     # The ensemble layout (tokenizer model + tensor model + `_text` ensemble) that the onnxruntime and
     # tensorrt targets use, here over the portable ONNX runner so the embedded server can serve it.
     ensemble = with_overrides(

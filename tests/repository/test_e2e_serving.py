@@ -145,16 +145,10 @@ def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None
 ZOO = ("two_in", "seq_sum", "fixed", "half_bool", "gemm_names", "strings", "gather")
 
 
-NUMPY2 = int(np.__version__.split(".")[0]) >= 2
-#: BYTES cannot travel by DLPack, and on NumPy 2 the 2.51 stub rejects NumPy outputs ("output tensor shape does not match").
-BYTES_ON_NUMPY2 = pytest.mark.xfail(NUMPY2, reason="BYTES need the stub's NumPy path, broken with NumPy 2")
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize(
     "model",
-    [pytest.param(m, marks=BYTES_ON_NUMPY2) if m == "strings" else m for m in ZOO]
-    + [f"{m}_dlpack" for m in DLPACK_TWINS],
+    [*ZOO, *(f"{m}_dlpack" for m in DLPACK_TWINS)],
 )
 def test_served_outputs_equal_onnxruntime(served: Served, protocol: str, model: str) -> None:
     rng = np.random.default_rng(abs(hash((model, protocol))) % 2**32)
@@ -164,9 +158,7 @@ def test_served_outputs_equal_onnxruntime(served: Served, protocol: str, model: 
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize(
-    "model", [pytest.param(m, marks=BYTES_ON_NUMPY2) if m == "strings" else m for m in ZOO]
-)
+@pytest.mark.parametrize("model", ZOO)
 def test_tritonkit_clients_equal_onnxruntime(served: Served, protocol: str, model: str) -> None:
     """The client library's own request encoding and answer decoding (client.codec), every dtype of
     the zoo, blocking and asyncio, against ONNX Runtime."""

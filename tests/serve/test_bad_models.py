@@ -158,7 +158,8 @@ def test_serve_skip_bad_models_names_the_bad_one_and_serves_the_good(tmp_path: P
             instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
         )
         config.save(cfg, tmp_path / name / "config.pbtxt")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "tools")}
+    tools = str(Path(__file__).resolve().parents[2] / "tools")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (tools, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--skip-bad-models"],
         env=env,
