@@ -251,6 +251,11 @@ class TritonPythonModel:
         device = f"cuda:{int(args.get('model_instance_device_id') or 0)}" if on_gpu else "cpu"
         if on_gpu:
             torch.cuda.set_device(device)
+        # On the GPU the host side only gathers, pads and copies: torch's default of one thread per core
+        # in every stub oversubscribes the machine (measured on the H100: see docs/benchmarks-gpu.md).
+        threads = _param(params, "host_threads", "1" if on_gpu else "")
+        if threads:
+            torch.set_num_threads(int(threads))
 
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         module, in_dtypes = load_program(
