@@ -101,3 +101,18 @@ def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
     # saturation: throughput stops growing past 4 although p99 still fits
     best, levels = find_max(lambda lv: _level(lv.value, 100.0 * min(lv.value, 4), 1.0), 100.0, refine=0)
     assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8]
+
+
+def test_find_max_from_a_warm_start_goes_up_or_halves_down() -> None:
+    def measure(level: Level) -> LevelResult:  # p99 = 2 ms per unit of concurrency; throughput to c=8
+        return _level(level.value, 100.0 * min(level.value, 8), 2.0 * level.value)
+
+    # start within the budget: doubles from there, then bisects (3 levels instead of 5 from 1)
+    best, levels = find_max(measure, 13.0, start=4, refine=1)
+    assert [r.level.value for r in levels] == [4, 8, 6] and best is not None and best.level.value == 6
+    # start over the budget: halves until one fits, then bisects between that and the last bad one
+    best, levels = find_max(measure, 13.0, start=16, refine=1)
+    assert [r.level.value for r in levels] == [16, 8, 4, 6] and best is not None and best.level.value == 6
+    # nothing fits at any level: every halving down to 1 is tried, no answer
+    best, levels = find_max(measure, 1.0, start=8, refine=1)
+    assert best is None and [r.level.value for r in levels] == [8, 4, 2, 1]

@@ -75,6 +75,23 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
         tune(_options(repo, report, resume=True, latency_budget_ms=5.0))
 
 
+def test_quick_search_starts_each_config_where_the_best_one_peaked(tmp_path: Path) -> None:
+    repo = build_repository(tmp_path)
+    options = _options(repo, tmp_path / "quick", search="quick", max_concurrency=4, write="none", plots=False)
+    result = tune(options)
+    trials = result.trials
+    assert trials[0]["start_concurrency"] == 1 and trials[0]["levels"][0]["level"] == 1
+    for n, t in enumerate(trials[1:], start=1):
+        feasible = [p for p in trials[:n] if p["feasible"]]
+        incumbent = max(feasible, key=lambda p: (p["throughput"], -p["p99_ms"]))
+        assert t["start_concurrency"] == incumbent["concurrency"]
+        assert t["levels"][0]["level"] == t["start_concurrency"]
+    assert any(t["start_concurrency"] > 1 for t in trials[1:])  # the budget of 1 s fits 4 in flight
+    cold = tune(_options(repo, tmp_path / "cold", search="quick", max_concurrency=4, write="none",
+                         plots=False, warm_start=False))  # fmt: skip
+    assert all(t["start_concurrency"] == 1 for t in cold.trials)
+
+
 def read_config_from_text(text: str) -> ModelConfig:
 
     return from_pbtxt(text)

@@ -55,6 +55,11 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.add_argument(
         "--max-concurrency", type=int, default=64, help="highest concurrency tried (default 64)"
     )
+    parser.add_argument(
+        "--no-warm-start",
+        action="store_true",
+        help="quick search: measure every config from concurrency 1 (default: from the best config's level)",
+    )
     parser.add_argument("--write", default="config", help="config (default), none, or model:NAME")
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         plots=not args.no_plots,
         require_stable=not args.accept_unstable,
+        warm_start=not args.no_warm_start,
     )
     result = tune(options)
     print(

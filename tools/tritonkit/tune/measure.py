@@ -286,9 +286,11 @@ def find_max(
 
     Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
     generator: or ``limit``, or throughput stops growing by 2 %: the server is saturated), then bisects
-    ``refine`` times between the last good and the first bad level. An unstable level within the budget
-    is inconclusive, not bad: the search goes on past it, but only a stable level can be the answer
-    (unless ``require_stable`` is False). Returns (the best level or None, every level measured).
+    ``refine`` times between the last good and the first bad level. When ``start`` itself breaks the
+    budget (a warm start from a neighbouring config's answer), the level is halved until one fits, then
+    bisected the same way; from the default ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the search goes
+    on past it, but only a stable level can be the answer (unless ``require_stable`` is False). Returns
+    (the best level or None, every level measured).
     """
     results: list[LevelResult] = []
 
@@ -316,6 +318,15 @@ def find_max(
             break
         good = result
         value *= 2
+    floor, value = (1.0 if mode == "concurrency" else start / 64), start / 2
+    while good is None and bad is not None and value >= floor:
+        # Nothing fitted from a warm start: halve until a level does (the bisection then narrows it).
+        result = run(value)
+        if result.within(budget_ms, max_failure_ratio, require_stable):
+            good = result
+        elif not result.within(budget_ms, max_failure_ratio, require_stable=False):
+            bad = value
+        value /= 2
     lo = good.level.value if good is not None else 0.0
     for _ in range(refine):
         if bad is None:

@@ -5,12 +5,11 @@ it sustained within the budget (:class:`Outcome`). Points are evaluated at most 
 number of distinct evaluations is the cost both searches are compared by.
 
 ``brute``: every point of the grid. ``quick``: coordinate ascent from a start point (the model's own
-config, snapped onto the grid): sweep one axis at a time with the others fixed, move to the best value,
-repeat until a whole pass moves nothing, then the same from the best point's neighbours once more (a
-second ascent from the axis-wise best values catches the usual two-axis interaction: larger batches
-only pay with a longer batching delay). Feasible points (p99 within the budget, at least the minimum
-throughput) beat infeasible ones; among infeasible, a lower p99 is better, so the ascent walks into the
-feasible region.
+config, snapped onto the grid): walk one axis at a time from the current point while each step is
+better, pass after pass until a pass moves nothing; then joint steps of declared axis couples (larger
+batches only pay with a longer batching delay) and, when still stuck, of every pair of axes. Feasible
+points (p99 within the budget, at least the minimum throughput) beat infeasible ones; among infeasible,
+a lower p99 is better, so the ascent walks into the feasible region.
 """
 
 from __future__ import annotations
@@ -116,18 +115,19 @@ def snap(axes: Sequence[Axis], point: Mapping[str, Any] | None) -> Point:
     return out
 
 
-def _neighbours(axes: Sequence[Axis], point: Point, couples: Sequence[tuple[str, str]]) -> list[Point]:
-    """Every value of each axis with the others fixed, and one step of both axes of each coupled pair."""
-    out = [{**point, axis.name: v} for axis in axes for v in axis.values if v != point[axis.name]]
+def _diagonals(axes: Sequence[Axis], point: Point, pairs: Sequence[tuple[str, str]]) -> list[Point]:
+    """One step of both axes of each pair, in all four directions (those that stay on the grid)."""
+    out = []
     by_name = {axis.name: axis for axis in axes}
-    for a, b in couples:
+    for a, b in pairs:
         if a not in by_name or b not in by_name:
             continue
-        ia, ib = by_name[a].values.index(point[a]), by_name[b].values.index(point[b])
+        va, vb = by_name[a].values, by_name[b].values
+        ia, ib = va.index(point[a]), vb.index(point[b])
         for da, db in ((1, 1), (-1, -1), (1, -1), (-1, 1)):
             ja, jb = ia + da, ib + db
-            if 0 <= ja < len(by_name[a].values) and 0 <= jb < len(by_name[b].values):
-                out.append({**point, a: by_name[a].values[ja], b: by_name[b].values[jb]})
+            if 0 <= ja < len(va) and 0 <= jb < len(vb):
+                out.append({**point, a: va[ja], b: vb[jb]})
     return out
 
 
@@ -140,23 +140,53 @@ def quick(
     max_steps: int = 12,
     min_gain: float = 0.0,
 ) -> SearchResult:
-    """Steepest ascent from ``start`` (snapped onto the grid): each step looks at every value of every
-    axis with the others fixed (a line search per axis) and at one step of both axes of each coupled
-    pair, and moves to the best of them; when none is better it tries one step of every pair of axes, and
-    stops when that finds nothing better either. ``min_gain``: a live measurement must beat the current
-    point by this share to count as better (noise is no reason to keep walking)."""
+    """Coordinate ascent from ``start`` (snapped onto the grid).
+
+    A pass walks each axis in turn from the current point: one step up, and on while each step is
+    better; if the first step up is not better, the same downwards (the axes are ordered, and along one
+    axis throughput rises to one peak and falls); the walk's end becomes the current point. Passes repeat
+    until one moves nothing. Then one step of both axes of each coupled pair (a larger batch only pays
+    with a longer delay), and when that finds nothing better either, one step of every pair of axes
+    (interactions nobody declared); a better point there starts the passes again. ``min_gain``: between
+    two feasible points, the newer must beat the current by this share to count as better (noise is no
+    reason to keep walking)."""
     cache = _Cache(evaluate)
+
+    def better(a: Point, b: Point) -> bool:
+        oa, ob = cache(a), cache(b)
+        if oa.feasible and ob.feasible:
+            return oa.throughput > ob.throughput * (1.0 + min_gain)
+        return _score(oa) > _score(ob)
+
+    def walk(point: Point, axis: Axis) -> Point:
+        index = axis.values.index(point[axis.name])
+        for step in (1, -1):
+            end, j = point, index + step
+            while 0 <= j < len(axis.values):
+                candidate = {**point, axis.name: axis.values[j]}
+                if not better(candidate, end):
+                    break
+                end, j = candidate, j + step
+            if end is not point:
+                return end
+        return point
+
     current = snap(axes, start)
     cache(current)
     every_pair = [(a.name, b.name) for i, a in enumerate(axes) for b in axes[i + 1 :]]
     for _ in range(max_steps):
-        best = max(_neighbours(axes, current, couples), key=lambda p: _score(cache(p)), default=current)
-        if _score(cache(best)) <= _score(cache(current)):
-            # Stuck: before giving up, one step of every pair of axes (interactions nobody declared).
-            best = max(
-                _neighbours(axes, current, every_pair), key=lambda p: _score(cache(p)), default=current
-            )
-            if _score(cache(best)) <= _score(cache(current)):
+        moved = False
+        for axis in axes:
+            end = walk(current, axis)
+            if end is not current:
+                current, moved = end, True
+        if moved:
+            continue
+        for pairs in (couples, every_pair):
+            best = max(_diagonals(axes, current, pairs), key=lambda p: _score(cache(p)), default=current)
+            if best is not current and better(best, current):
+                current, moved = best, True
                 break
-        current = best
+        if not moved:
+            break
     return cache.result()

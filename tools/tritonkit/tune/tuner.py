@@ -67,6 +67,8 @@ class TuneOptions:
     plots: bool = True
     #: quick search moves only for a gain above this share: smaller differences are measurement noise
     min_gain: float = 0.03
+    #: quick search starts each config's load search at the best config's concurrency so far (brute: at 1)
+    warm_start: bool = True
     #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
     require_stable: bool = True
     stream: IO[str] | None = None
@@ -202,7 +204,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 else:
                     if interrupt_after is not None and counter["new"] >= interrupt_after:
                         raise KeyboardInterrupt
-                    t = _trial(options, api, target, base, point, key, url, headers)
+                    t = _trial(options, api, target, base, point, key, url, headers, _start(options, trials))
                     counter["new"] += 1
                     counter["levels"] += len(t["levels"])
                     _append(log, t)
@@ -256,9 +258,12 @@ def _trial(
     key: str,
     url: str,
     headers: dict[str, str],
+    start: int = 1,
 ) -> dict[str, Any]:
     cfg = apply_point(base, point)
-    row: dict[str, Any] = {"kind": "trial", "key": key, "point": point, "config": to_dict(cfg)}
+    row: dict[str, Any] = {
+        "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
+    }  # fmt: skip
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
@@ -269,6 +274,7 @@ def _trial(
             best, levels = find_max(
                 measurer.measure,
                 options.latency_budget_ms,
+                start=start,
                 limit=options.max_concurrency,
                 refine=options.refine,
                 require_stable=options.require_stable,
@@ -285,6 +291,17 @@ def _trial(
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
+
+
+def _start(options: TuneOptions, trials: Sequence[dict[str, Any]]) -> int:
+    """The concurrency a new trial's load search starts from: brute force measures every config from 1;
+    quick search from the concurrency at which the best config so far peaked (its neighbours peak near
+    it), so a config costs about three levels instead of a doubling from 1."""
+    feasible = [t for t in trials if t.get("feasible") and t.get("concurrency")]
+    if options.search != "quick" or not options.warm_start or not feasible:
+        return 1
+    best = max(feasible, key=lambda t: (t["throughput"], -t["p99_ms"]))
+    return max(1, min(int(best["concurrency"]), options.max_concurrency))
 
 
 def _line(t: dict[str, Any], n: int) -> str:
