@@ -40,6 +40,7 @@ test: venv tools $(TEST_DEPS) lint typecheck
 	$(BIN)/python -m pytest
 
 bench: venv tools
+	$(BIN)/python -m tritonkit.demo --build-only
 	$(BIN)/tritonkit bench --output docs/benchmarks.md
 
 accuracy: venv

@@ -12,31 +12,16 @@ from pathlib import Path
 
 import grpc
 import psutil
+from tests.support.python_models import SLOW_ADD_ONE, write_python_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tritonkit.config import save
 from tritonkit.config.model_config import (
-    DynamicBatching,
     InstanceGroup,
     ModelConfig,
     QueuePolicy,
     TensorConfig,
 )
-
-ADD_ONE = """
-import time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(SECONDS)
-        out = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", (x + 1).astype(np.float32))]))
-        return out
-"""
 
 #: Decodes TEXT the way the text runner does: strict UTF-8, a bad element answered INVALID_ARGUMENT.
 TEXT_LEN = """
@@ -65,20 +50,7 @@ def write_add_one(
     repo: Path, name: str = "add_one", *, seconds: float = 0.0, queue: QueuePolicy | None = None
 ) -> Path:
     """X[FP32, 4] -> Y = X + 1 (python backend, max batch 8), sleeping ``seconds`` per batch."""
-    config = ModelConfig(
-        name=name,
-        backend="python",
-        max_batch_size=8,
-        inputs=[TensorConfig("X", "FP32", [4])],
-        outputs=[TensorConfig("Y", "FP32", [4])],
-        dynamic_batching=DynamicBatching(default_queue_policy=queue),
-        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
-    )
-    version = repo / name / "1"
-    version.mkdir(parents=True)
-    (version / "model.py").write_text(textwrap.dedent(ADD_ONE.replace("SECONDS", repr(seconds))))
-    save(config, repo / name / "config.pbtxt")
-    return repo / name
+    return write_python_model(repo, name, SLOW_ADD_ONE.replace("SECONDS", repr(seconds)), queue=queue)
 
 
 def write_text_len(repo: Path, name: str = "text_len") -> Path:

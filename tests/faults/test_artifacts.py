@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from tests.support.python_models import ADD_ONE
 
 from tritonkit.cli import main
 from tritonkit.config import save
@@ -19,7 +19,6 @@ from tritonkit.config.model_config import InstanceGroup, ModelConfig, TensorConf
 from tritonkit.serve.runners import runner_path
 
 from .conftest import Record
-from .support import ADD_ONE
 
 pytestmark = pytest.mark.faults
 
@@ -72,7 +71,7 @@ def make_repo(root: Path) -> Path:
     )
     python = root / "py_model" / "1"
     python.mkdir(parents=True)
-    (python / "model.py").write_text(textwrap.dedent(ADD_ONE.replace("SECONDS", "0")))
+    (python / "model.py").write_text(ADD_ONE)
     save(
         ModelConfig(
             name="py_model",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, save
 
 DLPACK_IO = """\
 import numpy as np
@@ -64,15 +64,18 @@ ADD_ONE = model_source(
 SLOW_ADD_ONE = ADD_ONE.replace("out = []", "import time; time.sleep(SECONDS); out = []")
 
 
-def write_python_model(repo: Path, name: str, source: str, *, max_batch_size: int = 8) -> Path:
-    """A python-backend model X[FP32, 4] -> Y[FP32, 4], config written through tritonkit.config."""
+def write_python_model(
+    repo: Path, name: str, source: str, *, max_batch_size: int = 8, queue: QueuePolicy | None = None
+) -> Path:
+    """A python-backend model X[FP32, 4] -> Y[FP32, 4], config written through tritonkit.config (a
+    dynamic batcher with ``queue`` as its default queue policy when the model batches)."""
     config = ModelConfig(
         name=name,
         backend="python",
         max_batch_size=max_batch_size,
         inputs=[TensorConfig("X", "FP32", [4])],
         outputs=[TensorConfig("Y", "FP32", [4])],
-        dynamic_batching=DynamicBatching() if max_batch_size > 0 else None,
+        dynamic_batching=DynamicBatching(default_queue_policy=queue) if max_batch_size > 0 else None,
         instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
     )
     version = repo / name / "1"

@@ -1,4 +1,5 @@
-"""Benchmarks (``tritonkit bench``): the client and load-generator sections and their probe model.
+"""Benchmarks (``tritonkit bench``): the client, load-generator, tune and precision-compare sections, their probe
+model, and the GPU benchmark (``python -m tritonkit.bench.gpu``).
 
 Outside the library layers: nothing in ``client``, ``loadtest`` or below imports from here.
 """

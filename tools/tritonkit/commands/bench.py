@@ -20,6 +20,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("client", "tritonkit.bench.client"),
     ("loadtest", "tritonkit.bench.loadtest"),
     ("tune", "tritonkit.bench.tune"),
+    ("compare", "tritonkit.bench.compare"),
 )
 
 

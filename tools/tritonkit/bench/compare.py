@@ -1,0 +1,90 @@
+"""Benchmark section of ``docs/benchmarks.md``: FP32 against FP16 against INT8 of the flagships, served.
+
+The flagships as ``make demo`` builds them into ``model_repository`` (``make bench`` builds them
+first; this module refuses to run without them): MiniLM (server-side tokenization, ONNX Runtime in the python backend) and ResNet-50, each in its
+three precisions. ``tritonkit compare`` serves each family on one embedded Triton and measures the three
+versions at one closed-loop level in interleaved rounds whose order rotates, so a busy neighbour on the
+shared machine hurts each precision alike; the table gives each one's per-round throughput and p99
+ratio to FP32 as the median and interquartile range. ``quick``: 2 short rounds (a smoke run, not for
+publishing); full: 5 rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+from tritonkit.machine import description
+from tritonkit.repository.store import ModelRepository
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune.compare import compare, markdown, summarize
+from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
+
+__all__ = ["FAMILIES", "run"]
+
+REPO = Path("model_repository")
+
+#: family -> (versions, reference first; concurrency; window seconds). ResNet-50 on CPU serves a few
+#: images a second, so its windows are longer to hold enough requests for a p99.
+FAMILIES: dict[str, tuple[tuple[str, ...], int, float]] = {
+    "MiniLM": (("minilm_fp32", "minilm_fp16", "minilm_int8"), 4, 2.0),
+    "ResNet-50": (("resnet50_fp32", "resnet50_fp16", "resnet50_int8"), 2, 4.0),
+}
+
+
+def _missing(repo: Path) -> list[str]:
+    store = ModelRepository(repo)
+    wanted = [m for models, _, _ in FAMILIES.values() for m in models]
+    return [m for m in wanted if not (repo / m / "config.pbtxt").exists() or not store.versions(m)]
+
+
+def _compare(models: tuple[str, ...], concurrency: int, window_s: float, rounds: int) -> dict[str, Any]:
+    options = MeasureOptions(window=WindowSpec(window_s))
+    loads = [f"--load-model={m}" for m in models]
+    with EmbeddedServer(REPO, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
+
+        def measure(model: str, level: Level) -> LevelResult:
+            target = Target(server.http_url, model, "http", headers=server.admin_headers)
+            with Measurer(target, options) as measurer:
+                return measurer.measure(level)
+
+        return summarize(compare(list(models), measure, Level("concurrency", concurrency), rounds))
+
+
+def run(quick: bool = False) -> str:
+    """Compare each family's precisions; return the Markdown section (the flagships must be built)."""
+    missing = _missing(REPO)
+    if missing:
+        raise TritonKitError(
+            f"{REPO}: {', '.join(missing)} not built; expected the flagships built first "
+            "(`make bench` does it; by hand: python -m tritonkit.demo --build-only)"
+        )
+    rounds = 2 if quick else 5
+    parts = [
+        "## Precisions of the flagships compared (`tritonkit compare`)",
+        "",
+        f"Machine: {description()}. Models: `make demo`'s flagships from `model_repository` (CPU instances as "
+        "built: ONNX Runtime in the python backend, one intra-op thread, dynamic batching), one embedded "
+        f"tritonserver per family, HTTP. {rounds} interleaved rounds, the order rotating each round; each "
+        "measurement is a closed-loop level measured in windows until 3 agree within 10 % (or 10 windows: then "
+        "counted as unstable). Ratios are to FP32, per round: median [Q1, Q3]. On a CPU, FP16 is computed by "
+        "ONNX Runtime's CPU kernels (mostly cast back to FP32) and INT8 by its integer kernels; on a T4 the "
+        "same three versions ship as TensorRT engines, whose figures are not measured here.",
+        "",
+    ]
+    for family, (models, concurrency, window_s) in FAMILIES.items():
+        started = time.monotonic()
+        summary = _compare(models, concurrency, window_s, rounds)
+        parts += [
+            f"### {family}, concurrency {concurrency}, windows of {window_s:g} s "
+            f"({(time.monotonic() - started) / 60:.1f} minutes)",
+            "",
+            markdown(summary).rstrip(),
+            "",
+        ]
+    if quick:
+        parts.append("(quick smoke run: do not publish)")
+    return "\n".join(parts)
