@@ -7,7 +7,7 @@
 # search gets its own copy of it (nothing is written back: --write none). OUT_DIR (default
 # reports/quick-vs-brute) gets brute/ and quick/ (each tune's report: trials.jsonl, tune.json, report.md),
 # their logs, and summary.md: both winners, quick's winner as brute force measured it, configs and load
-# levels each search measured. Brute force first; the grid is the default one without the preferred-size
+# levels each search measured, and the two winners re-measured side by side (head_to_head.py). Brute force first; the grid is the default one without the preferred-size
 # and queue-policy axes (instances 1,2,3 x delays off,0,500,2000 us x max batch 1..64: 84 configs), so
 # brute force fits in about 40 minutes on a 2-core machine. Run it on a machine nothing else is using:
 # both searches measure throughput. TUNE_ARGS overrides the tune flags below.
@@ -60,3 +60,5 @@ lines += ["", f"Quick search's best against brute force's: {q['winner']['through
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+# The two winners measured again side by side (a search's best is the maximum of noisy measurements).
+"$BIN/python" scripts/tune/head_to_head.py "$OUT" "$MODEL_DIR" "${ROUNDS:-4}"

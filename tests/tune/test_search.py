@@ -78,3 +78,26 @@ def test_tensorrt_batch_axis_stays_within_the_engine_profiles(tmp_path: Path) ->
         "instances",
         "kind",
     ]
+
+
+def test_quick_looks_past_a_dip_before_giving_up() -> None:
+    # a measured axis with a dip: the walk from 1 stops at 2 (no better), the last step sees 3
+    values = {1: 10.0, 2: 9.0, 3: 20.0, 4: 5.0}
+    axes = [Axis("instances", (1, 2, 3, 4)), Axis("kind", ("KIND_CPU",))]
+    result = quick(axes, lambda p: Outcome(values[p["instances"]], 1.0, True), {"instances": 1})
+    assert result.best == {"instances": 3, "kind": "KIND_CPU"} and result.evaluations == 4
+
+
+def test_quick_walks_an_axis_only_while_it_improves() -> None:
+    # a single peak at 4 of 1..64: the walk goes up from 1 and stops one past the peak; the final line
+    # search then measures the rest of the axis once
+    order: list[int] = []
+
+    def evaluate(point: dict[str, object]) -> Outcome:
+        size = int(point["max_batch_size"])  # type: ignore[call-overload]
+        order.append(size)
+        return Outcome(100.0 - (size - 4) ** 2 if size <= 8 else 1.0, 1.0, True)
+
+    axes = [Axis("max_batch_size", (1, 2, 4, 8, 16, 32, 64))]
+    assert quick(axes, evaluate, {"max_batch_size": 1}).best == {"max_batch_size": 4}
+    assert order[:4] == [1, 2, 4, 8]

@@ -98,9 +98,18 @@ def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
     assert best is not None and best.level.value == 6
     best, _ = find_max(measure, 13.0, refine=0, require_stable=False)
     assert best is not None and best.level.value == 4
-    # saturation: throughput stops growing past 4 although p99 still fits
+    # saturation: throughput stops growing past 4 although p99 still fits (two flat doublings)
     best, levels = find_max(lambda lv: _level(lv.value, 100.0 * min(lv.value, 4), 1.0), 100.0, refine=0)
-    assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8]
+    assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8, 16]
+
+
+def test_find_max_goes_on_past_one_flat_doubling() -> None:
+    # a batcher packing every request in flight into one execution: flat from 2 to 4, then the second
+    # instance joins and throughput doubles at 8 (measured on minilm_int8 with a 2 ms delay, max batch 64)
+    curve = {1: 40.0, 2: 48.0, 4: 48.5, 8: 95.0, 16: 96.0, 32: 96.5}
+    best, levels = find_max(lambda lv: _level(lv.value, curve[int(lv.value)], 1.0), 100.0, refine=0)
+    assert best is not None and best.throughput == 96.5  # the highest of the flat levels
+    assert [r.level.value for r in levels] == [1, 2, 4, 8, 16, 32]
 
 
 def test_find_max_from_a_warm_start_goes_up_or_halves_down() -> None:

@@ -285,7 +285,8 @@ def find_max(
     """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
 
     Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
-    generator: or ``limit``, or throughput stops growing by 2 %: the server is saturated), then bisects
+    generator: or ``limit``, or throughput stops growing by 2 % over two doublings: the server is
+    saturated; over one it may be a plateau), then bisects
     ``refine`` times between the last good and the first bad level. When ``start`` itself breaks the
     budget (a warm start from a neighbouring config's answer), the level is halved until one fits, then
     bisected the same way; from the default ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the search goes
@@ -303,7 +304,7 @@ def find_max(
 
     good: LevelResult | None = None
     bad: float | None = None
-    value = start
+    value, flat = start, 0
     while value <= limit:
         result = run(value)
         if not result.within(budget_ms, max_failure_ratio, require_stable=False):
@@ -314,8 +315,13 @@ def find_max(
             continue
         if good is not None and result.throughput < good.throughput * 1.02:
             good = max(good, result, key=lambda r: r.throughput)
-            bad = value  # saturated: more load only queues
-            break
+            flat += 1
+            if flat >= 2:
+                bad = value  # saturated: more load only queues
+                break
+            value *= 2  # one flat doubling may be a plateau (a batcher packing every request in flight
+            continue  # into one execution leaves the other instances idle until the load grows further)
+        flat = 0
         good = result
         value *= 2
     floor, value = (1.0 if mode == "concurrency" else start / 64), start / 2

@@ -7,7 +7,8 @@ number of distinct evaluations is the cost both searches are compared by.
 ``brute``: every point of the grid. ``quick``: coordinate ascent from a start point (the model's own
 config, snapped onto the grid): walk one axis at a time from the current point while each step is
 better, pass after pass until a pass moves nothing; then joint steps of declared axis couples (larger
-batches only pay with a longer batching delay) and, when still stuck, of every pair of axes. Feasible
+batches only pay with a longer batching delay), when still stuck of every pair of axes, and last every
+value of every axis from the point reached. Feasible
 points (p99 within the budget, at least the minimum throughput) beat infeasible ones; among infeasible,
 a lower p99 is better, so the ascent walks into the feasible region.
 """
@@ -146,8 +147,10 @@ def quick(
     better; if the first step up is not better, the same downwards (the axes are ordered, and along one
     axis throughput rises to one peak and falls); the walk's end becomes the current point. Passes repeat
     until one moves nothing. Then one step of both axes of each coupled pair (a larger batch only pays
-    with a longer delay), and when that finds nothing better either, one step of every pair of axes
-    (interactions nobody declared); a better point there starts the passes again. ``min_gain``: between
+    with a longer delay); when that finds nothing better, one step of every pair of axes (interactions
+    nobody declared); when that finds nothing either, every value of every axis (a walk stops at the
+    first step that is no better, and a measured surface has dips that are only noise). A better point
+    found there starts the passes again. ``min_gain``: between
     two feasible points, the newer must beat the current by this share to count as better (noise is no
     reason to keep walking)."""
     cache = _Cache(evaluate)
@@ -171,6 +174,9 @@ def quick(
                 return end
         return point
 
+    def lines(point: Point) -> list[Point]:
+        return [{**point, a.name: v} for a in axes for v in a.values if v != point[a.name]]
+
     current = snap(axes, start)
     cache(current)
     every_pair = [(a.name, b.name) for i, a in enumerate(axes) for b in axes[i + 1 :]]
@@ -182,8 +188,14 @@ def quick(
                 current, moved = end, True
         if moved:
             continue
-        for pairs in (couples, every_pair):
-            best = max(_diagonals(axes, current, pairs), key=lambda p: _score(cache(p)), default=current)
+        # Stuck: the declared couples, every pair, then every value of every axis (a walk stops at the
+        # first step that is no better, and a measured surface has dips that are only noise).
+        for candidates in (
+            _diagonals(axes, current, couples),
+            _diagonals(axes, current, every_pair),
+            lines(current),
+        ):
+            best = max(candidates, key=lambda p: _score(cache(p)), default=current)
             if best is not current and better(best, current):
                 current, moved = best, True
                 break
