@@ -70,8 +70,9 @@ def run(quick: bool = False) -> str:
         "built: ONNX Runtime in the python backend, one intra-op thread, dynamic batching), one embedded "
         f"tritonserver per family, HTTP. {rounds} interleaved rounds, the order rotating each round; each "
         "measurement is a closed-loop level measured in windows until 3 agree within 10 % (or 10 windows: then "
-        "counted as unstable). Ratios are to FP32, per round: median [Q1, Q3]. On a CPU, FP16 is computed by "
-        "ONNX Runtime's CPU kernels (mostly cast back to FP32) and INT8 by its integer kernels; on a T4 the "
+        "counted as unstable). Ratios are to FP32, per round: median [Q1, Q3]. On a CPU, ONNX Runtime runs the FP16 "
+        "nodes its CPU kernels lack in FP32 behind inserted casts, and INT8 through its integer kernels (MiniLM's "
+        "INT8 version leaves the feed-forward MatMuls unquantized: about a third of its weight FLOPs are INT8); on a T4 the "
         "same three versions ship as TensorRT engines, whose figures are not measured here.",
         "",
     ]
