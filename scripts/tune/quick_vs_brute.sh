@@ -7,8 +7,8 @@
 # search gets its own copy of it (nothing is written back: --write none). OUT_DIR (default
 # reports/quick-vs-brute) gets brute/ and quick/ (each tune's report: trials.jsonl, tune.json, report.md),
 # their logs, and summary.md: both winners, quick's winner as brute force measured it, configs and load
-# levels each search measured, and the two winners re-measured side by side (head_to_head.py). Brute force first; the grid is the default one without the preferred-size
-# and queue-policy axes (instances 1,2,3 x delays off,0,500,2000 us x max batch 1..64: 84 configs), so
+# levels each search measured, and the two winners re-measured side by side (head_to_head.py). Brute
+# force first; the grid is the default one without the preferred-size and queue-policy axes (instances 1,2,3 x delays off,0,500,2000 us x max batch 1..64: 84 configs), so
 # brute force fits in about 40 minutes on a 2-core machine. Run it on a machine nothing else is using:
 # both searches measure throughput. TUNE_ARGS overrides the tune flags below.
 set -euo pipefail
@@ -30,8 +30,8 @@ for search in brute quick; do
     cp -r "$MODEL_DIR" "$WORK/$search/$MODEL"
     rm -rf "$OUT/$search"
     echo "quick_vs_brute: $search search on $MODEL ($(date -u +%H:%M:%S) UTC)"
-    # shellcheck disable=SC2086  # TUNE_ARGS is a list of flags
     started=$SECONDS
+    # shellcheck disable=SC2086  # TUNE_ARGS is a list of flags
     "$BIN/tritonkit" tune --model "$MODEL" --repo "$WORK/$search" --search "$search" \
         --report "$OUT/$search" --write none --no-plots $TUNE_ARGS 2>&1 | tee "$OUT/$search.log"
     echo "quick_vs_brute: $search took $((SECONDS - started)) s" | tee -a "$OUT/$search.log"

@@ -1,11 +1,12 @@
 """Benchmark section of ``docs/benchmarks.md``: FP32 against FP16 against INT8 of the flagships, served.
 
-The flagships as ``make demo`` builds them into ``model_repository`` (``make bench`` builds them
-first; this module refuses to run without them): MiniLM (server-side tokenization, ONNX Runtime in the python backend) and ResNet-50, each in its
-three precisions. ``tritonkit compare`` serves each family on one embedded Triton and measures the three
-versions at one closed-loop level in interleaved rounds whose order rotates, so a busy neighbour on the
-shared machine hurts each precision alike; the table gives each one's per-round throughput and p99
-ratio to FP32 as the median and interquartile range. ``quick``: 2 short rounds (a smoke run, not for
+The flagships as ``make demo`` builds them into ``model_repository`` (``make bench`` builds them first;
+this module refuses to run without them): MiniLM (server-side tokenization, ONNX Runtime in the python
+backend) and ResNet-50, each in its three precisions. Each family is served on one embedded Triton and
+``tritonkit compare``'s core (:mod:`tritonkit.tune.compare`) measures the three versions at one
+closed-loop level in interleaved rounds whose order rotates, so a busy neighbour on the shared machine
+hurts each precision alike; the table gives each one's per-round throughput and p99 ratio to FP32 as
+the median and interquartile range. ``quick``: 2 short rounds (a smoke run, not for
 publishing); full: 5 rounds.
 """
 

@@ -286,12 +286,12 @@ def find_max(
 
     Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
     generator: or ``limit``, or throughput stops growing by 2 % over two doublings: the server is
-    saturated; over one it may be a plateau), then bisects
-    ``refine`` times between the last good and the first bad level. When ``start`` itself breaks the
-    budget (a warm start from a neighbouring config's answer), the level is halved until one fits, then
-    bisected the same way; from the default ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the search goes
-    on past it, but only a stable level can be the answer (unless ``require_stable`` is False). Returns
-    (the best level or None, every level measured).
+    saturated; over one it may be a plateau), then bisects ``refine`` times between the last good and
+    the first bad level. When ``start`` itself breaks the budget (a warm start from a neighbouring
+    config's answer), the level is halved until one fits, then bisected the same way; from the default
+    ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the
+    search goes on past it, but only a stable level can be the answer (unless ``require_stable`` is
+    False). Returns (the best level or None, every level measured).
     """
     results: list[LevelResult] = []
 

@@ -8,9 +8,9 @@ number of distinct evaluations is the cost both searches are compared by.
 config, snapped onto the grid): walk one axis at a time from the current point while each step is
 better, pass after pass until a pass moves nothing; then joint steps of declared axis couples (larger
 batches only pay with a longer batching delay), when still stuck of every pair of axes, and last every
-value of every axis from the point reached. Feasible
-points (p99 within the budget, at least the minimum throughput) beat infeasible ones; among infeasible,
-a lower p99 is better, so the ascent walks into the feasible region.
+value of every axis from the point reached. Feasible points (p99 within the budget, at least the minimum
+throughput) beat infeasible ones; among infeasible, a lower p99 is better, so the ascent walks into the
+feasible region.
 """
 
 from __future__ import annotations
@@ -150,9 +150,8 @@ def quick(
     with a longer delay); when that finds nothing better, one step of every pair of axes (interactions
     nobody declared); when that finds nothing either, every value of every axis (a walk stops at the
     first step that is no better, and a measured surface has dips that are only noise). A better point
-    found there starts the passes again. ``min_gain``: between
-    two feasible points, the newer must beat the current by this share to count as better (noise is no
-    reason to keep walking)."""
+    found there starts the passes again. ``min_gain``: between two feasible points, the newer must beat
+    the current by this share to count as better (noise is no reason to keep walking)."""
     cache = _Cache(evaluate)
 
     def better(a: Point, b: Point) -> bool:
