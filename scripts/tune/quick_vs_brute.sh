@@ -6,11 +6,13 @@
 # MODEL_DIR: a built model folder (default model_repository/minilm_int8, as `make demo` builds it). Each
 # search gets its own copy of it (nothing is written back: --write none). OUT_DIR (default
 # reports/quick-vs-brute) gets brute/ and quick/ (each tune's report: trials.jsonl, tune.json, report.md),
-# their logs, and summary.md: both winners, quick's winner as brute force measured it, configs and load
-# levels each search measured, and the two winners re-measured side by side (head_to_head.py). Brute
+# their logs, and summary.md: both winners (each crowned by its tune's finals), quick's winner as brute
+# force measured it, configs and load levels each search measured (finals included), and the two winners
+# re-measured side by side (head_to_head.py). Brute
 # force first; the grid is the default one without the preferred-size and queue-policy axes (instances 1,2,3 x delays off,0,500,2000 us x max batch 1..64: 84 configs), so
 # brute force fits in about 40 minutes on a 2-core machine. Run it on a machine nothing else is using:
-# both searches measure throughput. TUNE_ARGS overrides the tune flags below.
+# both searches measure throughput. TUNE_ARGS overrides the tune flags below; RESUME=1 goes on from the
+# trial logs already in OUT (an interrupted run keeps every finished measurement).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL_DIR=${1:-model_repository/minilm_int8}
@@ -28,12 +30,17 @@ trap 'rm -rf "$WORK"' EXIT
 for search in brute quick; do
     mkdir -p "$WORK/$search"
     cp -r "$MODEL_DIR" "$WORK/$search/$MODEL"
-    rm -rf "$OUT/$search"
+    resume=()
+    if [ -n "${RESUME:-}" ] && [ -f "$OUT/$search/trials.jsonl" ]; then
+        resume=(--resume)
+    else
+        rm -rf "$OUT/$search" "$OUT/$search.log"
+    fi
     echo "quick_vs_brute: $search search on $MODEL ($(date -u +%H:%M:%S) UTC)"
     started=$SECONDS
     # shellcheck disable=SC2086  # TUNE_ARGS is a list of flags
     "$BIN/tritonkit" tune --model "$MODEL" --repo "$WORK/$search" --search "$search" \
-        --report "$OUT/$search" --write none --no-plots $TUNE_ARGS 2>&1 | tee "$OUT/$search.log"
+        --report "$OUT/$search" --write none --no-plots "${resume[@]}" $TUNE_ARGS 2>&1 | tee -a "$OUT/$search.log"
     echo "quick_vs_brute: $search took $((SECONDS - started)) s" | tee -a "$OUT/$search.log"
 done
 "$BIN/python" - "$OUT" "$TUNE_ARGS" <<'PY'
@@ -45,10 +52,13 @@ out, args = Path(sys.argv[1]), sys.argv[2]
 runs = {s: json.loads((out / s / "tune.json").read_text()) for s in ("brute", "quick")}
 brute_by_key = {t["key"]: t for t in runs["brute"]["trials"]}
 lines = [f"Machine: {description()}. Flags: `{args}`.", "",
-         "| search | configs | load levels | best req/s | winner (c = concurrency) |", "|---|---:|---:|---:|---|"]
+         "| search | configs | load levels (with finals) | winner: search req/s, finals median | winner (c = concurrency) |",
+         "|---|---:|---:|---:|---|"]
 for name, run in runs.items():
     w = run["winner"]
-    lines.append(f"| {name} | {len(run['trials'])} | {run['measurements']} | {w['throughput']:.1f} | "
+    confirmed = w.get("confirmed_throughput")
+    lines.append(f"| {name} | {len(run['trials'])} | {run['measurements']} | {w['throughput']:.1f}, "
+                 f"{'–' if confirmed is None else f'{confirmed:.1f}'} | "
                  f"`{w['key']}` (c={w['concurrency']}, p99 {w['p99_ms']:.0f} ms) |")
 b, q = runs["brute"], runs["quick"]
 as_brute = brute_by_key.get(q["winner"]["key"], {}).get("throughput", 0.0)

@@ -64,6 +64,13 @@ def test_plan_arithmetic() -> None:
         make_plan(TUNE, target_rps=0.0, price_per_gpu_hour=1.0)
 
 
+def test_a_tune_with_finals_plans_with_the_finals_median() -> None:
+    # the search measured 124.5 once; the finals measured it again at 100, 104, 98 (median 100)
+    confirmed = {**TUNE, "winner": {**TUNE["winner"], "confirmed_throughput": 100.0}}  # type: ignore[dict-item]
+    plan = make_plan(confirmed, target_rps=1000.0, price_per_gpu_hour=0.526, headroom=0.3)
+    assert plan.per_replica_rps == 100.0 and plan.replicas == 13  # ceil(1300 / 100), not ceil(1300 / 124.5)
+
+
 @pytest.fixture
 def k8s_copy(tmp_path: Path) -> Path:
     if shutil.which("kubectl") is None:

@@ -17,7 +17,7 @@ from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.space import apply_point
 from tritonkit.tune.stats import StabilityRule
-from tritonkit.tune.tuner import TuneOptions, load_trials, tune
+from tritonkit.tune.tuner import TuneOptions, load_finals, load_trials, tune
 
 from .conftest import build_repository
 
@@ -34,6 +34,7 @@ def _options(repo: Path, report: Path, **extra: object) -> TuneOptions:
         "preferred": False,
         "queue": False,
         "require_stable": False,  # 8 helpers share 2 cores: stability is not this test's subject
+        "finalists": 0,  # the finals have their own test
         "measure": MeasureOptions(window=WindowSpec(0.15), stability=StabilityRule(3, 0.5), max_windows=3),
     }
     defaults.update(extra)
@@ -90,6 +91,38 @@ def test_quick_search_starts_each_config_where_the_best_one_peaked(tmp_path: Pat
     cold = tune(_options(repo, tmp_path / "cold", search="quick", max_concurrency=4, write="none",
                          plots=False, warm_start=False))  # fmt: skip
     assert all(t["start_concurrency"] == 1 for t in cold.trials)
+
+
+def test_finals_measure_the_leaders_again_survive_an_interruption_and_crown_the_best_median(
+    tmp_path: Path,
+) -> None:
+    repo = build_repository(tmp_path)
+    report = tmp_path / "finals"
+    finals = {"finalists": 4, "final_rounds": 2, "finals_within": 1.0, "write": "none", "plots": False}
+    with pytest.raises(KeyboardInterrupt):
+        tune(_options(repo, report, **finals), interrupt_after=6)  # 4 trials, then 2 of 8 finals
+    first = load_finals(report)
+    assert [f["round"] for f in first] == [0, 0] and all(f["levels"] for f in first)
+
+    result = tune(_options(repo, report, resume=True, **finals))
+    rows = load_finals(report)
+    assert rows[:2] == first and len(rows) == 8  # the two finished finals were not measured again
+    assert sorted((f["key"], f["round"]) for f in rows) == sorted(
+        (t["key"], r) for t in result.trials for r in (0, 1)
+    )
+    assert all(f["start_concurrency"] == 1 and f["levels"][0]["level"] == 1 for f in rows)
+    data = json.loads((report / "tune.json").read_text())
+    table = {f["key"]: f for f in data["finals"]}
+    assert len(table) == 4 and all(len(f["figures"]) == 2 for f in table.values())
+    for f in table.values():  # the figures are the logged rounds' throughputs
+        logged = sorted((r for r in rows if r["key"] == f["key"]), key=lambda r: r["round"])
+        assert f["figures"] == [r["throughput"] for r in logged]
+    crowned = max(table.values(), key=lambda f: f["median"])
+    assert result.winner is not None and result.winner["key"] == crowned["key"]
+    assert result.winner["confirmed_throughput"] == crowned["median"]
+    levels = sum(len(t["levels"]) for t in result.trials) + sum(len(f["levels"]) for f in rows)
+    assert result.measurements == data["measurements"] == levels  # the finals' levels are counted
+    assert "Finals:" in (report / "report.md").read_text()
 
 
 def read_config_from_text(text: str) -> ModelConfig:

@@ -2,7 +2,8 @@
 
 Each config is put into service through Triton's model-repository API (explicit model control, admin
 key), never by restarting the server; its highest concurrency within the budget is measured; brute
-force tries the whole grid, quick search a fraction of it. ``--report DIR`` gets ``trials.jsonl`` (one
+force tries the whole grid, quick search a fraction of it; then the configs within 10 % of the best
+are measured again in alternating rounds and the best median wins (``--finalists``). ``--report DIR`` gets ``trials.jsonl`` (one
 line per finished trial: ``--resume`` goes on from it), ``tune.json``, ``report.md`` and ``pareto.png``;
 the winner replaces the model's ``config.pbtxt`` atomically (``--write none`` keeps it, ``--write
 model:NAME`` writes a new model beside it) and the diff is printed. Exit code 0, 3 when no config met
@@ -60,6 +61,13 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         action="store_true",
         help="quick search: measure every config from concurrency 1 (default: from the best config's level)",
     )
+    parser.add_argument(
+        "--finalists",
+        type=int,
+        default=4,
+        help="configs within 10%% of the best measured again in rounds; the best median wins (default 4; 0: off)",
+    )
+    parser.add_argument("--final-rounds", type=int, default=3, help="rounds of the finals (default 3)")
     parser.add_argument("--write", default="config", help="config (default), none, or model:NAME")
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)
@@ -94,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         require_stable=not args.accept_unstable,
         warm_start=not args.no_warm_start,
+        finalists=args.finalists,
+        final_rounds=args.final_rounds,
     )
     result = tune(options)
     print(
@@ -106,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"winner: {w['key']}: {w['throughput']:.1f} req/s at concurrency {w['concurrency']}, p99 {w['p99_ms']:.2f} ms"
     )
+    if "confirmed_throughput" in w:
+        figures = ", ".join(f"{x:.1f}" for x in w["final_figures"])
+        print(
+            f"finals: median {w['confirmed_throughput']:.1f} req/s over {len(w['final_figures'])} rounds ({figures})"
+        )
     if result.baseline is not None:
         print(f"the model's own config: {result.baseline['throughput']:.1f} req/s")
     if result.diff:

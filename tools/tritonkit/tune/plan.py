@@ -119,7 +119,8 @@ def make_plan(
         raise TritonKitError(
             "the tune has no winner (no config met the budget); expected a tune.json with one"
         )
-    per_replica = float(winner["throughput"])
+    # The finals' median when the tune had finals: the search's figure is the best of many noisy ones.
+    per_replica = float(winner.get("confirmed_throughput") or winner["throughput"])
     replicas = max(2, math.ceil(target_rps * (1 + headroom) / per_replica))
     load = target_rps / replicas
     gpu_hours_per_s = replicas / 3600.0

@@ -83,6 +83,7 @@ def markdown(data: Mapping[str, Any]) -> str:
             f"{winner['concurrency']}, p50 {winner['p50_ms']:.2f} ms, p99 {winner['p99_ms']:.2f} ms{gain}.",
             "",
         ]
+        lines += _finals(data.get("finals") or [], winner)
     else:
         lines += ["**No config met the budget.**", ""]
     lines += [
@@ -105,6 +106,27 @@ def markdown(data: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _finals(finals: Sequence[Mapping[str, Any]], winner: Mapping[str, Any]) -> list[str]:
+    """The finals table: each finalist's search figure and its re-measurements, winner first."""
+    if not any(f["figures"] for f in finals):
+        return []
+    rounds = max(len(f["figures"]) for f in finals)
+    lines = [
+        f"Finals: the {len(finals)} configs the search measured within reach of the best, measured again in "
+        f"{rounds} alternating rounds at the concurrency the search found (a lower level when that broke the "
+        "budget); the winner has the highest median of the fresh figures.",
+        "",
+        "| config | search req/s | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " | median |",
+        "|---|---:|" + "---:|" * rounds + "---:|",
+    ]
+    for f in sorted(finals, key=lambda f: f["key"] != winner["key"]):
+        cells = " | ".join(
+            f"{x:.1f} (c={c})" for x, c in zip(f["figures"], f.get("concurrencies") or [], strict=False)
+        )
+        lines.append(f"| `{f['key']}` | {f['searched']:.1f} | {cells} | {f['median']:.1f} |")
+    return [*lines, ""]
 
 
 def plot(path: Path, trials: Sequence[dict[str, Any]], budget_ms: float, model: str) -> None:

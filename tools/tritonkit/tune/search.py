@@ -11,16 +11,22 @@ batches only pay with a longer batching delay), when still stuck of every pair o
 value of every axis from the point reached. Feasible points (p99 within the budget, at least the minimum
 throughput) beat infeasible ones; among infeasible, a lower p99 is better, so the ascent walks into the
 feasible region.
+
+``finals``: after either search, the configs measured within a share of the best are measured again in
+alternating rounds and the winner is the one with the highest median of those fresh figures. A
+search's best is the maximum of many noisy measurements: on a flat top the config that measured
+highest once is often not the one that serves most (the winner's curse).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Axis", "Outcome", "SearchResult", "brute", "quick"]
+__all__ = ["Axis", "Final", "Outcome", "SearchResult", "brute", "finalists", "finals", "quick"]
 
 Point = dict[str, Any]
 
@@ -201,3 +207,52 @@ def quick(
         if not moved:
             break
     return cache.result()
+
+
+@dataclasses.dataclass
+class Final:
+    """One finalist: what the search measured (``searched``) and its fresh figures, one per round
+    (throughput at a level within the budget; 0.0 when no level fitted that round)."""
+
+    point: Point
+    searched: Outcome
+    figures: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.figures) if self.figures else self.searched.throughput
+
+
+def finalists(result: SearchResult, *, top: int = 4, within: float = 0.10) -> list[tuple[Point, Outcome]]:
+    """Up to ``top`` feasible points whose throughput lies within ``within`` of the best, best first."""
+    feasible = sorted(
+        (po for po in result.trials if po[1].feasible), key=lambda po: (-po[1].throughput, po[1].p99_ms)
+    )
+    if not feasible:
+        return []
+    floor = feasible[0][1].throughput * (1.0 - within)
+    return [po for po in feasible if po[1].throughput >= floor][:top]
+
+
+def finals(
+    result: SearchResult,
+    remeasure: Callable[[Point, int], Outcome],
+    *,
+    top: int = 4,
+    within: float = 0.10,
+    rounds: int = 3,
+) -> tuple[Point | None, list[Final]]:
+    """(the winner, the finalists with their figures): the :func:`finalists` of ``result`` measured again
+    ``rounds`` times, in alternating order round after round (a drift of the machine falls on all of
+    them alike), by ``remeasure(point, round)``; the winner has the highest median of its fresh figures
+    (ties: the search's order). With fewer than two finalists or no rounds nothing is measured again
+    and the search's best stands."""
+    chosen = [Final(dict(p), o) for p, o in finalists(result, top=top, within=within)]
+    if len(chosen) < 2 or rounds < 1:
+        return result.best, chosen
+    for r in range(rounds):
+        for final in chosen if r % 2 == 0 else chosen[::-1]:
+            outcome = remeasure(dict(final.point), r)
+            final.figures.append(outcome.throughput if outcome.feasible else 0.0)
+    best = max(chosen, key=lambda f: f.median)  # max keeps the first of equals: the search's order
+    return best.point, chosen

@@ -3,10 +3,12 @@
 Owns :class:`TuneOptions`, the trial log (``trials.jsonl`` in the report folder: a header line naming
 the model, budget and grid, then one line per finished trial, appended and flushed as it finishes, so an
 interrupted tune keeps every finished measurement and ``resume`` replays them instead of measuring
-again), and :func:`tune`: start the embedded server in explicit model-control mode (or use the user's,
-with its admin key), apply each config through the model-repository API, find the highest concurrency
-whose p99 fits the budget, search (brute or quick), write the report, write the winner back atomically,
-and load the model again from its (new) ``config.pbtxt``.
+again; the finals' re-measurements are logged the same way, one line per config and round), and
+:func:`tune`: start the embedded server in explicit model-control mode (or use the user's, with its
+admin key), apply each config through the model-repository API, find the highest concurrency whose p99
+fits the budget, search (brute or quick), measure the configs near the top again in alternating rounds
+and crown the best median (finals), write the report, write the winner back atomically, and load the
+model again from its (new) ``config.pbtxt``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, wri
 from tritonkit.tune.generator import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
 from tritonkit.tune.report import write_report
-from tritonkit.tune.search import Outcome, brute, quick, snap
+from tritonkit.tune.search import Final, Outcome, brute, finals, quick, snap
 from tritonkit.tune.space import apply_point, axes_for, base_point, describe
 
-__all__ = ["TuneOptions", "TuneResult", "load_trials", "tune"]
+__all__ = ["TuneOptions", "TuneResult", "load_finals", "load_trials", "tune"]
 
 LOG = "trials.jsonl"
 
@@ -69,6 +71,11 @@ class TuneOptions:
     min_gain: float = 0.03
     #: quick search starts each config's load search at the best config's concurrency so far (brute: at 1)
     warm_start: bool = True
+    #: finals: up to this many configs within ``finals_within`` of the best are measured again
+    #: ``final_rounds`` times at the concurrency the search found (fewer than 2: the search's best stands)
+    finalists: int = 4
+    final_rounds: int = 3
+    finals_within: float = 0.10
     #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
     require_stable: bool = True
     stream: IO[str] | None = None
@@ -88,6 +95,11 @@ class TuneOptions:
             )
         if self.url is not None and self.protocol == "grpc" and not self.http_url:
             raise TritonKitError("--url over gRPC: expected --http-url for the model-repository API")
+        if self.finalists < 0 or self.final_rounds < 0 or not 0 <= self.finals_within <= 1:
+            raise TritonKitError(
+                f"finals: {self.finalists} configs, {self.final_rounds} rounds, within {self.finals_within:.0%}: "
+                "expected whole numbers >= 0 and a share between 0 and 1"
+            )
         if self.url is not None and not self.admin_key:
             raise TritonKitError("--url: expected --admin-key (the model-repository API is restricted)")
 
@@ -104,11 +116,21 @@ class TuneResult:
 
 def load_trials(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(header, finished trials) of a trial log; a cut-off last line (interrupted write) is dropped."""
+    header, rows = _rows(report_dir)
+    return header, [row for row in rows if row.get("kind") == "trial"]
+
+
+def load_finals(report_dir: Path) -> list[dict[str, Any]]:
+    """The finals' re-measurements of a trial log (one row per config and round), in the order taken."""
+    return [row for row in _rows(report_dir)[1] if row.get("kind") == "final"]
+
+
+def _rows(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     path = Path(report_dir) / LOG
     if not path.exists():
         return None, []
     header: dict[str, Any] | None = None
-    trials = []
+    rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
@@ -116,9 +138,9 @@ def load_trials(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str,
             continue
         if row.get("kind") == "header":
             header = row
-        elif row.get("kind") == "trial":
-            trials.append(row)
-    return header, trials
+        elif isinstance(row, dict):
+            rows.append(row)
+    return header, rows
 
 
 def _append(path: Path, row: dict[str, Any]) -> None:
@@ -152,6 +174,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     report.mkdir(parents=True, exist_ok=True)
     log = report / LOG
     header, done = load_trials(report) if options.resume else (None, [])
+    done_finals = load_finals(report) if options.resume else []
     if not options.resume and log.exists():
         log.unlink()
     if header is not None and (header.get("model"), header.get("budget_ms")) != (
@@ -213,21 +236,43 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                     _say(options, _line(t, len(trials)))
                 return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
 
+            finals_cached = {(f["key"], f["round"]): f for f in done_finals}
+            final_rows: list[dict[str, Any]] = []
+
+            def remeasure(point: dict[str, Any], round_: int) -> Outcome:
+                key = describe(point)
+                f = finals_cached.get((key, round_))
+                if f is None:
+                    if interrupt_after is not None and counter["new"] >= interrupt_after:
+                        raise KeyboardInterrupt
+                    c = int(cached[key]["concurrency"])
+                    f = _trial(options, api, target, base, point, key, url, headers, c, final=(round_, c))
+                    counter["new"] += 1
+                    counter["levels"] += len(f["levels"])
+                    _append(log, f)
+                    _say(options, f"final round {round_ + 1}: {key}: {f['throughput']:.1f} req/s")
+                final_rows.append(f)
+                return Outcome(f["throughput"], f["p99_ms"], f["feasible"])
+
             search: Callable[..., Any] = brute if options.search == "brute" else quick
             result = (
                 search(axes, evaluate)
                 if search is brute
                 else quick(axes, evaluate, base_point(base), min_gain=options.min_gain)
             )
+            best, final_list = finals(
+                result, remeasure, top=options.finalists, within=options.finals_within,
+                rounds=options.final_rounds,
+            )  # fmt: skip
             baseline = cached.get(describe(snap(axes, base_point(base))))
-            winner = cached[describe(result.best)] if result.best is not None else None
+            winner = _crowned(cached[describe(best)], final_list) if best is not None else None
             diff = _write_back(options, base, winner)
             if server is not None or diff or winner is not None:
                 api.load(options.model)  # back to what config.pbtxt says (the winner, once written)
         finally:
             api.close()
     used = [t for t in trials if t["key"] in {describe(p) for p, _ in result.trials}]
-    measurements = sum(len(t["levels"]) for t in used)
+    measurements = sum(len(t["levels"]) for t in used) + sum(len(f["levels"]) for f in final_rows)
     summary = {
         "model": options.model,
         "latency_budget_ms": options.latency_budget_ms,
@@ -236,6 +281,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
         "winner": winner,
         "baseline": baseline,
         "trials": used,
+        "finals": _finals_summary(final_list, final_rows),
     }
     write_report(report, summary, plots=options.plots)
     return TuneResult(winner, baseline, used, result.evaluations, measurements, diff)
@@ -259,11 +305,20 @@ def _trial(
     url: str,
     headers: dict[str, str],
     start: int = 1,
+    final: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
+    """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
+    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
+    highest level below it that fits (halved, then bisected once), stability not required (the rounds
+    are the averaging)."""
     cfg = apply_point(base, point)
     row: dict[str, Any] = {
         "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
     }  # fmt: skip
+    limit, refine, require_stable = options.max_concurrency, options.refine, options.require_stable
+    if final is not None:
+        row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
+        limit, refine, require_stable = final[1], 1, False
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
@@ -275,9 +330,9 @@ def _trial(
                 measurer.measure,
                 options.latency_budget_ms,
                 start=start,
-                limit=options.max_concurrency,
-                refine=options.refine,
-                require_stable=options.require_stable,
+                limit=limit,
+                refine=refine,
+                require_stable=require_stable,
             )
     except TritonKitError as exc:
         row["error"] = " ".join(str(exc).split())
@@ -291,6 +346,27 @@ def _trial(
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
+
+
+def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, Any]:
+    """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any."""
+    mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
+    if mine is None:
+        return trial
+    return {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
+
+
+def _finals_summary(final_list: Sequence[Final], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per finalist: the search's figure, each round's figure and concurrency, and their median."""
+    out = []
+    for f in final_list:
+        key = describe(f.point)
+        mine = sorted((r for r in rows if r["key"] == key), key=lambda r: r["round"])
+        out.append({
+            "key": key, "searched": f.searched.throughput, "figures": list(f.figures),
+            "concurrencies": [r["concurrency"] for r in mine], "median": round(f.median, 3),
+        })  # fmt: skip
+    return out
 
 
 def _start(options: TuneOptions, trials: Sequence[dict[str, Any]]) -> int:
