@@ -3,7 +3,10 @@ exact surface, and each search's crowned winner on the noisy one."""
 
 from __future__ import annotations
 
-from tritonkit.bench.tune import _noisy, _synthetic
+from pathlib import Path
+
+from tritonkit.bench.tune import _noisy, _synthetic, _write_model
+from tritonkit.config import load, to_dict
 
 
 def _cells(line: str) -> list[str]:
@@ -27,3 +30,15 @@ def test_the_noisy_table_gives_true_throughput_of_crowned_winners() -> None:
             worst, median = (float(x) for x in cell.split(","))
             assert 0.5 < worst <= median <= 1.0, row  # a true share of the true best, never above it
         assert float(row[4]) > 0
+
+
+def test_a_winner_is_written_as_its_own_model_for_the_head_to_head(tmp_path: Path) -> None:
+    _write_model(tmp_path)
+    built = load(tmp_path / "batchy" / "config.pbtxt")
+    built.instance_groups[0].count = 3
+    built.max_batch_size = 8
+    _write_model(tmp_path, "quick_winner", {"config": to_dict(built)})
+    written = load(tmp_path / "quick_winner" / "config.pbtxt")
+    assert written.name == "quick_winner"
+    assert (written.max_batch_size, written.instance_groups[0].count) == (8, 3)
+    assert (tmp_path / "quick_winner" / "1" / "model.py").read_text().startswith("import time")

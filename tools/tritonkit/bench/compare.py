@@ -13,6 +13,7 @@ publishing); full: 5 rounds.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.generator import Level, Target, WindowSpec
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
 
-__all__ = ["FAMILIES", "run"]
+__all__ = ["FAMILIES", "compare_models", "run"]
 
 REPO = Path("model_repository")
 
@@ -42,10 +43,13 @@ def _missing(repo: Path) -> list[str]:
     return [m for m in wanted if not (repo / m / "config.pbtxt").exists() or not store.versions(m)]
 
 
-def _compare(models: tuple[str, ...], concurrency: int, window_s: float, rounds: int) -> dict[str, Any]:
+def compare_models(
+    repo: Path, models: Sequence[str], concurrency: int, window_s: float, rounds: int
+) -> dict[str, Any]:
+    """``models`` of ``repo`` on one embedded Triton, compared in interleaved rounds (:func:`summarize`)."""
     options = MeasureOptions(window=WindowSpec(window_s))
     loads = [f"--load-model={m}" for m in models]
-    with EmbeddedServer(REPO, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
+    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
 
         def measure(model: str, level: Level) -> LevelResult:
             target = Target(server.http_url, model, "http", headers=server.admin_headers)
@@ -79,7 +83,7 @@ def run(quick: bool = False) -> str:
     ]
     for family, (models, concurrency, window_s) in FAMILIES.items():
         started = time.monotonic()
-        summary = _compare(models, concurrency, window_s, rounds)
+        summary = compare_models(REPO, models, concurrency, window_s, rounds)
         parts += [
             f"### {family}, concurrency {concurrency}, windows of {window_s:g} s "
             f"({(time.monotonic() - started) / 60:.1f} minutes)",

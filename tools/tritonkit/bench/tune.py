@@ -7,7 +7,8 @@ each search crowns its winner by finals (the leaders measured again) and the tab
 throughput of the crowned config. Then a live run on this machine: one embedded Triton serving a
 python-backend model that costs a fixed 2 ms per execution plus 0.1 ms per batch item (so batching and
 instances matter), tuned once by brute force and once by quick search, measurements counted as load
-levels. ``quick``: a 54-config live grid and short windows (about 10 minutes on 2 cores); full: 96
+levels, and the two crowned winners served side by side and compared in interleaved rounds (the
+judge that is not the maximum of noisy figures). ``quick``: a 54-config live grid and short windows (about 10 minutes on 2 cores); full: 96
 configs and longer windows (about 30 minutes).
 """
 
@@ -21,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
+from tritonkit.bench.compare import compare_models
+from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, from_dict, save, to_pbtxt
+from tritonkit.tune.compare import markdown
 from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.search import Outcome, brute, finals, grid, quick
@@ -51,7 +54,15 @@ class TritonPythonModel:
 """
 
 
-def _write_model(repo: Path) -> None:
+def _write_model(repo: Path, name: str = "batchy", winner: dict[str, Any] | None = None) -> None:
+    """The bench model in ``repo/name``: as built, or with a tune winner's config (``winner['config']``)."""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(_MODEL_PY)
+    if winner is not None:
+        config = from_dict(winner["config"])
+        config.name = name
+        save(config, repo / name / "config.pbtxt")
+        return
     config = ModelConfig(
         "batchy",
         backend="python",
@@ -60,9 +71,7 @@ def _write_model(repo: Path) -> None:
         outputs=[TensorConfig("OUT", "FP32", [4])],
         instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
     )
-    (repo / "batchy" / "1").mkdir(parents=True)
-    (repo / "batchy" / "1" / "model.py").write_text(_MODEL_PY)
-    (repo / "batchy" / "config.pbtxt").write_text(to_pbtxt(config))
+    (repo / name / "config.pbtxt").write_text(to_pbtxt(config))
 
 
 def _synthetic() -> list[str]:
@@ -145,6 +154,7 @@ def _live(quick_mode: bool) -> list[str]:
     )
     rows: dict[str, tuple[float, int, int, float, str]] = {}
     measured: dict[str, float] = {}
+    winners: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="tritonkit-bench-tune-") as tmp:
         for search in ("brute", "quick"):
             repo = Path(tmp) / search / "repo"
@@ -175,8 +185,11 @@ def _live(quick_mode: bool) -> list[str]:
             best = float(w.get("confirmed_throughput") or w.get("throughput") or 0.0)
             key = result.winner["key"] if result.winner else "none"
             rows[search] = (best, result.evaluations, result.measurements, time.monotonic() - started, key)
+            if result.winner:
+                winners[search] = result.winner
             if search == "brute":
                 measured = {t["key"]: t["throughput"] for t in result.trials}
+        head = _head_to_head(Path(tmp) / "h2h", winners, quick_mode)
     b, q = rows["brute"], rows["quick"]
     lines = [
         "| search | winner's req/s within p99 20 ms (finals median) | configs | load levels measured | minutes | winner |",
@@ -193,8 +206,31 @@ def _live(quick_mode: bool) -> list[str]:
         "own figures for one config differ by the noise of a shared machine, so the choice is judged on one set "
         "of measurements; the synthetic tables above are the exact check. Load levels include the finals' "
         "re-measurements.",
+        "",
+        *head,
     ]
     return lines
+
+
+def _head_to_head(repo: Path, winners: dict[str, dict[str, Any]], quick_mode: bool) -> list[str]:
+    """Both crowned winners served side by side on one server, measured in interleaved rounds at one
+    concurrency (the higher of the two winners'): the judge that is not the maximum of noisy figures."""
+    if set(winners) != {"brute", "quick"}:
+        return ["Head to head: not measured (a search crowned no winner)."]
+    names = [f"{search}_winner" for search in ("brute", "quick")]
+    for search, name in zip(("brute", "quick"), names, strict=True):
+        _write_model(repo, name, winners[search])
+    concurrency = max(int(w["concurrency"]) for w in winners.values())
+    rounds = 3 if quick_mode else 7
+    summary = compare_models(repo, names, concurrency, 0.5 if quick_mode else 1.0, rounds)
+    ratio = summary["targets"][names[1]].get("throughput_ratio") or {"median": 0.0, "q1": 0.0, "q3": 0.0}
+    return [
+        f"Head to head: the two crowned winners on one server, {rounds} interleaved rounds at concurrency "
+        f"{concurrency} (the higher of the two winners'): quick/brute throughput {ratio['median']:.3f} "
+        f"[{ratio['q1']:.3f}, {ratio['q3']:.3f}] (median [Q1, Q3] of the per-round ratios).",
+        "",
+        markdown(summary).rstrip(),
+    ]
 
 
 def run(quick: bool = False) -> str:
