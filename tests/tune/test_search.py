@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis, Outcome, SearchResult, brute, finals, grid, quick, snap
 from tritonkit.tune.space import axes_for
-from tritonkit.tune.synthetic import AXES, surface
+from tritonkit.tune.synthetic import AXES, noisy_surface, surface
 
 
 @pytest.mark.parametrize("budget", [5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0])
@@ -156,16 +155,6 @@ def test_finals_measure_nothing_with_one_finalist_or_no_rounds() -> None:
     assert finals(none, never) == (None, [])
 
 
-def _noisy(budget: float, seed: int, noise: float) -> Callable[..., Outcome]:
-    rng = random.Random(seed)
-
-    def evaluate(point: dict[str, object], *_: int) -> Outcome:
-        o = surface(point, budget)
-        return Outcome(o.throughput * (1 + rng.uniform(-noise, noise)), o.p99_ms, o.feasible)
-
-    return evaluate
-
-
 def test_on_a_noisy_surface_brute_forces_crowned_winner_serves_more_than_its_luckiest() -> None:
     # every measurement off by up to +-5 %: the point measured highest once is often not the best one
     plain, crowned = [], []
@@ -173,7 +162,7 @@ def test_on_a_noisy_surface_brute_forces_crowned_winner_serves_more_than_its_luc
         true_best = brute(AXES, partial(surface, budget_ms=budget)).best_outcome
         assert true_best is not None
         for seed in range(10):
-            noisy = _noisy(budget, seed, 0.05)
+            noisy = noisy_surface(budget, seed, 0.05)
             result = brute(AXES, noisy)
             best, _ = finals(result, noisy)
             assert result.best is not None and best is not None

@@ -29,7 +29,7 @@ from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.search import Outcome, brute, finals, grid, quick
 from tritonkit.tune.stats import StabilityRule
-from tritonkit.tune.synthetic import AXES, surface
+from tritonkit.tune.synthetic import AXES, noisy_surface, surface
 from tritonkit.tune.tuner import TuneOptions, tune
 
 __all__ = ["run"]
@@ -104,16 +104,6 @@ def _synthetic() -> list[str]:
     return lines
 
 
-def _noisy_surface(budget: float, seed: int, noise: float) -> Any:
-    rng = random.Random(seed)
-
-    def evaluate(point: dict[str, Any], *_: int) -> Outcome:
-        o = surface(point, budget)
-        return Outcome(o.throughput * (1 + rng.uniform(-noise, noise)), o.p99_ms, o.feasible)
-
-    return evaluate
-
-
 def _noisy(noise: float = 0.05, seeds: int = 20) -> list[str]:
     """True throughput of each search's crowned winner over the true best, measurements off by +-``noise``."""
     lines = [
@@ -127,7 +117,7 @@ def _noisy(noise: float = 0.05, seeds: int = 20) -> list[str]:
         assert truth is not None
         plain, crowned, fast, cost = [], [], [], []
         for seed, start in enumerate(random.Random(int(budget)).sample(points, seeds)):
-            noisy = _noisy_surface(budget, seed, noise)
+            noisy = noisy_surface(budget, seed, noise)
             full = brute(AXES, noisy)
             best, _ = finals(full, noisy)
             plain.append(surface(full.best or start, budget).throughput / truth.throughput)

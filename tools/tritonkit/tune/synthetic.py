@@ -3,18 +3,20 @@
 Owns :func:`surface`: throughput and p99 of a config point from a small queueing model (per-execution
 cost with a fixed part, so batching pays; batches that only form with enough batching delay; preferred
 sizes that wait for a full batch; instances that share two cores; a bounded queue that trims the tail at
-a small throughput cost), and :data:`AXES`, the grid ``tritonkit tune`` sweeps for such a model.
+a small throughput cost), :func:`noisy_surface` (the same with every throughput off by up to a share,
+seeded), and :data:`AXES`, the grid ``tritonkit tune`` sweeps for such a model.
 Used by the tests and ``tritonkit bench`` (section ``tune``); the figures are a model, not a measurement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tritonkit.tune.search import Axis, Outcome
 
-__all__ = ["AXES", "surface"]
+__all__ = ["AXES", "noisy_surface", "surface"]
 
 AXES: tuple[Axis, ...] = (
     Axis("max_batch_size", (1, 2, 4, 8, 16, 32)),
@@ -52,3 +54,16 @@ def surface(point: Mapping[str, Any], budget_ms: float = 20.0, min_throughput: f
     p99 = min(saturated, budget_ms)
     sustained = capacity * share
     return Outcome(round(sustained, 3), round(p99, 3), sustained >= min_throughput and sustained > 0)
+
+
+def noisy_surface(budget_ms: float, seed: int, noise: float) -> Callable[..., Outcome]:
+    """``evaluate(point, *_)``: :func:`surface` with each throughput off by a uniform share up to ``noise``
+    (a fresh draw per call, so a point measured again reads differently; extra arguments, such as a finals
+    round, are ignored)."""
+    rng = random.Random(seed)
+
+    def evaluate(point: Mapping[str, Any], *_: int) -> Outcome:
+        o = surface(point, budget_ms)
+        return Outcome(o.throughput * (1 + rng.uniform(-noise, noise)), o.p99_ms, o.feasible)
+
+    return evaluate
