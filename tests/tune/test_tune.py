@@ -172,3 +172,28 @@ def test_tune_a_named_server_through_its_repository_api(
     out = capsys.readouterr().out
     assert "winner: " in out and "2 configs" in out
     assert (explicit_server.repo / "add" / "config.pbtxt").read_text() == before  # --write none
+
+
+@pytest.mark.parametrize("flag", [["--finalists", "-1"], ["--final-rounds", "-2"]])
+def test_bad_finals_flags_get_one_line_and_change_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    repo = build_repository(tmp_path)
+    before = (repo / "add" / "config.pbtxt").read_text()
+    args = [
+        "tune",
+        "--model",
+        "add",
+        "--latency-budget-ms",
+        "100",
+        "--repo",
+        str(repo),
+        "--report",
+        str(tmp_path / "r"),
+    ]
+    assert main([*args, *flag]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected whole numbers >= 0" in err and "Traceback" not in err
+    assert (repo / "add" / "config.pbtxt").read_text() == before and not (
+        tmp_path / "r" / "trials.jsonl"
+    ).exists()
