@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tools" / "tritonkit"
 MAX_LINES = 600
 
 #: Stage packages, lowest first: a package may import only from packages before it in this list (or
-#: itself). ``bench``, ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: its runners are
+#: itself). ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: its runners are
 #: plain files that builds copy and checks read; ``deploy`` sits below ``loadtest``: the load-test
 #: scenario names it checks are passed in, not imported) and nothing below imports them.
 LAYERS: tuple[str, ...] = (
@@ -25,12 +25,11 @@ LAYERS: tuple[str, ...] = (
     "config",
     "serve",
     "repository",
-    "build",
+    "convert",
     "deploy",
     "client",
     "loadtest",
     "tune",
-    "bench",
     "commands",
     "cli",
     "demo",
@@ -160,3 +159,22 @@ def test_every_package_says_what_it_owns() -> None:
         if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None
     ]
     assert missing == [], f"packages without a docstring: {missing}"
+
+
+def test_library_never_imports_the_benchmarks() -> None:
+    """``tritonkit_bench`` sits outside the library package: no ``tritonkit`` module imports it (the
+    ``bench`` command loads its sections by name at run time)."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "tritonkit_bench" or n.startswith("tritonkit_bench.") for n in names):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == [], f"library modules importing the benchmarks: {offenders}"

@@ -16,8 +16,8 @@ SRC=${SRC:-.}
 if [ $# -eq 0 ]; then
   # The gpu-marked tests anywhere, plus every test that serves a python-backend model.
   set -- "$SRC/tests/serve" "$SRC/tests/config" "$SRC/tests/client" "$SRC/tests/repository/test_e2e_serving.py" \
-    "$SRC/tests/build/test_torch_program.py" "$SRC/tests/build/test_tensorrt.py" \
-    "$SRC/tests/build/test_serving_gpu.py" "$SRC/tests/build/test_serving_build.py"
+    "$SRC/tests/convert/test_torch_program.py" "$SRC/tests/convert/test_tensorrt.py" \
+    "$SRC/tests/convert/test_serving_gpu.py" "$SRC/tests/convert/test_serving_build.py"
 fi
 python3 -m pytest -p no:cacheprovider -o addopts="" --import-mode=importlib -W ignore -rs -q --timeout 300 \
   -n "${JOBS:-8}" "$@" 2>&1 | tee "$OUT/pytest.txt" | tail -60

@@ -19,9 +19,9 @@ import pytest
 from onnx import TensorProto, helper
 from tests.support.python_models import model_source
 
-from tritonkit.build.portable import import_onnx
 from tritonkit.client import Client
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, save
+from tritonkit.convert.portable import import_onnx
 from tritonkit.serve.embedded import EmbeddedServer
 
 PROTOCOLS = ("http", "grpc")

@@ -4,7 +4,7 @@ What is under test is the script's own logic: one ``tritonkit build`` per spec w
 each input that ``tritonkit k8s package`` wrote built from the workspace volume with its modules on
 PYTHONPATH, the TensorRT check before anything is built, the marker written last and atomically, nothing
 written when a build fails, and a finished build not repeated (a changed input is). ``tritonkit`` and the
-TensorRT import are stand-ins that record their calls: the builds themselves are tested in tests/build
+TensorRT import are stand-ins that record their calls: the builds themselves are tested in tests/convert
 (and need a T4)."""
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def _tracked_folders() -> set[str]:
 def test_dockerignore_covers_what_gitignore_ignores(pattern: str) -> None:
     examples = [_example(pattern).removeprefix("sub/")]
     # An unanchored folder pattern also ignores nested folders of that name, unless the name is a source
-    # folder (tools/tritonkit/build/ is a package, not setuptools' build/): the images need those.
+    # folder (tools/tritonkit/convert/ is a package, not setuptools' build/): the images need those.
     if pattern.strip("/") not in _tracked_folders():
         examples.append(_example(pattern))
     for example in examples:

@@ -19,8 +19,8 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit import deploy
-from tritonkit.build.spec import load_spec
 from tritonkit.cli import main
+from tritonkit.convert.spec import load_spec
 from tritonkit.errors import DeployError
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit import deploy
-from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit_bench.probe_model import write_probe_model
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]

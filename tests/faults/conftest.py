@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.bench import faults
+from tritonkit_bench import faults
 
 FULL = os.environ.get("TRITONKIT_FAULTS", "") == "full"
 _RESULTS = Path(os.environ.get("TRITONKIT_FAULTS_RESULTS", f"/tmp/tritonkit-faults-{os.getpid()}.jsonl"))

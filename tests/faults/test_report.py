@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tritonkit import machine
-from tritonkit.bench import faults
+from tritonkit_bench import faults
 
 pytestmark = pytest.mark.faults
 

@@ -2,7 +2,7 @@
 
 ``probe_add`` answers right, ``probe_nan`` answers NaNs (a wrong answer), ``probe_error``
 answers Triton errors, ``probe_wide`` takes 200 kB rows (see
-:mod:`tritonkit.bench.probe_model`). Locust always runs in child
+:mod:`tritonkit_bench.probe_model`). Locust always runs in child
 processes (it monkey-patches whatever process imports it), never inside pytest.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.config import load as load_config
 from tritonkit.config import save
 from tritonkit.loadtest.report.metrics import scrape
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit_bench.probe_model import write_probe_model
 
 
 @pytest.fixture(scope="session")

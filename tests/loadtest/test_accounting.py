@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.client import ModelStatistics
 from tritonkit.loadtest.report.metrics import Counters, batch_stats, increase
 from tritonkit.loadtest.report.summary import markdown
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO, Totals
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit_bench.probe_model import write_probe_model
 
 
 def _c(success: float, failure: float = 0.0, inferences: float | None = None) -> Counters:

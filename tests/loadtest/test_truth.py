@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from tritonkit.bench.probe_model import write_probe_model
 from tritonkit.loadtest.report import plots
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit_bench.probe_model import write_probe_model
 
 
 def _formed(summary: Any, label: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tritonkit.bench.probe_model import ERROR_TEXT
+from tritonkit_bench.probe_model import ERROR_TEXT
 
 #: (protocol, transport options): each transport of both users is checked
 PROTOCOLS = [

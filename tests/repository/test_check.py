@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tritonkit import config
-from tritonkit.build.portable import import_onnx
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
+from tritonkit.convert.portable import import_onnx
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import STAGING_PREFIX
 

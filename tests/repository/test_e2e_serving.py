@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonkit.build.portable import import_onnx
 from tritonkit.client import AsyncClient, Client
+from tritonkit.convert.portable import import_onnx
 from tritonkit.errors import ModelLoadError, ServerError
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import STAGING_PREFIX, ModelRepository

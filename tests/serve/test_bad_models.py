@@ -32,7 +32,7 @@ from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import runner_path
 
 pytest.importorskip("tokenizers")
-minilm = pytest.importorskip("tritonkit.build.flagship.minilm")
+minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")
 
 
 def _wide_text_model(root: Path, tokenizer: Path) -> None:

@@ -22,7 +22,7 @@ from tritonkit.serve.process import stubs_of
 from tritonkit.serve.runners import runner_path
 
 tokenizers = pytest.importorskip("tokenizers")
-minilm = pytest.importorskip("tritonkit.build.flagship.minilm")
+minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")
 MAX_TOKENS = 256
 
 

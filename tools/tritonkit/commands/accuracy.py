@@ -8,8 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tritonkit.build import report
-from tritonkit.build.pipeline import build_all
+from tritonkit.convert import report
+from tritonkit.convert.pipeline import build_all
 from tritonkit.errors import RepositoryError
 
 __all__ = ["register", "run"]

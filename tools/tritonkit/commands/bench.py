@@ -17,10 +17,10 @@ from tritonkit.machine import description
 
 #: (title, module exposing ``run(quick: bool) -> str``)
 SECTIONS: tuple[tuple[str, str], ...] = (
-    ("client", "tritonkit.bench.client"),
-    ("loadtest", "tritonkit.bench.loadtest"),
-    ("tune", "tritonkit.bench.tune"),
-    ("compare", "tritonkit.bench.compare"),
+    ("client", "tritonkit_bench.client"),
+    ("loadtest", "tritonkit_bench.loadtest"),
+    ("tune", "tritonkit_bench.tune"),
+    ("compare", "tritonkit_bench.compare"),
 )
 
 

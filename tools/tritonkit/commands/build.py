@@ -1,6 +1,6 @@
 """``tritonkit build``: a versioned model from an ONNX file (``--onnx``) or a build spec (``SPEC``).
 
-The flags and the build are :mod:`tritonkit.build.cli_args`'s; this module only registers them.
+The flags and the build are :mod:`tritonkit.convert.cli_args`'s; this module only registers them.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tritonkit.build.cli_args import add_arguments, run
+from tritonkit.convert.cli_args import add_arguments, run
 
 __all__ = ["register"]
 

@@ -23,11 +23,11 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.build.data import synthetic_images
 from tritonkit.client.codec import grpc_request, http_body, tensor_bytes
 from tritonkit.client.spec import ModelMetadata, ModelSpec, config_from_json
 from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
+from tritonkit.convert.data import synthetic_images
 from tritonkit.errors import ConfigError, LoadTestError
 from tritonkit.loadtest.validation import OutputCheck, dtype_of
 

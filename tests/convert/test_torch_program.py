@@ -1,0 +1,180 @@
+"""GPU execution path, everything up to the GPU: the serving spec, the execution plan (device,
+engine, precision, buckets, KIND_GPU placement), the torch runner's bucket logic and engine on the
+CPU, the export of a tiny module, and the version it writes served by the real tritonserver."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.convert.gpu import PROFILES
+from tritonkit.convert.gpu_serving import (
+    Placement,
+    ServingSpec,
+    default_buckets,
+    gpu_placement_problems,
+    plan_execution,
+)
+from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.errors import SpecError
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.runners import runner_path
+
+
+def _runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("torch_runner_under_test", runner_path("torch_runner"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_buckets_pad_up_and_chunk_over_the_largest() -> None:
+    runner = _runner()
+    buckets = runner.parse_buckets("", 48)
+    assert buckets == [1, 2, 4, 8, 16, 32, 48] == list(default_buckets(48))
+    assert runner.plan_chunks(5, buckets) == [(5, 8)]
+    assert runner.plan_chunks(1, buckets) == [(1, 1)]
+    assert runner.plan_chunks(100, buckets) == [(48, 48), (48, 48), (4, 4)]
+    assert runner.parse_buckets("16, 4,64", 64) == [4, 16, 64]
+    with pytest.raises(ValueError, match="batch bucket 128 exceeds max_batch_size 64"):
+        runner.parse_buckets("128", 64)
+    with pytest.raises(ValueError, match="comma-separated integers; got 'a,b'"):
+        runner.parse_buckets("a,b", 64)
+
+
+def test_engine_on_cpu_matches_the_module_for_every_batch() -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    runner = _runner()
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh())
+    engine = runner.GraphEngine(module, "cpu", [torch.float32], [torch.float32], [1, 2, 4, 8])
+    assert not engine.use_graphs  # CUDA graphs only on a GPU
+    for batch in (1, 3, 8, 19):
+        x = torch.randn(batch, 6)
+        (out,) = engine.run([x])
+        assert out.shape == (batch, 5)
+        torch.testing.assert_close(out, module(x).detach())
+
+
+def test_serving_spec_parses_and_refuses_in_one_line() -> None:
+    spec = ServingSpec.from_mapping(
+        {
+            "device": "gpu",
+            "engine": "torch",
+            "precision": "fp16",
+            "batch_buckets": [8, 1, 64],
+            "instances": {"count": 2, "gpus": [1, 0]},
+        }
+    )
+    assert spec.batch_buckets == (1, 8, 64) and spec.placement == Placement(2, (0, 1))
+    assert ServingSpec.from_mapping(None) == ServingSpec()
+    with pytest.raises(SpecError, match=re.escape("serving.device must be one of auto, gpu, cpu; got 'tpu'")):
+        ServingSpec.from_mapping({"device": "tpu"})
+    with pytest.raises(SpecError, match=re.escape("serving.instances.count must be an integer >= 1; got 0")):
+        ServingSpec.from_mapping({"instances": {"count": 0}})
+    with pytest.raises(SpecError, match="unknown key"):
+        ServingSpec.from_mapping({"gpu": "h100"})
+
+
+def test_plan_defaults_to_the_gpu_when_one_is_visible() -> None:
+    plan = plan_execution(ServingSpec(), max_batch_size=64, gpus=[0, 1], profile=PROFILES["H100"])
+    assert (plan.device, plan.engine, plan.precision) == ("gpu", "torch", "fp16")
+    assert plan.batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert plan.instance_groups == (InstanceGroup(kind="KIND_GPU", count=2, gpus=[0, 1]),)
+    assert plan.runner_parameters()["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
+    placed = plan_execution(
+        ServingSpec(placement=Placement(3, (1,))), max_batch_size=8, gpus=[0, 1], engines=("onnxruntime",)
+    )
+    assert placed.engine == "onnxruntime"
+    assert placed.instance_groups == (InstanceGroup(kind="KIND_GPU", count=3, gpus=[1]),)
+    recorded = plan.manifest_extra()["execution"]
+    assert recorded["precision"] == "fp16" and recorded["instances"] == [
+        {"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}
+    ]
+
+
+def test_without_a_gpu_nothing_changes_and_gpu_requests_are_refused() -> None:
+    plan = plan_execution(ServingSpec(), max_batch_size=16, gpus=[])
+    assert (plan.device, plan.engine, plan.precision, plan.reason) == (
+        "cpu",
+        "onnxruntime",
+        "fp32",
+        "no GPU visible here",
+    )
+    assert plan.instance_groups == (InstanceGroup(kind="KIND_CPU", count=1),)
+    with pytest.raises(SpecError, match=re.escape("serving.device is gpu but no GPU is visible here")):
+        plan_execution(ServingSpec(device="gpu"), max_batch_size=16, gpus=[])
+    with pytest.raises(
+        SpecError, match=re.escape("serving.instances.gpus names GPU(s) [3]; visible here: [0]")
+    ):
+        plan_execution(ServingSpec(placement=Placement(1, (3,))), max_batch_size=16, gpus=[0])
+    t4_fp32 = plan_execution(
+        ServingSpec(precision="fp32"), max_batch_size=16, gpus=[0], profile=PROFILES["T4"]
+    )
+    assert t4_fp32.precision == "fp32"
+
+
+def test_check_refuses_kind_gpu_without_a_gpu() -> None:
+    config = ModelConfig(
+        name="m",
+        backend="python",
+        max_batch_size=4,
+        inputs=[TensorConfig("X", "FP32", [4])],
+        outputs=[TensorConfig("Y", "FP32", [4])],
+        instance_groups=[InstanceGroup(kind="KIND_GPU", count=1, gpus=[0, 2])],
+    )
+    assert gpu_placement_problems(config, []) == [
+        "m: instance_group KIND_GPU needs a GPU; none is visible here"
+    ]
+    assert gpu_placement_problems(config, [0, 1]) == ["m: instance_group names GPU(s) [2]; visible: [0, 1]"]
+    assert gpu_placement_problems(config, [0, 1, 2]) == []
+
+
+class _Tiny:  # built lazily so collection does not import torch
+    @staticmethod
+    def make() -> object:
+        import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+        class Tiny(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.proj = torch.nn.Linear(8, 4)
+
+            def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (ONNX input names)
+                return self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
+
+        torch.manual_seed(0)
+        return Tiny()
+
+
+def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    module = _Tiny.make()
+    examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
+    plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
+    version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
+    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.pt2", "model.py"]
+    execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
+    assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")
+
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    mask = np.ones((5, 3), dtype=np.int64)
+    want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
+    with EmbeddedServer(tmp_path / "repo") as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput("X", [5, 8], "FP32"), httpclient.InferInput("MASK", [5, 3], "INT64")]
+        inputs[0].set_data_from_numpy(x)
+        inputs[1].set_data_from_numpy(mask)
+        got = client.infer("tiny", inputs).as_numpy("Y")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,212 @@
+"""The accuracy gate: a converted model against its FP32 reference on held-out inputs.
+
+Two views of the same run: Polygraphy's comparator (``Comparator.run`` over two ``OnnxrtRunner``s,
+``SimpleCompareFunc`` element-wise statistics per output) and a task metric over the gated output
+(cosine similarity per sample for embeddings, top-1 agreement for classifiers). The task metric
+decides; the element-wise statistics go into ``build.json`` next to it. A failing gate raises
+:class:`AccuracyError` naming the worst samples, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tritonkit.convert.data import Feeds
+from tritonkit.errors import AccuracyError, SpecError
+
+__all__ = [
+    "METRICS",
+    "Thresholds",
+    "compare_engine",
+    "compare_models",
+    "cosine_rows",
+    "gate",
+    "top1_agreement",
+]
+
+METRICS = ("cosine", "top1")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass marks for one precision: ``mean`` (average over samples) and ``min`` (worst sample).
+
+    For ``top1`` only ``mean`` (the agreement rate) is used.
+    """
+
+    metric: str = "cosine"
+    mean: float = 0.99
+    min: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise SpecError(f"accuracy `metric` must be one of {', '.join(METRICS)}; got {self.metric!r}")
+
+
+def cosine_rows(candidate: NDArray[Any], reference: NDArray[Any]) -> NDArray[Any]:
+    """Cosine similarity per sample (row) after flattening all non-batch axes."""
+    a = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
+    b = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.asarray(np.sum(a * b, axis=1) / np.maximum(norms, 1e-30))
+
+
+def top1_agreement(candidate: NDArray[Any], reference: NDArray[Any]) -> NDArray[Any]:
+    """1.0 where both pick the same class (argmax of the last axis), else 0.0, per sample."""
+    return np.asarray(
+        candidate.reshape(candidate.shape[0], -1).argmax(1)
+        == reference.reshape(reference.shape[0], -1).argmax(1)
+    ).astype(np.float64)
+
+
+def compare_models(
+    reference: str | Path,
+    candidate: str | Path,
+    feeds: Sequence[Feeds],
+    *,
+    output: str | None = None,
+    atol: float = 1e-2,
+    rtol: float = 1e-2,
+) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:
+    """Run both models with Polygraphy on ``feeds``; return (comparator stats, candidate, reference).
+
+    The two arrays are the gated output (``output`` or the first one) concatenated over all batches.
+    """
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.comparator import Comparator, SimpleCompareFunc  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+
+    runners = [
+        OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"]), name="fp32"),
+        OnnxrtRunner(SessionFromOnnx(str(candidate), providers=["cpu"]), name="candidate"),
+    ]
+    # The gate reports in its own words; Polygraphy's per-iteration log lines would only repeat it.
+    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+        results = Comparator.run(runners, data_loader=list(feeds))
+        verdict = Comparator.compare_accuracy(results, compare_func=SimpleCompareFunc(atol=atol, rtol=rtol))
+    ref_iters = dict(results)["fp32"]
+    cand_iters = dict(results)["candidate"]
+    name = output or next(iter(ref_iters[0].keys()))
+    if name not in ref_iters[0]:
+        raise SpecError(
+            f"accuracy `output` {name!r} is not an output of the model; got {sorted(ref_iters[0])}"
+        )
+    stats: dict[str, Any] = {}
+    # Polygraphy <= 0.49 returns one AccuracyResult; newer releases a list, one per compare function.
+    groups = [verdict] if hasattr(verdict, "values") else list(verdict)
+    for per_iteration in (its for group in groups for its in group.values()):
+        for iteration in per_iteration:
+            for out_name, res in iteration.items():
+                entry = stats.setdefault(
+                    out_name, {"max_absdiff": 0.0, "mean_absdiff": 0.0, "passed": True, "iterations": 0}
+                )
+                entry["max_absdiff"] = max(entry["max_absdiff"], float(np.max(res.max_absdiff)))
+                entry["mean_absdiff"] += float(np.mean(res.mean_absdiff))
+                entry["passed"] = entry["passed"] and bool(res)
+                entry["iterations"] += 1
+    for entry in stats.values():
+        entry["mean_absdiff"] /= max(entry.pop("iterations"), 1)
+        entry.update(atol=atol, rtol=rtol)
+    cand = np.concatenate([np.asarray(it[name]) for it in cand_iters])
+    ref = np.concatenate([np.asarray(it[name]) for it in ref_iters])
+    return {"output": name, "polygraphy": stats}, cand, ref
+
+
+def compare_engine(
+    reference: str | Path,
+    plan_file: str | Path,
+    feeds: Sequence[Feeds],
+    profiles: Sequence[int],
+    *,
+    output: str | None = None,
+    input_dtypes: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:  # pragma: no cover - needs TensorRT
+    """Run a TensorRT engine and the FP32 ONNX reference on ``feeds``, batch ``i`` on optimization
+    profile ``profiles[i]`` (:func:`tritonkit.convert.tensorrt.evaluation_profiles`): a ``TrtRunner``
+    left on profile 0 fails every batch outside profile 0's range. ``input_dtypes`` (numpy dtypes by
+    input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6)."""
+    from polygraphy.backend.common import BytesFromPath  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+    from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
+
+    if len(profiles) != len(feeds):
+        raise ValueError(f"one profile per batch expected: {len(feeds)} batches, {len(profiles)} profiles")
+    engine = EngineFromBytes(BytesFromPath(str(plan_file)))()
+    trt_out: list[dict[str, Any]] = [{} for _ in feeds]
+    ref_out: list[dict[str, Any]] = []
+    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+        with OnnxrtRunner(SessionFromOnnx(str(reference), providers=["cpu"])) as ort:
+            ref_out = [dict(ort.infer(dict(feed))) for feed in feeds]
+        for index in sorted(set(profiles)):
+            with TrtRunner(engine, optimization_profile=index) as runner:
+                for i, feed in enumerate(feeds):
+                    if profiles[i] == index:
+                        cast = {
+                            k: np.asarray(v, dtype=(input_dtypes or {}).get(k, np.asarray(v).dtype))
+                            for k, v in feed.items()
+                        }
+                        trt_out[i] = {k: np.array(v) for k, v in runner.infer(cast).items()}
+    name = output or next(iter(ref_out[0].keys()))
+    cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_out])
+    ref = np.concatenate([np.asarray(it[name]) for it in ref_out])
+    return {"output": name, "profiles": sorted(set(profiles))}, cand, ref
+
+
+def gate(
+    model_name: str,
+    precision: str,
+    candidate: NDArray[Any],
+    reference: NDArray[Any],
+    thresholds: Thresholds,
+    *,
+    output: str = "output",
+    labels: Sequence[str] | None = None,
+    worst: int = 3,
+    runtime: str = "onnxruntime-cpu",
+) -> dict[str, Any]:
+    """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below.
+
+    ``runtime`` names what produced ``candidate`` (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
+    """
+    if thresholds.metric == "cosine":
+        scores = cosine_rows(candidate, reference)
+    else:
+        scores = top1_agreement(candidate, reference)
+        # Disagreeing samples are ranked by how far their logits moved, to name the worst.
+    mean, low = float(scores.mean()), float(scores.min())
+    result: dict[str, Any] = {
+        "metric": thresholds.metric,
+        "samples": int(scores.shape[0]),
+        "mean": round(mean, 6),
+        "min": round(low, 6),
+        "thresholds": {"mean": thresholds.mean, "min": thresholds.min},
+        "runtime": runtime,
+    }
+    if thresholds.metric == "top1":
+        result["cosine_mean"] = round(float(cosine_rows(candidate, reference).mean()), 6)
+    failures = []
+    if mean < thresholds.mean:
+        failures.append(f"mean {thresholds.metric} {mean:.4f} < {thresholds.mean}")
+    if thresholds.metric == "cosine" and low < thresholds.min:
+        failures.append(f"min {thresholds.metric} {low:.4f} < {thresholds.min}")
+    result["passed"] = not failures
+    if failures:
+        order = np.argsort(cosine_rows(candidate, reference))[:worst]
+        named = []
+        for i in order:
+            label = f" {labels[i][:40]!r}" if labels is not None and i < len(labels) else ""
+            named.append(
+                f"`{output}`[{int(i)}]{label} cos {cosine_rows(candidate[i : i + 1], reference[i : i + 1])[0]:.4f}"
+            )
+        raise AccuracyError(
+            f"accuracy gate failed for `{model_name}` ({precision}): {', '.join(failures)} "
+            f"on {scores.shape[0]} held-out samples; worst outputs: {'; '.join(named)}; nothing was written"
+        )
+    return result

@@ -1,0 +1,252 @@
+"""Where and how a version served by the embedded server executes: device, engine, precision,
+batch buckets and instance placement.
+
+Owns the spec's ``serving`` section (:class:`ServingSpec`), the decision that turns it plus the
+machine into an :class:`ExecutionPlan` (GPU by default when one is visible and the model allows it),
+the ``KIND_GPU`` instance groups (count and per-GPU ``gpus`` lists) and the refusal of ``KIND_GPU``
+where no GPU is visible. The plan is what build.json records (:meth:`ExecutionPlan.manifest_extra`)
+and what ``tritonkit check`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonkit.config import InstanceGroup
+from tritonkit.convert.gpu import GpuProfile
+from tritonkit.errors import SpecError
+
+# Re-exported: the repository check needs them below the build layer.
+from tritonkit.repository.check import gpu_placement_problems, visible_gpus
+
+__all__ = [
+    "DEFAULT_GPU_INSTANCES",
+    "DEVICES",
+    "ENGINES",
+    "ExecutionPlan",
+    "Placement",
+    "ServingSpec",
+    "choose_device",
+    "default_buckets",
+    "gpu_placement_problems",
+    "instance_groups",
+    "plan_execution",
+    "visible_gpus",
+]
+
+DEVICES: tuple[str, ...] = ("auto", "gpu", "cpu")
+#: ``torch``: a torch.export program with CUDA graphs (the GPU default, measured faster on the H100:
+#: docs/benchmarks-gpu.md); ``onnxruntime``: the ONNX graph on ONNX Runtime's CUDA provider.
+ENGINES: tuple[str, ...] = ("auto", "torch", "onnxruntime")
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "fp16")
+
+
+#: Instances per GPU when the spec names no count: two, so one instance's host work (reading
+#: requests, copies, answers) overlaps the other's GPU work. Measured on the H100 (MiniLM, FP16):
+#: requests of 1 at 64 in flight 5,926 -> 10,684 samples/s, of 16 at 16 in flight 26,403 -> 40,358.
+DEFAULT_GPU_INSTANCES = 2
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``count`` instances on each GPU of ``gpus`` (empty: on every visible GPU). ``count`` None:
+    :data:`DEFAULT_GPU_INSTANCES` per GPU, one on the CPU."""
+
+    count: int | None = None
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """The spec's ``serving`` section. Every field has a default; the section may be absent."""
+
+    device: str = "auto"
+    engine: str = "auto"
+    precision: str = "auto"
+    batch_buckets: tuple[int, ...] = ()
+    cuda_graphs: bool = True
+    placement: Placement = field(default_factory=Placement)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> ServingSpec:
+        """Parse ``serving:``; a wrong key or value is a one-line :class:`SpecError`."""
+        data = dict(data or {})
+        known = {"device", "engine", "precision", "batch_buckets", "cuda_graphs", "instances"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(
+                f"serving: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}"
+            )
+        for key, allowed in (("device", DEVICES), ("engine", ENGINES), ("precision", PRECISIONS)):
+            if key in data and data[key] not in allowed:
+                raise SpecError(f"serving.{key} must be one of {', '.join(allowed)}; got {data[key]!r}")
+        buckets = data.get("batch_buckets", [])
+        if not isinstance(buckets, list) or not all(_positive(b) for b in buckets):
+            raise SpecError(f"serving.batch_buckets must be a list of integers >= 1; got {buckets!r}")
+        graphs = data.get("cuda_graphs", True)
+        if not isinstance(graphs, bool):
+            raise SpecError(f"serving.cuda_graphs must be true or false; got {graphs!r}")
+        instances = data.get("instances", {}) or {}
+        if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
+            raise SpecError(f"serving.instances takes `count` and `gpus`; got {instances!r}")
+        count = instances.get("count")
+        if count is not None and not _positive(count):
+            raise SpecError(f"serving.instances.count must be an integer >= 1; got {count!r}")
+        gpus = instances.get("gpus", [])
+        if not isinstance(gpus, list) or not all(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+        ):
+            raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {gpus!r}")
+        return cls(
+            device=str(data.get("device", "auto")),
+            engine=str(data.get("engine", "auto")),
+            precision=str(data.get("precision", "auto")),
+            batch_buckets=tuple(sorted(set(buckets))),
+            cuda_graphs=graphs,
+            placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The ``serving:`` section that :meth:`from_mapping` reads back as this spec."""
+        instances: dict[str, Any] = {"gpus": list(self.placement.gpus)}
+        if self.placement.count is not None:
+            instances["count"] = self.placement.count
+        return {
+            "device": self.device,
+            "engine": self.engine,
+            "precision": self.precision,
+            "batch_buckets": list(self.batch_buckets),
+            "cuda_graphs": self.cuda_graphs,
+            "instances": instances,
+        }
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def default_buckets(max_batch_size: int) -> tuple[int, ...]:
+    """Powers of two up to ``max_batch_size`` (which is itself the last bucket)."""
+    if max_batch_size <= 0:
+        return (1,)
+    buckets = []
+    size = 1
+    while size < max_batch_size:
+        buckets.append(size)
+        size *= 2
+    return (*buckets, max_batch_size)
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """What one version executes on; recorded in build.json under ``execution``."""
+
+    device: str  # "gpu" or "cpu"
+    engine: str  # "torch" or "onnxruntime"
+    precision: str  # "fp32" or "fp16"
+    batch_buckets: tuple[int, ...]
+    cuda_graphs: bool
+    instance_groups: tuple[InstanceGroup, ...]
+    reason: str
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {
+            "execution": {
+                "device": self.device,
+                "engine": self.engine,
+                "precision": self.precision,
+                "batch_buckets": list(self.batch_buckets),
+                "cuda_graphs": self.cuda_graphs,
+                "instances": [
+                    {"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in self.instance_groups
+                ],
+                "reason": self.reason,
+            }
+        }
+
+    def runner_parameters(self) -> dict[str, str]:
+        """Config parameters the runners read (see serve/runners/torch_runner.py, onnx_cuda_runner.py)."""
+        return {
+            "engine": self.engine,
+            "precision": self.precision,
+            "device": "cuda" if self.device == "gpu" else "cpu",
+            "batch_buckets": ",".join(str(b) for b in self.batch_buckets),
+            "cuda_graphs": "true" if self.cuda_graphs and self.device == "gpu" else "false",
+            # Inputs that arrive in GPU memory (CUDA shared memory) reach the runner there.
+            "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if self.device == "gpu" else "yes",
+        }
+
+
+def instance_groups(placement: Placement, device: str, visible: Sequence[int]) -> tuple[InstanceGroup, ...]:
+    """``KIND_GPU`` groups (``count`` per listed GPU) on a GPU, one ``KIND_CPU`` group otherwise."""
+    if device == "cpu":
+        return (InstanceGroup(kind="KIND_CPU", count=placement.count or 1),)
+    if not visible:
+        raise SpecError("serving: KIND_GPU instances need a GPU; none is visible here (nvidia-smi -L)")
+    missing = [g for g in placement.gpus if g not in visible]
+    if missing:
+        raise SpecError(f"serving.instances.gpus names GPU(s) {missing}; visible here: {list(visible)}")
+    gpus = list(placement.gpus) or list(visible)
+    return (InstanceGroup(kind="KIND_GPU", count=placement.count or DEFAULT_GPU_INSTANCES, gpus=gpus),)
+
+
+def choose_device(wanted: str, visible: Sequence[int], cpu_only: str | None = None) -> tuple[str, str]:
+    """(device, reason) for ``serving.device`` ``wanted``: the GPU by default where one is visible and
+    the model can use it. ``cpu_only``: why this model cannot run on a GPU (None: it can). SpecError
+    when ``gpu`` is asked for and cannot be had."""
+    if wanted == "gpu" and not visible:
+        raise SpecError("serving.device is gpu but no GPU is visible here (nvidia-smi -L found none)")
+    if wanted == "gpu" and cpu_only is not None:
+        raise SpecError(f"serving.device is gpu but {cpu_only}")
+    if wanted == "cpu":
+        return "cpu", "serving.device is cpu"
+    if not visible:
+        return "cpu", "no GPU visible here"
+    if cpu_only is not None:
+        return "cpu", cpu_only
+    return "gpu", "serving.device is gpu" if wanted == "gpu" else f"{len(visible)} GPU(s) visible"
+
+
+def plan_execution(
+    spec: ServingSpec,
+    *,
+    max_batch_size: int,
+    gpus: Sequence[int] | None = None,
+    profile: GpuProfile | None = None,
+    gpu_capable: bool = True,
+    engines: Sequence[str] = ("torch", "onnxruntime"),
+) -> ExecutionPlan:
+    """Decide device, engine, precision, buckets and instances for one version.
+
+    ``gpus``: the visible GPU indices (None: ask ``nvidia-smi``). ``gpu_capable``: the model can run
+    on a GPU at all (a graph with host-only ops cannot). ``engines``: the artifacts this model has
+    (``torch`` needs a torch module, ``onnxruntime`` an ONNX graph). ``profile``: the GPU profile,
+    whose precisions decide ``auto`` precision (FP16 wherever the profile has it).
+    """
+    visible = list(visible_gpus() if gpus is None else gpus)
+    device, reason = choose_device(
+        spec.device, visible, None if gpu_capable else "this model cannot run on a GPU"
+    )
+    if spec.engine == "auto":
+        engine = "torch" if "torch" in engines and device == "gpu" else "onnxruntime"
+    else:
+        engine = spec.engine
+    if engine not in engines:
+        raise SpecError(
+            f"serving.engine {engine} needs an artifact this model lacks; it has {', '.join(engines)}"
+        )
+    if spec.precision != "auto":
+        precision = spec.precision
+    elif device == "gpu" and (profile is None or "fp16" in profile.precisions):
+        precision = "fp16"
+    else:
+        precision = "fp32"
+    if device == "cpu" and precision == "fp16":
+        raise SpecError("serving.precision fp16 needs the GPU; this version runs on the CPU")
+    buckets = spec.batch_buckets or default_buckets(max_batch_size)
+    if max_batch_size > 0 and buckets[-1] > max_batch_size:
+        raise SpecError(f"serving.batch_buckets {list(buckets)} exceed max_batch_size {max_batch_size}")
+    groups = instance_groups(spec.placement, device, visible)
+    return ExecutionPlan(device, engine, precision, tuple(buckets), spec.cuda_graphs, groups, reason)

@@ -1,0 +1,280 @@
+"""The spec's ``serving`` section applied to a build: where each version served by the embedded
+server executes, and the GPU version written when the plan says GPU.
+
+Owns which versions are planned (the portable target's, not the as-is import, not the versions of
+the ``onnxruntime`` and ``tensorrt`` targets, which NVIDIA's Triton image serves), why a version stays
+on the CPU (INT8, the text-embedding runner's server-side tokenization, a graph without a dynamic
+batch axis or with a tensor that has no other axis, no engine that can run it on a GPU here), the CPU plan recorded for today's portable
+version, and the GPU version: a ``torch.export`` program of the ``source.torch`` module, gated
+against the FP32 reference before anything is written, or the precision's ONNX graph on ONNX
+Runtime's CUDA provider (the same file the ONNX gate passed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tritonkit.config import ModelConfig
+from tritonkit.convert import accuracy
+from tritonkit.convert.datasets import Datasets
+from tritonkit.convert.gpu import GpuProfile
+from tritonkit.convert.gpu_serving import ExecutionPlan, choose_device, plan_execution
+from tritonkit.convert.source import Source
+from tritonkit.convert.spec import BuildSpec
+from tritonkit.convert.text_models import text_ensemble
+from tritonkit.convert.torch_program import PROGRAM_FILE, onnx_gpu_version, torch_version
+from tritonkit.errors import SpecError
+
+__all__ = [
+    "GPU_PRECISIONS",
+    "GpuVersion",
+    "cpu_plan",
+    "gate_program",
+    "gpu_engines",
+    "plan_version",
+    "planned",
+    "stage_gpu_version",
+]
+
+#: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
+GPU_PRECISIONS = ("fp32", "fp16")
+
+
+def planned(spec: BuildSpec) -> bool:
+    """True for builds whose versions the embedded server serves and the ``serving`` section plans."""
+    return not spec.as_is and spec.target == "portable"
+
+
+def _cuda_provider() -> str | None:
+    """None when ONNX Runtime here has its CUDA provider, else why not."""
+    try:
+        import onnxruntime  # noqa: PLC0415 (heavy; only a build that plans a GPU asks)
+    except ImportError:
+        return "onnxruntime is not installed here"
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        return None
+    return f"onnxruntime {onnxruntime.__version__} here has no CUDAExecutionProvider"
+
+
+def _torch_unusable(source: Source) -> str | None:
+    """Why the torch engine cannot serve this model anywhere (None: it can)."""
+    if source.torch is None:
+        return "torch needs a `source.torch` module"
+    if any(axis != 0 for axes in source.torch.dynamic_axes.values() for axis in axes):
+        return "torch.export would fix the module's dynamic non-batch axes"
+    return None
+
+
+def gpu_engines(spec: BuildSpec, source: Source) -> tuple[tuple[str, ...], str | None]:
+    """(engines that can serve this model on a GPU here, why none can when empty)."""
+    why: list[str] = []
+    engines: list[str] = []
+    no_torch = _torch_unusable(source)
+    if no_torch is None:
+        engines.append("torch")
+    else:
+        why.append(no_torch)
+    cuda = _cuda_provider()
+    if cuda is None:
+        engines.append("onnxruntime")
+    else:
+        why.append(cuda)
+    wanted = spec.serving.engine
+    if wanted != "auto" and wanted not in engines:
+        reason = next((w for w in why if w.startswith(wanted) or wanted in w), "; ".join(why))
+        return (), f"serving.engine {wanted} cannot serve it on a GPU here ({reason})"
+    if wanted != "auto":
+        return (wanted,), None
+    return tuple(engines), None if engines else f"no GPU engine for it here ({'; '.join(why)})"
+
+
+def _cpu_only(spec: BuildSpec, source: Source, precision: str, mbs: int) -> str | None:
+    """Why this version cannot run on a GPU runner (None: it can)."""
+    if precision not in GPU_PRECISIONS:
+        return f"{precision} versions run on the CPU (the GPU runners serve fp32 and fp16)"
+    if spec.preprocessing.kind == "text" and not text_ensemble(spec):
+        return (
+            "the text-embedding runner tokenizes in the server, on the CPU "
+            "(preprocessing.tokenize: ensemble serves the encoder on the GPU)"
+        )
+    if mbs <= 0:
+        return "the graph has no dynamic batch axis to batch on the GPU (max_batch_size 0)"
+    flat = [t.name for t in (*source.graph.inputs, *source.graph.outputs) if len(t.shape) < 2]
+    if flat:
+        # Triton refuses empty dims; the portable runner's [1]-reshaped-to-[] form is its own.
+        return f"tensor(s) {', '.join(flat)} have no axis besides the batch, which the GPU runners need"
+    return gpu_engines(spec, source)[1]
+
+
+def cpu_plan(config: ModelConfig, precision: str, reason: str) -> ExecutionPlan:
+    """The plan of a version served as today: the portable runner on the config's CPU instances."""
+    return ExecutionPlan("cpu", "onnxruntime", precision, (), False, tuple(config.instance_groups), reason)
+
+
+def plan_version(
+    spec: BuildSpec,
+    source: Source,
+    precision: str,
+    mbs: int,
+    *,
+    gpus: Sequence[int],
+    profile: GpuProfile | None,
+    cpu_config: ModelConfig,
+) -> ExecutionPlan:
+    """Where the version of ``precision`` executes; ``cpu_config`` is the portable version's config.
+
+    Each version executes at its own precision (its ``precisions`` entry): ``serving.precision``
+    other than ``auto`` must agree with it. SpecError when ``serving`` asks for what cannot be had.
+    """
+    serving = spec.serving
+    no_torch = _torch_unusable(source)
+    if serving.engine == "torch" and no_torch is not None:
+        raise SpecError(f"serving.engine torch cannot serve `{spec.model_name(precision)}`: {no_torch}")
+    if serving.precision != "auto" and precision in GPU_PRECISIONS and serving.precision != precision:
+        raise SpecError(
+            f"serving.precision {serving.precision} does not match version `{spec.model_name(precision)}` "
+            f"({precision}): each version runs at its `precisions` entry; leave serving.precision auto"
+        )
+    why = _cpu_only(spec, source, precision, mbs)
+    device, reason = choose_device(serving.device, gpus, why)
+    if device == "cpu":
+        return cpu_plan(cpu_config, precision, reason)
+    engines, _ = gpu_engines(spec, source)
+    plan = plan_execution(
+        dataclasses.replace(serving, device="gpu", precision=precision),
+        max_batch_size=mbs,
+        gpus=gpus,
+        profile=profile,
+        engines=engines,
+    )
+    return dataclasses.replace(plan, reason=reason)
+
+
+@dataclasses.dataclass
+class GpuVersion:
+    """A GPU version staged outside the repository: its config, files and served-artifact gate."""
+
+    config: ModelConfig
+    files: dict[str, Path | bytes]
+    accuracy: dict[str, Any] | None
+    extra: dict[str, Any]
+
+
+def _examples(source: Source) -> dict[str, Any]:
+    """The torch source's example inputs by name, with a batch of at least 2 (torch.export
+    specialises size-1 axes, which would fix the program's batch to 1)."""
+    assert source.torch is not None
+    out = {}
+    for name, tensor in zip(source.torch.input_names, source.torch.example_inputs, strict=True):
+        out[name] = tensor if tensor.shape[0] >= 2 else tensor.repeat(2, *([1] * (tensor.dim() - 1)))
+    return out
+
+
+def stage_gpu_version(
+    spec: BuildSpec,
+    source: Source,
+    name: str,
+    built: tuple[str, Path, dict[str, Any] | None],
+    plan: ExecutionPlan,
+    mbs: int,
+    workdir: Path,
+    sets: Datasets | None,
+) -> GpuVersion:
+    """Stage the GPU version of ``built`` (precision, ONNX artifact, its ONNX gate) under ``plan``."""
+    precision, artifact, onnx_gate = built
+    delay = spec.batching.max_queue_delay_us
+    if plan.engine == "onnxruntime":
+        # The same graph the ONNX gate passed (on ONNX Runtime's CPU provider): its result stands.
+        config, files = onnx_gpu_version(artifact, name, plan, max_batch_size=mbs, max_queue_delay_us=delay)
+        return GpuVersion(config, files, onnx_gate, {"runner": "onnx_cuda_runner"})
+    assert source.torch is not None  # gpu_engines offers torch only for a torch source
+    program = workdir / f"{precision}-program" / PROGRAM_FILE
+    config, files = torch_version(
+        name,
+        source.torch.module,
+        _examples(source),
+        list(source.torch.output_names),
+        plan,
+        program,
+        max_batch_size=mbs,
+        max_queue_delay_us=delay,
+    )
+    extra: dict[str, Any] = {"runner": "torch_runner"}
+    if precision == "fp32":
+        return GpuVersion(config, files, None, extra)  # the FP32 module is the reference itself
+    if sets is None or not sets.evaluation:
+        raise SpecError(f"the {precision} program of `{name}` needs held-out data for its accuracy gate")
+    gate = gate_program(spec, source, name, precision, program, sets, mbs)
+    if onnx_gate is not None:
+        extra["onnx_accuracy"] = onnx_gate
+    return GpuVersion(config, files, gate, extra)
+
+
+def _program_outputs(program: Path, feeds: list[list[Any]], mbs: int, index: int) -> tuple[NDArray[Any], str]:
+    """The program's output ``index`` on ``feeds`` (positional numpy inputs), on the first CUDA device
+    when this process has one, else on the CPU; (outputs, device)."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    exported = torch.export.load(str(program))
+    if device != "cpu":
+        from torch.export.passes import move_to_device_pass  # noqa: PLC0415 (torch is heavy and optional)
+
+        exported = move_to_device_pass(exported, device)
+    placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
+    dtypes = [
+        getattr(placeholders[n].meta.get("val"), "dtype", None) for n in exported.graph_signature.user_inputs
+    ]
+    module = exported.module()
+    chunks = []
+    with torch.inference_mode():
+        for feed in feeds:
+            rows = len(feed[0])
+            for start in range(0, rows, max(mbs, 1)):
+                args = []
+                for value, dtype in zip(feed, dtypes, strict=True):
+                    tensor = torch.from_numpy(np.ascontiguousarray(value[start : start + mbs])).to(device)
+                    args.append(tensor.to(dtype) if dtype is not None else tensor)
+                out = module(*args)
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                chunks.append(outs[index].float().cpu().numpy())
+    return np.concatenate(chunks), device
+
+
+def gate_program(
+    spec: BuildSpec, source: Source, name: str, precision: str, program: Path, sets: Datasets, mbs: int
+) -> dict[str, Any]:
+    """The served program against the FP32 ONNX reference on the held-out set; AccuracyError below
+    the spec's thresholds (raised before anything is written)."""
+    import onnxruntime  # noqa: PLC0415 (heavy; only a build that gates a program asks)
+
+    assert source.torch is not None
+    outputs = list(source.torch.output_names)
+    gated = spec.accuracy.output or outputs[0]
+    if gated not in outputs:
+        raise SpecError(f"accuracy `output` {gated!r} is not an output of the model; got {outputs}")
+    session = onnxruntime.InferenceSession(str(source.onnx), providers=["CPUExecutionProvider"])
+    names = list(source.torch.input_names)
+    reference = np.concatenate(
+        [np.asarray(session.run([gated], {n: feed[n] for n in names})[0]) for feed in sets.evaluation]
+    )
+    candidate, device = _program_outputs(
+        program, [[feed[n] for n in names] for feed in sets.evaluation], mbs, outputs.index(gated)
+    )
+    marks = getattr(spec.accuracy, precision)
+    return accuracy.gate(
+        name,
+        precision,
+        candidate,
+        reference,
+        accuracy.Thresholds(spec.accuracy.metric, marks.mean, marks.min),
+        output=gated,
+        labels=sets.labels,
+        runtime=f"torch.export-{device.split(':')[0]}",
+    )

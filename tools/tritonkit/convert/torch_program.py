@@ -1,0 +1,295 @@
+"""Versions that the embedded server runs on the GPU: a ``torch.export`` program (``model.pt2``)
+served by ``serve/runners/torch_runner.py``, or an ONNX graph served by
+``serve/runners/onnx_cuda_runner.py`` (ONNX Runtime's CUDA provider with I/O binding).
+
+Owns exporting a torch module to a program at the plan's precision (an FP16 program is exported
+from a half module, so the runner never casts weights and the graph's own constants agree), the
+python-backend config for either runner (dynamic batching, ``KIND_GPU`` groups, runner parameters)
+and writing the version with its plan in build.json. Export runs on the CPU; the runner moves the
+program to the GPU it is placed on.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypedDict, Unpack
+
+from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
+from tritonkit.config.dtypes import lookup_dtype
+from tritonkit.convert.gpu_serving import ExecutionPlan
+from tritonkit.errors import BuildError
+from tritonkit.repository.onnx_io import read_io
+from tritonkit.repository.store import Manifest, ModelRepository, validate_model_name
+from tritonkit.serve.runners import runner_path
+
+__all__ = [
+    "ONNX_CUDA_RUNNER",
+    "PROGRAM_FILE",
+    "TORCH_RUNNER",
+    "export_program",
+    "gpu_config",
+    "onnx_gpu_version",
+    "torch_version",
+    "write_onnx_gpu_version",
+    "write_torch_version",
+]
+
+PROGRAM_FILE = "model.pt2"
+TORCH_RUNNER = "torch_runner"
+ONNX_CUDA_RUNNER = "onnx_cuda_runner"
+_TRITON_DTYPES = {
+    "torch.float32": "FP32",
+    "torch.float16": "FP32",  # FP16 programs answer in FP32: the runner casts inside the graph
+    "torch.bfloat16": "FP32",
+    "torch.float64": "FP64",
+    "torch.int64": "INT64",
+    "torch.int32": "INT32",
+    "torch.int8": "INT8",
+    "torch.uint8": "UINT8",
+    "torch.bool": "BOOL",
+}
+
+
+def _triton_dtype(dtype: object) -> str:
+    return lookup_dtype(
+        _TRITON_DTYPES, str(dtype), BuildError, f"tensor dtype {dtype} has no Triton type here"
+    )
+
+
+def export_program(
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    precision: str = "fp32",
+    max_batch_size: int = 64,
+) -> list[tuple[str, str, list[int]]]:
+    """Export ``module`` (called with ``example_inputs`` as positional arguments, batch axis first) to a
+    program at ``precision`` whose batch axis is dynamic up to ``max_batch_size``; return the outputs
+    as (triton dtype, name placeholder, non-batch dims) read from running it once.
+
+    The examples' batch should be >= 2 (torch.export specialises size-1 axes).
+    """
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    if precision not in ("fp32", "fp16"):
+        raise BuildError(f"program precision must be fp32 or fp16; got {precision!r}")
+    module = module.eval()
+    inputs = dict(example_inputs)
+    if precision == "fp16":
+        # A copy: the caller's module stays FP32 (it may be exported again or be the reference).
+        module = copy.deepcopy(module).half()
+        inputs = {k: v.half() if v.is_floating_point() else v for k, v in inputs.items()}
+    batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
+    # Positional, in the order given: the runner feeds the config's inputs in that order.
+    args = tuple(inputs.values())
+    dynamic = tuple({0: batch} for _ in args)
+    try:
+        program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
+    except Exception as exc:  # torch's own errors are long; the first line names the cause
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BuildError(f"torch.export failed: {first}") from None
+    with torch.inference_mode():
+        out = program.module()(*args)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(target))
+    return [(_triton_dtype(o.dtype), f"OUTPUT_{i}", list(o.shape[1:])) for i, o in enumerate(outs)]
+
+
+class VersionOptions(TypedDict, total=False):
+    """Keyword options shared by the version writers: the batcher's queue delay (default 500 us),
+    whether to batch dynamically (default yes), the version number (default: the next one) and
+    whether to replace an existing version (default no)."""
+
+    max_queue_delay_us: int
+    dynamic_batching: bool
+    version: int | None
+    force: bool
+
+
+def gpu_config(
+    name: str,
+    inputs: Sequence[TensorConfig],
+    outputs: Sequence[TensorConfig],
+    plan: ExecutionPlan,
+    *,
+    runner: str,
+    max_batch_size: int,
+    max_queue_delay_us: int = 500,
+    dynamic_batching: bool = True,
+    extra_parameters: Mapping[str, str] | None = None,
+) -> ModelConfig:
+    """The python-backend config for ``runner`` under ``plan`` (dims without the batch axis)."""
+    params = {"runner": runner, **plan.runner_parameters(), **dict(extra_parameters or {})}
+    batching = dynamic_batching and max_batch_size > 0
+    return ModelConfig(
+        name=name,
+        backend="python",
+        max_batch_size=max_batch_size,
+        inputs=list(inputs),
+        outputs=list(outputs),
+        # Preferred sizes are the runner's buckets: batches formed at a bucket waste no padded rows
+        # (a batch of 162 would run as 256).
+        dynamic_batching=DynamicBatching(
+            max_queue_delay_microseconds=max_queue_delay_us,
+            preferred_batch_size=[b for b in plan.batch_buckets if 1 < b <= max_batch_size],
+        )
+        if batching
+        else None,
+        instance_groups=list(plan.instance_groups),
+        parameters=params,
+    )
+
+
+def torch_version(
+    name: str,
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    output_names: Sequence[str],
+    plan: ExecutionPlan,
+    program: Path,
+    *,
+    max_batch_size: int,
+    max_queue_delay_us: int = 500,
+    dynamic_batching: bool = True,
+) -> tuple[ModelConfig, dict[str, Path | bytes]]:
+    """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
+    files of a torch-runner version serving it, for the caller to write."""
+    validate_model_name(name)
+    if plan.engine != "torch":
+        raise BuildError(f"a torch-runner version needs a plan with engine torch; got {plan.engine}")
+    inputs = [
+        TensorConfig(n, _triton_dtype(t.dtype), [int(d) for d in t.shape[1:]])
+        for n, t in example_inputs.items()
+    ]
+    outs = export_program(
+        module, example_inputs, program, precision=plan.precision, max_batch_size=max_batch_size
+    )
+    if len(outs) != len(output_names):
+        raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
+    outputs = [TensorConfig(n, dt, dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)]
+    config = gpu_config(
+        name,
+        inputs,
+        outputs,
+        plan,
+        runner=TORCH_RUNNER,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+        dynamic_batching=dynamic_batching,
+        extra_parameters={"program_file": PROGRAM_FILE},
+    )
+    return config, {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
+
+
+def onnx_gpu_version(
+    onnx_path: str | os.PathLike[str],
+    name: str,
+    plan: ExecutionPlan,
+    *,
+    max_batch_size: int,
+    max_queue_delay_us: int = 500,
+    dynamic_batching: bool = True,
+) -> tuple[ModelConfig, dict[str, Path | bytes]]:
+    """The config and files of a version serving an ONNX graph (batch axis dynamic) with the ONNX
+    Runtime CUDA runner, for the caller to write."""
+    validate_model_name(name)
+    if plan.engine != "onnxruntime":
+        raise BuildError(
+            f"an ONNX CUDA-runner version needs a plan with engine onnxruntime; got {plan.engine}"
+        )
+    source = Path(onnx_path)
+    graph = read_io(source)
+    if max_batch_size > 0 and not graph.batch_dynamic:
+        raise BuildError(f"`{source.name}` has a fixed batch axis; expected a dynamic first axis to batch")
+    config = gpu_config(
+        name,
+        [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.inputs],
+        [TensorConfig(t.name, t.datatype, list(t.shape[1:])) for t in graph.outputs],
+        plan,
+        runner=ONNX_CUDA_RUNNER,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+        dynamic_batching=dynamic_batching,
+        extra_parameters={"onnx_file": "model.onnx"},
+    )
+    return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+
+
+def write_torch_version(
+    repo: ModelRepository | str | os.PathLike[str],
+    name: str,
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    output_names: Sequence[str],
+    plan: ExecutionPlan,
+    *,
+    max_batch_size: int,
+    manifest_extra: Mapping[str, Any] | None = None,
+    **options: Unpack[VersionOptions],
+) -> Path:
+    """Export ``module`` and write ``<repo>/<name>/<version>/`` (model.pt2, model.py, build.json)."""
+    with tempfile.TemporaryDirectory(prefix="tritonkit-export-") as tmp:
+        program = Path(tmp) / PROGRAM_FILE
+        config, files = torch_version(
+            name,
+            module,
+            example_inputs,
+            output_names,
+            plan,
+            program,
+            max_batch_size=max_batch_size,
+            max_queue_delay_us=options.get("max_queue_delay_us", 500),
+            dynamic_batching=options.get("dynamic_batching", True),
+        )
+        return _write(repo, name, config, files, program, plan, manifest_extra, options)
+
+
+def write_onnx_gpu_version(
+    onnx_path: str | os.PathLike[str],
+    repo: ModelRepository | str | os.PathLike[str],
+    name: str,
+    plan: ExecutionPlan,
+    *,
+    max_batch_size: int,
+    **options: Unpack[VersionOptions],
+) -> Path:
+    """Write a version serving an ONNX graph (batch axis dynamic) with the ONNX Runtime CUDA runner."""
+    config, files = onnx_gpu_version(
+        onnx_path,
+        name,
+        plan,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=options.get("max_queue_delay_us", 500),
+        dynamic_batching=options.get("dynamic_batching", True),
+    )
+    return _write(repo, name, config, files, Path(onnx_path), plan, None, options)
+
+
+def _write(
+    repo: ModelRepository | str | os.PathLike[str],
+    name: str,
+    config: ModelConfig,
+    files: dict[str, Path | bytes],
+    source: Path,
+    plan: ExecutionPlan,
+    manifest_extra: Mapping[str, Any] | None,
+    options: VersionOptions,
+) -> Path:
+    """Write the version with build.json recording the plan (``source`` is hashed into it)."""
+    repository = repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
+    extra = {
+        "builder": "tritonkit.convert.torch_program",
+        **plan.manifest_extra(),
+        **dict(manifest_extra or {}),
+    }
+    manifest = Manifest.create(source, precision=plan.precision, target="python-gpu", extra=extra)
+    return repository.write_version(
+        name, config, files, manifest, version=options.get("version"), force=options.get("force", False)
+    )
