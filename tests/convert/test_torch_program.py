@@ -45,8 +45,10 @@ def test_buckets_pad_up_and_chunk_over_the_largest() -> None:
     assert runner.plan_chunks(1, buckets) == [(1, 1)]
     assert runner.plan_chunks(100, buckets) == [(48, 48), (48, 48), (4, 4)]
     assert runner.parse_buckets("16, 4,64", 64) == [4, 16, 64]
-    with pytest.raises(ValueError, match="batch bucket 128 exceeds max_batch_size 64"):
-        runner.parse_buckets("128", 64)
+    # A max batch below the buckets (lowered by hand or by tune) clamps them instead of refusing to load.
+    assert runner.parse_buckets("1,8,64,128", 32) == [1, 8, 32]
+    assert runner.parse_buckets("128", 64) == [64]
+    assert runner.padded_rows(5, buckets) == 3 and runner.padded_rows(32, buckets) == 0
     with pytest.raises(ValueError, match="comma-separated integers; got 'a,b'"):
         runner.parse_buckets("a,b", 64)
 

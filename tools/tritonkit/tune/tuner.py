@@ -32,7 +32,7 @@ from tritonkit.tune.generator import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Final, Outcome, brute, finals, quick, snap
-from tritonkit.tune.space import apply_point, axes_for, base_point, describe
+from tritonkit.tune.space import apply_point, axes_for, base_point, buckets_of, describe, padded_share
 
 __all__ = ["TuneOptions", "TuneResult", "load_finals", "load_trials", "tune"]
 
@@ -185,7 +185,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             f"--resume: {log} was written for another tune ({header.get('model')}, "
             f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
         )
-    with _server(options) as (url, http_url, headers, server):
+    with _server(options) as (url, http_url, headers, server), contextlib.ExitStack() as stack:
         api = RepositoryApi(http_url, headers)
         try:
             if server is not None:
@@ -219,6 +219,8 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 url, options.model, options.protocol, headers=headers,
                 shared_memory=options.shared_memory, batch_size=options.batch_size,
             )  # fmt: skip
+            # One generator for every trial: its worker processes start once, not once per config.
+            measurer = stack.enter_context(Measurer(target, options.measure))
 
             def evaluate(point: dict[str, Any]) -> Outcome:
                 key = describe(point)
@@ -227,7 +229,9 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 else:
                     if interrupt_after is not None and counter["new"] >= interrupt_after:
                         raise KeyboardInterrupt
-                    t = _trial(options, api, target, base, point, key, url, headers, _start(options, trials))
+                    t = _trial(
+                        options, api, measurer, base, point, key, url, headers, _start(options, trials)
+                    )
                     counter["new"] += 1
                     counter["levels"] += len(t["levels"])
                     _append(log, t)
@@ -246,7 +250,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                     if interrupt_after is not None and counter["new"] >= interrupt_after:
                         raise KeyboardInterrupt
                     c = int(cached[key]["concurrency"])
-                    f = _trial(options, api, target, base, point, key, url, headers, c, final=(round_, c))
+                    f = _trial(options, api, measurer, base, point, key, url, headers, c, final=(round_, c))
                     counter["new"] += 1
                     counter["levels"] += len(f["levels"])
                     _append(log, f)
@@ -298,7 +302,7 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
 def _trial(
     options: TuneOptions,
     api: RepositoryApi,
-    target: Target,
+    measurer: Measurer,
     base: ModelConfig,
     point: dict[str, Any],
     key: str,
@@ -310,7 +314,9 @@ def _trial(
     """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
     ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
     highest level below it that fits (halved, then bisected once), stability not required (the rounds
-    are the averaging)."""
+    are the averaging). The row says where the trial's seconds went: ``load_s`` (the config put into
+    service and ready) and ``measure_s`` (the load levels), and, for a bucketed GPU runner, the share of
+    padded rows at each level and at the best (``padded_share``)."""
     cfg = apply_point(base, point)
     row: dict[str, Any] = {
         "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
@@ -322,22 +328,27 @@ def _trial(
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
+    loaded = started
     try:
         api.load(options.model, cfg)
         wait_ready(url, options.protocol, options.model, headers)
-        with Measurer(target, options.measure) as measurer:
-            best, levels = find_max(
-                measurer.measure,
-                options.latency_budget_ms,
-                start=start,
-                limit=limit,
-                refine=refine,
-                require_stable=require_stable,
-            )
+        loaded = time.monotonic()
+        best, levels = find_max(
+            measurer.measure,
+            options.latency_budget_ms,
+            start=start,
+            limit=limit,
+            refine=refine,
+            require_stable=require_stable,
+        )
     except TritonKitError as exc:
         row["error"] = " ".join(str(exc).split())
-    row["levels"] = [r.summary() for r in levels]
-    row["best"] = best.summary() if best is not None else None
+    buckets = buckets_of(cfg)
+    row["levels"] = [_padding(r.summary(), buckets) for r in levels]
+    row["best"] = _padding(best.summary(), buckets) if best is not None else None
+    row["padded_share"] = row["best"].get("padded_share") if row["best"] else None
+    row["load_s"] = round((loaded if loaded > started else time.monotonic()) - started, 2)
+    row["measure_s"] = round(time.monotonic() - loaded, 2) if loaded > started else 0.0
     row["concurrency"] = int(best.level.value) if best is not None else None
     row["throughput"] = best.throughput if best is not None else 0.0
     row["p50_ms"] = best.p50_ms if best is not None else None
@@ -346,6 +357,12 @@ def _trial(
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
+
+
+def _padding(summary: dict[str, Any], buckets: Sequence[int]) -> dict[str, Any]:
+    """A level's summary with the share of padded rows the runner computed (bucketed runners only)."""
+    share = padded_share(summary.get("batches") or {}, buckets)
+    return {**summary, "padded_share": round(share, 4)} if share is not None else summary
 
 
 def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, Any]:
@@ -385,6 +402,8 @@ def _line(t: dict[str, Any], n: int) -> str:
     return (
         f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
         + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
+        + (f", padded {t['padded_share']:.1%}" if t.get("padded_share") is not None else "")
+        + (f" ({t['load_s']:.1f} s loading, {t['measure_s']:.1f} s measuring)" if "load_s" in t else "")
         + (f" [{t['error']}]" if t.get("error") else "")
     )
 
