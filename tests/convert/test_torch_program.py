@@ -91,7 +91,7 @@ def test_serving_spec_parses_and_refuses_in_one_line() -> None:
 def test_plan_defaults_to_the_gpu_when_one_is_visible() -> None:
     plan = plan_execution(ServingSpec(), max_batch_size=64, gpus=[0, 1], profile=PROFILES["H100"])
     assert (plan.device, plan.engine, plan.precision) == ("gpu", "torch", "fp16")
-    assert plan.batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert plan.batch_buckets == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)  # the fine ladder
     assert plan.instance_groups == (InstanceGroup(kind="KIND_GPU", count=2, gpus=[0, 1]),)
     assert plan.runner_parameters()["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
     placed = plan_execution(
@@ -166,7 +166,7 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
     version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
-    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.pt2", "model.py"]
+    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
     execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
     assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")
 

@@ -21,7 +21,6 @@ from types import ModuleType
 from typing import Any
 
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
-from tritonkit.convert.flagship.resnet import OUTPUT as LOGITS
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
@@ -46,45 +45,13 @@ class Part:
     batches: tuple[int, ...]  # in-process batch sizes measured (the peak is the best of them)
     levels: tuple[int, ...]  # requests of one row in flight, served
     budget_ms: float  # tune's p99 budget
+    #: the FP32 module (built on call) and its inputs: (batch, seed, held out) -> {input name: tensor}
+    factory: Callable[[], Any] = lambda: None
+    inputs: Callable[[int, int, bool], dict[str, Any]] = lambda batch, seed, held_out: {}
 
     @property
     def model(self) -> str:
         return f"{self.name}_fp16"
-
-
-PARTS: dict[str, Part] = {
-    "bert": Part(
-        "bert",
-        "BERT-base encoder (12 layers, hidden 768, 12 heads, intermediate 3072, seeded weights), sequence "
-        "128, inputs INT64 `input_ids`/`attention_mask`, output FP32 `CLS` [768] (the first token's row "
-        "of the last layer)",
-        BERT,
-        128,
-        (1, 2, 4, 8, 16, 32, 64, 96, 128),
-        (1, 8, 32, 64, 128, 256),
-        20.0,
-    ),
-    "minilm": Part(
-        "minilm",
-        "MiniLM architecture (BERT, 6 layers, hidden 384, 12 heads, seeded weights, mean pooling), sequence "
-        "128, inputs INT64 `input_ids`/`attention_mask`, output FP32 `EMBEDDING` [384]",
-        TEXT,
-        256,
-        (1, 2, 4, 8, 16, 32, 64, 128, 256),
-        (1, 8, 32, 128, 256, 512),
-        20.0,
-    ),
-    "resnet": Part(
-        "resnet",
-        "ResNet-50 (`tritonkit.convert.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
-        "(602 KB a row; the FP16 program casts on the GPU inside its graph), output FP32 `logits` [1000]",
-        IMAGE,
-        64,
-        (1, 2, 4, 8, 16, 32, 64),
-        (1, 8, 32, 64, 128),
-        30.0,
-    ),
-}
 
 
 def runner(name: str) -> ModuleType:
@@ -160,21 +127,55 @@ def image_examples(batch: int, seed: int = 1, size: int = IMAGE_SIZE) -> dict[st
     return {IMAGE_INPUT: torch.randn(batch, 3, size, size, generator=g)}
 
 
-def examples(part: str, batch: int, seed: int = 1, held_out: bool = False, size: int = IMAGE_SIZE) -> dict[str, Any]:
+PARTS: dict[str, Part] = {
+    "bert": Part(
+        "bert",
+        "BERT-base encoder (12 layers, hidden 768, 12 heads, intermediate 3072, seeded weights), sequence "
+        "128, inputs INT64 `input_ids`/`attention_mask`, output FP32 `CLS` [768] (the first token's row "
+        "of the last layer)",
+        BERT,
+        128,
+        (1, 2, 4, 8, 16, 32, 64, 96, 128),
+        (1, 8, 32, 64, 128, 256),
+        20.0,
+        bert_base,
+        text_examples,
+    ),
+    "minilm": Part(
+        "minilm",
+        "MiniLM architecture (BERT, 6 layers, hidden 384, 12 heads, seeded weights, mean pooling), sequence "
+        "128, inputs INT64 `input_ids`/`attention_mask`, output FP32 `EMBEDDING` [384]",
+        TEXT,
+        256,
+        (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        (1, 8, 32, 128, 256, 512),
+        20.0,
+        minilm,
+        text_examples,
+    ),
+    "resnet": Part(
+        "resnet",
+        "ResNet-50 (`tritonkit.convert.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
+        "(602 KB a row; the FP16 program casts on the GPU inside its graph), output FP32 `logits` [1000]",
+        IMAGE,
+        64,
+        (1, 2, 4, 8, 16, 32, 64),
+        (1, 8, 32, 64, 128),
+        30.0,
+        build_resnet50,
+        lambda batch, seed, held_out: image_examples(batch, seed),
+    ),
+}
+
+
+def examples(part: str, batch: int, seed: int = 1, held_out: bool = False) -> dict[str, Any]:
     """The part's inputs; ``held_out``: the accuracy set (another seed, ragged text)."""
-    if part == "resnet":
-        return image_examples(batch, seed, size)
-    return text_examples(batch, seed, ragged=held_out)
+    return PARTS[part].inputs(batch, seed, held_out)
 
 
 def reference(part: str) -> Any:
     """The part's FP32 module (the accuracy reference, and what is exported)."""
-    factories: dict[str, Callable[[], Any]] = {"bert": bert_base, "minilm": minilm, "resnet": build_resnet50}
-    return factories[part]()
-
-
-def output_name(part: str) -> str:
-    return {"bert": BERT.output, "minilm": TEXT.output, "resnet": LOGITS}[part]
+    return PARTS[part].factory()
 
 
 def build_part(
@@ -183,20 +184,21 @@ def build_part(
     log: Callable[[str], None],
     *,
     gpus: list[int] | None = None,
-    image_size: int = IMAGE_SIZE,
     parameters: dict[str, str] | None = None,
 ) -> Path:
     """Write the part's FP16 version under ``root`` as a build would; return its version folder.
-    ``gpus`` (None: ask nvidia-smi) and ``image_size`` let a CPU-only test build it small;
-    ``parameters`` are added to the config's (the runner's diagnostics)."""
+    ``gpus`` (None: ask nvidia-smi) lets a CPU-only test build it; ``parameters`` are added to the
+    config's (the runner's diagnostics)."""
     spec = PARTS[part]
-    plan = plan_execution(ServingSpec(engine="torch", precision="fp16"), max_batch_size=spec.max_batch, gpus=gpus)
+    plan = plan_execution(
+        ServingSpec(engine="torch", precision="fp16"), max_batch_size=spec.max_batch, gpus=gpus
+    )
     version = write_torch_version(
         root,
         spec.model,
         reference(part),
-        examples(part, 2, size=image_size),  # batch 2: torch.export specialises size-1 axes
-        [output_name(part)],
+        examples(part, 2),  # batch 2: torch.export specialises size-1 axes
+        [spec.payload.output],
         plan,
         max_batch_size=spec.max_batch,
         max_queue_delay_us=DELAY_US,
@@ -208,5 +210,7 @@ def build_part(
         config = load(path)
         config.parameters.update(parameters)
         save(config, path)
-    log(f"built {spec.model}: {plan.instance_groups[0].count} instance(s) per GPU, buckets {list(plan.batch_buckets)}")
+    log(
+        f"built {spec.model}: {plan.instance_groups[0].count} instance(s) per GPU, buckets {list(plan.batch_buckets)}"
+    )
     return version

@@ -119,8 +119,8 @@ def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> N
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = program.module()
-    graph = copy.deepcopy(module.graph)
-    graph._codegen = torch.fx.graph.CodeGen()  # flat positional in, a tuple out: what the runner calls
+    graph = torch.fx.Graph()  # default codegen: flat positional in, a tuple out, what the runner calls
+    graph.output(graph.graph_copy(module.graph, {}))
     for node in list(graph.nodes):
         if node.op == "call_module" and not node.users:  # the input-shape guard of the unlifted module
             graph.erase_node(node)

@@ -173,7 +173,7 @@ class GraphEngine:
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):  # warm-up on a side stream, as CUDA graph capture requires
+            for _ in range(1):  # warm-up on a side stream (lazy inits), as CUDA graph capture requires
                 self._forward(static_in)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
