@@ -22,6 +22,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,11 @@ def _machine() -> dict[str, Any]:
             "torch": torch.__version__}  # fmt: skip
 
 
-def measure_part(name: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Build, check, time in-process, serve, and (when asked) tune one part."""
+def measure_part(
+    name: str, work: Path, args: argparse.Namespace, save: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Build, check, time in-process, serve, and (when asked) tune one part; ``save`` gets the part's
+    figures after every step (a run cut off mid-part keeps what it measured)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     spec, repo = PARTS[name], work / f"repo-{name}"
@@ -141,7 +145,9 @@ def measure_part(name: str, work: Path, args: argparse.Namespace) -> dict[str, A
     part["in_process"] = in_process(repo, name)
     log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
     torch.cuda.empty_cache()
+    save(part)
     part["served"] = sweep(repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}.log")
+    save(part)
     if args.malloc_ab:
         os.environ[MALLOC_TUNING_ENV] = "0"
         try:
@@ -152,6 +158,7 @@ def measure_part(name: str, work: Path, args: argparse.Namespace) -> dict[str, A
     if name in args.tune:
         settings = gpu_tune.TuneSettings(window_s=args.tune_window_s, workers=args.tune_workers)
         part["tune"] = gpu_tune.run(repo, name, work, settings, log)
+        save(part)
         tuned = load(repo / spec.model / "config.pbtxt")
         part["tuned_config"] = {
             "instances": tuned.instance_groups[0].count, "max_batch": tuned.max_batch_size, "buckets": buckets_of(tuned),
@@ -186,8 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     for name in args.only:
+
+        def save(part: dict[str, Any], name: str = name) -> None:
+            data["parts"][name] = part
+            _write(data, args.out, args.raw)
+
         try:
-            data["parts"][name] = measure_part(name, work, args)
+            data["parts"][name] = measure_part(name, work, args, save)
         except Exception as exc:  # the other parts still run; the page says why this one is empty
             message = " ".join(str(exc).split())[:300] or type(exc).__name__
             log(f"{name} failed: {type(exc).__name__}: {message}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,8 @@ class TuneSettings:
     max_concurrency: int = 512
     finalists: int = 2
     final_rounds: int = 2
+    #: the tune command is stopped after this many seconds (its finished trials stay in trials.jsonl)
+    timeout_s: float = 320.0
     #: more tune flags (tests narrow the grid with them; the benchmark passes none)
     extra: tuple[str, ...] = ()
 
@@ -61,14 +64,25 @@ def parse_grid(text: str, what: str, allow_off: bool = False) -> tuple[Any, ...]
     return tuple(values)
 
 
-def _command(args: list[str], log: Callable[[str], None], out: Path) -> tuple[int, float]:
-    """Run ``python -m tritonkit ARGS`` with its output in ``out``; (exit code, seconds)."""
+def _command(args: list[str], log: Callable[[str], None], out: Path, timeout: float) -> tuple[int, float]:
+    """Run ``python -m tritonkit ARGS`` with its output in ``out``; (exit code, seconds). Stopped
+    (SIGINT, as a user would, then killed) after ``timeout`` seconds: exit code -2."""
     line = [sys.executable, "-m", "tritonkit", *args]
     log("$ " + " ".join(line[1:]))
     started = time.monotonic()
     with out.open("w", encoding="utf-8") as handle:
-        done = subprocess.run(line, stdout=handle, stderr=subprocess.STDOUT, check=False)
-    return done.returncode, time.monotonic() - started
+        child = subprocess.Popen(line, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            code = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            code = -2
+    return code, time.monotonic() - started
 
 
 def _trials(report: Path) -> list[dict[str, Any]]:
@@ -93,11 +107,15 @@ def run(
         *settings.flags(), *settings.extra,
     ]  # fmt: skip
     figures: dict[str, Any] = {"command": "tritonkit " + " ".join(tune_args), "budget_ms": spec.budget_ms}
-    rc, seconds = _command(tune_args, log, work / f"tune-{part}.log")
+    rc, seconds = _command(tune_args, log, work / f"tune-{part}.log", settings.timeout_s)
     figures.update(rc=rc, seconds=round(seconds, 1), log_tail=_tail(work / f"tune-{part}.log"))
     summary_path = report / "tune.json"
     if not summary_path.exists():
-        return {**figures, "error": f"tune wrote no tune.json (exit {rc})"}
+        rows = _trials(report)
+        return {**figures, "error": f"tune wrote no tune.json (exit {rc}) after {len(rows)} config loads",
+                "trials": [_trial(t) for t in rows if t.get("kind") == "trial"], "runs": len(rows),
+                "load_s": round(sum(r.get("load_s", 0.0) for r in rows), 1),
+                "measure_s": round(sum(r.get("measure_s", 0.0) for r in rows), 1)}  # fmt: skip
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     rows = _trials(report)
     figures.update(
@@ -141,7 +159,7 @@ def _profile(
         "profile", "--model", spec.model, "--repo", str(repo), "--concurrency", str(winner["concurrency"]),
         "--json", str(out), *settings.flags(), "--max-windows", "8",
     ]  # fmt: skip
-    rc, seconds = _command(args, log, work / f"profile-{part}.log")
+    rc, seconds = _command(args, log, work / f"profile-{part}.log", 120.0)
     result: dict[str, Any] = {
         "command": "tritonkit " + " ".join(args),
         "rc": rc,

@@ -269,10 +269,15 @@ def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
     if os.path.isfile(fast):
         saved = torch.load(fast, map_location="cpu", weights_only=False)  # the version's own artifact
         module = saved["module"]
-        if device != "cpu":  # devices written into the graph (torch.arange(device=...), metadata checks)
+        if device != "cpu":  # devices written into the graph (torch.arange(device=...), .to(device), checks)
+
+            def moved(value: Any) -> Any:
+                if isinstance(value, (list, tuple)):
+                    return type(value)(moved(v) for v in value)
+                return torch.device(device) if getattr(value, "type", None) == "cpu" else value
+
             for node in module.graph.nodes:
-                if getattr(node.kwargs.get("device"), "type", None) == "cpu":
-                    node.kwargs = {**node.kwargs, "device": torch.device(device)}
+                node.args, node.kwargs = moved(node.args), {k: moved(v) for k, v in node.kwargs.items()}
             module.recompile()
         return module.to(device), [getattr(torch, name) for name in saved["input_dtypes"]]
     program = torch.export.load(path)
