@@ -131,6 +131,7 @@ def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str)
     assert written.parameters["batch_buckets"].split(",")[-1] == str(mbs)  # buckets follow the winner
     profile = figures["profile"]
     assert profile["rc"] == 0 and profile["throughput"] > 0 and profile["ratio"] is not None
+    assert profile["padded_share"] is not None  # profile reports padding for a bucketed runner
 
 
 def test_arguments() -> None:

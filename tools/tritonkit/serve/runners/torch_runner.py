@@ -21,13 +21,10 @@ for ``tritonkit check`` and not needed here):
   ``batch_buckets``  comma-separated batch sizes to pad to (default: powers of two up to
                      ``max_batch_size``); sizes above ``max_batch_size`` are dropped and
                      ``max_batch_size`` is the last bucket; batches over it run in chunks of it
-  ``cuda_graphs``    ``true`` (default on CUDA) or ``false``
-  ``capture_at_load`` ``true`` (default): capture every bucket at load time when the config's
-                     dims are all fixed; other shapes are captured on first use
-  ``max_graphs``     most graphs kept (default 64); shapes beyond it run without a graph
+  ``cuda_graphs``    ``true`` (default on CUDA) or ``false``; ``max_graphs`` most kept (64)
+  ``capture_at_load`` ``true`` (default): capture every bucket at load when all dims are fixed
   ``host_threads``   torch's host threads (default 1 on the GPU)
-  ``tensor_exchange`` ``auto`` (NumPy views where the stub's NumPy is 1.x, else DLPack), ``numpy``
-                     or ``dlpack``
+  ``tensor_exchange`` ``auto`` (NumPy views where the stub's NumPy is 1.x, else DLPack), ``numpy``, ``dlpack``
   ``stats_interval_s`` log the host-time split of executes every so many seconds (default 0: off)
   ``profile_dir``    torch.profiler trace and table of executes ``profile_skip`` (100) to
                      ``profile_skip`` + ``profile_executes`` (200) written there (diagnosis)
@@ -330,17 +327,14 @@ class HostStats:
         }, sort_keys=True)  # fmt: skip
 
     def report(self, now: float) -> None:
-        if self.executes and pb_utils is not None and hasattr(pb_utils, "Logger"):
-            pb_utils.Logger.log_info(self.line(now))
+        if self.executes:
+            _log(self.line(now))
         self.reset(now)
 
 
 def _log(text: str) -> None:
-    logger = getattr(pb_utils, "Logger", None) if pb_utils is not None else None
-    if logger is not None:
-        logger.log_info(text)
-    else:  # pragma: no cover - outside the stub, or a stub without the logger
-        print(text, flush=True)
+    logger = getattr(pb_utils, "Logger", None)  # the stub's logger (absent outside the stub: print)
+    logger.log_info(text) if logger is not None else print(text, flush=True)
 
 
 class TritonPythonModel:
