@@ -204,7 +204,7 @@ def test_render_summary_parts_and_anchors() -> None:
     )
     assert row["c1"] == "1.05 vs 0.80 + 0.3" and row["c1_met"] == "yes" and row["beats"] == "1.54x"
     text = gpu_render.render(data)
-    assert "| bert | 15,400 (batch 128) | 13,500 (c128) | 0.88 (yes) |" in text
+    assert "| bert | 15,400 (batch 128) | 13,500 (tuned, c128, p99 18.0 ms) | 0.88 (yes) |" in text
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
     assert "90 s putting configs into service" in text and "(0.971)" in text
