@@ -338,6 +338,12 @@ class EmbeddedServer:
         regions = remove_stale_regions(state_dir())
         return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
 
+    def stubs(self) -> list[Stub]:
+        """The python-backend stubs the running server has now, one per model instance (none when stopped)."""
+        if self._process is None or self._process.poll() is not None:
+            return []
+        return stubs_of(self._process.pid, self._stub_path())
+
     def problems(self) -> list[str]:
         """What makes the running server unable to serve: an exit, or a model's dead python stub.
 
