@@ -109,7 +109,9 @@ def _config(trial: Mapping[str, Any], where: str) -> ModelConfig:
     try:
         return from_dict(dict(trial["config"]))
     except (KeyError, TypeError, ConfigError) as exc:
-        raise TritonKitError(f"{where}: the tuned config does not parse ({exc}); expected a tune.json trial") from None
+        raise TritonKitError(
+            f"{where}: the tuned config does not parse ({exc}); expected a tune.json trial"
+        ) from None
 
 
 def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned:
@@ -139,7 +141,11 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
                 best = (float(level["throughput"]), trial, level)
     if best is None:
         lowest = min(
-            (float(level.get("p99_ms") or 0) for t in data.get("trials") or [] for level in t.get("levels") or []),
+            (
+                float(level.get("p99_ms") or 0)
+                for t in data.get("trials") or []
+                for level in t.get("levels") or []
+            ),
             default=None,
         )
         seen = f"the lowest p99 measured is {lowest:.2f} ms" if lowest else "it measured no level"

@@ -145,7 +145,9 @@ class ServerSession:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._api is not None:
             self._api.close()
         if self.server is not None:
@@ -182,7 +184,11 @@ class ServerSession:
         return GroupLevel(share, results, seconds)
 
     def measure_group(
-        self, streams: Sequence[Stream], predicted: float, on_level: Callable[[GroupLevel], None] | None = None, **search: Any
+        self,
+        streams: Sequence[Stream],
+        predicted: float,
+        on_level: Callable[[GroupLevel], None] | None = None,
+        **search: Any,
     ) -> ShareResult:
         """Serve the streams' models together and find the group's share, starting from ``predicted``."""
         self.serve([s.model for s in streams])

@@ -50,12 +50,20 @@ def _smi(*query: str) -> list[list[str]] | None:
     if smi is None:
         return None
     try:
-        out = subprocess.run([smi, *query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(
+            [smi, *query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
         return None
-    return [[part.strip() for part in line.split(",")] for line in out.stdout.strip().splitlines() if line.strip()]
+    return [
+        [part.strip() for part in line.split(",")] for line in out.stdout.strip().splitlines() if line.strip()
+    ]
 
 
 def gpu_by_pid() -> dict[int, float] | None:
@@ -121,5 +129,11 @@ def measure_model(server: EmbeddedServer, model: str, gpu_before_mb: float | Non
         return Memory(len(stubs), rss, uss, sum(own) / len(stubs), "nvidia-smi per stub process")
     used = gpu_used_mb()
     if gpu_before_mb is not None and used is not None:
-        return Memory(len(stubs), rss, uss, max(0.0, used - gpu_before_mb) / len(stubs), "nvidia-smi, GPU memory growth while loaded")
+        return Memory(
+            len(stubs),
+            rss,
+            uss,
+            max(0.0, used - gpu_before_mb) / len(stubs),
+            "nvidia-smi, GPU memory growth while loaded",
+        )
     return Memory(len(stubs), rss, uss, 0.0, "nvidia-smi lists no GPU memory for its stubs")

@@ -141,7 +141,9 @@ def _snapshot(client: Client, models: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _collect(generators: Sequence[tuple[str, LoadGenerator]], rounds: int, timeout: float) -> list[list[RawWindow]]:
+def _collect(
+    generators: Sequence[tuple[str, LoadGenerator]], rounds: int, timeout: float
+) -> list[list[RawWindow]]:
     """``rounds`` windows of every generator (they run at once; each one's windows queue until read)."""
     windows: list[list[RawWindow]] = [[] for _ in generators]
     for _ in range(rounds):
@@ -154,7 +156,7 @@ def measure_streams(
     url: str,
     headers: Mapping[str, str],
     streams: Sequence[Stream],
-    settings: MeasureSettings = MeasureSettings(),  # noqa: B008 - frozen, never mutated
+    settings: MeasureSettings = MeasureSettings(),
 ) -> tuple[dict[str, ModelResult], float]:
     """Send every stream at once (open loop) and return each model's result and the seconds measured."""
     seconds = settings.seconds_for([s.rate for s in streams])
@@ -183,15 +185,17 @@ def measure_streams(
                 generator.__exit__()
     budgets = {s.model: s.budget_ms for s in streams}
     results: dict[str, ModelResult] = {}
-    for model in offered:
+    for model, rate in offered.items():
         mine = [w for (name, _), ws in zip(generators, raw, strict=True) if name == model for w in ws]
-        walls = [sum(w.wall_s for w in ws) for (name, _), ws in zip(generators, raw, strict=True) if name == model]
+        walls = [
+            sum(w.wall_s for w in ws) for (name, _), ws in zip(generators, raw, strict=True) if name == model
+        ]
         latencies = [lat for w in mine for lat in w.latencies_ns]
         sent = sum(w.sent for w in mine)
         dropped = sum(w.dropped for w in mine)
         late = sum(w.late for w in mine) + dropped
         results[model] = ModelResult(
-            model, offered[model], len(latencies) / max(max(walls, default=0.0), 1e-9),
+            model, rate, len(latencies) / max(max(walls, default=0.0), 1e-9),
             latency_percentiles(latencies), len(latencies), sum(w.failures for w in mine), sent,
             late / (sent + dropped) if sent + dropped else 0.0, budgets[model],
             server_split(before.get(model), after.get(model)), next((w.error for w in mine if w.error), ""),

@@ -29,8 +29,8 @@ __all__ = [
     "Demand",
     "Device",
     "Group",
-    "Packing",
     "PackResult",
+    "Packing",
     "Share",
     "cost_key",
     "pack",
@@ -164,7 +164,13 @@ class Device:
     colocate: bool
 
 
-def _group(t: Device, models: tuple[str, ...], shares: Callable[[str, tuple[str, ...]], Share | None], headroom: float, min_replicas: int) -> Group | None:
+def _group(
+    t: Device,
+    models: tuple[str, ...],
+    shares: Callable[[str, tuple[str, ...]], Share | None],
+    headroom: float,
+    min_replicas: int,
+) -> Group | None:
     if any(m not in t.demands for m in models):
         return None
     if len(models) > 1 and not t.colocate:
@@ -183,7 +189,9 @@ def _group(t: Device, models: tuple[str, ...], shares: Callable[[str, tuple[str,
     return Group(models, t.name, share.value, share.measured, replicas, memory, per_pod)
 
 
-def _packing(name: str, groups: Sequence[Group], prices: Mapping[str, float | None], total_rate: float) -> Packing:
+def _packing(
+    name: str, groups: Sequence[Group], prices: Mapping[str, float | None], total_rate: float
+) -> Packing:
     per_type: dict[str, int] = {}
     for g in groups:
         per_type[g.gpu_type] = per_type.get(g.gpu_type, 0) + g.replicas
@@ -234,12 +242,14 @@ def pack(
         unfit = [m for m, g in zip([m for m in models if m in t.demands], singles, strict=True) if g is None]
         if missing or unfit:
             excluded[t.name] = (
-                f"no capacity for {', '.join(missing)}" if missing else f"{', '.join(unfit)} does not fit its memory"
+                f"no capacity for {', '.join(missing)}"
+                if missing
+                else f"{', '.join(unfit)} does not fit its memory"
             )
             packed[t.name] = single[t.name] = None
             continue
         single[t.name] = _packing(f"{t.name}, one model per pod", [g for g in singles if g], prices, total)
-        packed[t.name] = _best(t.name, models, lambda g, t=t: [group(t, g)], prices, total, objective, max_group)  # type: ignore[misc]
+        packed[t.name] = _best(t.name, models, _on(group, t), prices, total, objective, max_group)
 
     def any_type(g: tuple[str, ...]) -> list[Group | None]:
         return [group(t, g) for t in kinds]
@@ -248,7 +258,15 @@ def pack(
     return PackResult(packed, single, cheapest, excluded)
 
 
-def _choose(options: Sequence[Group | None], prices: Mapping[str, float | None], objective: str) -> Group | None:
+def _on(
+    group: Callable[[Device, tuple[str, ...]], Group | None], device: Device
+) -> Callable[[tuple[str, ...]], list[Group | None]]:
+    return lambda g: [group(device, g)]
+
+
+def _choose(
+    options: Sequence[Group | None], prices: Mapping[str, float | None], objective: str
+) -> Group | None:
     found = [g for g in options if g is not None]
     if not found:
         return None
@@ -294,7 +312,7 @@ def _greedy(
     max_group: int,
 ) -> list[tuple[str, ...]]:
     """Above :data:`EXHAUSTIVE_UP_TO` models: merge the two groups whose merge saves most, while one does."""
-    partition = [(m,) for m in models]
+    partition: list[tuple[str, ...]] = [(m,) for m in models]
 
     def key_of(p: list[tuple[str, ...]]) -> tuple[float, float, int]:
         groups = [_choose(options(g), prices, objective) for g in p]
@@ -310,7 +328,9 @@ def _greedy(
             for j in range(i + 1, len(partition)):
                 if len(partition[i]) + len(partition[j]) > max_group:
                     continue
-                trial = [g for k, g in enumerate(partition) if k not in (i, j)] + [partition[i] + partition[j]]
+                trial = [g for k, g in enumerate(partition) if k not in (i, j)] + [
+                    partition[i] + partition[j]
+                ]
                 key = key_of(trial)
                 if key < current and (best is None or key < best[0]):
                     best = (key, trial)

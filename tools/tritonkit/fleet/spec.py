@@ -144,7 +144,9 @@ class _Problems:
         self.lines.append(f"{self.source}: {where}: {message}")
 
 
-def _number(p: _Problems, where: str, value: Any, *, low: float, strict: bool, high: float | None = None) -> float | None:
+def _number(
+    p: _Problems, where: str, value: Any, *, low: float, strict: bool, high: float | None = None
+) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         p.add(where, f"expected a number, got {value!r}")
         return None
@@ -208,7 +210,9 @@ def _gpus(p: _Problems, data: Any) -> list[GpuSpec]:
 def _config(p: _Problems, where: str, name: str, repo: Path) -> ModelConfig | None:
     folder = repo / name
     if not (folder / "config.pbtxt").is_file():
-        served = sorted(d.name for d in repo.iterdir() if (d / "config.pbtxt").is_file()) if repo.is_dir() else []
+        served = (
+            sorted(d.name for d in repo.iterdir() if (d / "config.pbtxt").is_file()) if repo.is_dir() else []
+        )
         what = f"expected one of: {', '.join(served)}" if served else "the repository has no models"
         if not repo.is_dir():
             what = "the repository folder does not exist"
@@ -235,7 +239,10 @@ def _batch_mix(p: _Problems, where: str, value: Any, cfg: ModelConfig | None) ->
     if cfg is not None:
         top = max(mix)
         if cfg.max_batch_size == 0 and top != 1:
-            p.add(where, f"batch {top}: model `{cfg.name}` does not batch (max_batch_size 0); expected batch 1 only")
+            p.add(
+                where,
+                f"batch {top}: model `{cfg.name}` does not batch (max_batch_size 0); expected batch 1 only",
+            )
         elif cfg.max_batch_size and top > cfg.max_batch_size:
             p.add(where, f"batch {top} exceeds `{cfg.name}`'s max_batch_size {cfg.max_batch_size}")
     return mix
@@ -251,7 +258,9 @@ def _per_type(p: _Problems, where: str, value: Any, types: list[str]) -> dict[st
     for key, item in value.items():
         name = canonical(str(key)) or str(key)
         if name not in types:
-            p.add(f"{where}.{key}", f"GPU type `{key}` is not in `gpus` (expected one of: {', '.join(types)})")
+            p.add(
+                f"{where}.{key}", f"GPU type `{key}` is not in `gpus` (expected one of: {', '.join(types)})"
+            )
             continue
         out[name] = item
     return out
@@ -266,7 +275,9 @@ def _model(p: _Problems, i: int, item: Any, base: Path, types: list[str]) -> Mod
     repo = base / str(item.get("repository", "model_repository"))
     cfg = _config(p, where, name, repo)
     rate = _number(p, f"{where}.rate", item.get("rate"), low=0, strict=True) if "rate" in item else None
-    budget = _number(p, f"{where}.p99_ms", item.get("p99_ms"), low=0, strict=True) if "p99_ms" in item else None
+    budget = (
+        _number(p, f"{where}.p99_ms", item.get("p99_ms"), low=0, strict=True) if "p99_ms" in item else None
+    )
     mix = _batch_mix(p, f"{where}.batch_mix", item.get("batch_mix"), cfg)
     tune = {k: base / str(v) for k, v in _per_type(p, f"{where}.tune", item.get("tune"), types).items()}
     memory: dict[str, float] = {}
@@ -288,7 +299,9 @@ def _node(p: _Problems, data: Any) -> Node:
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         p.add("node.gpus_per_node", f"expected a whole number >= 1, got {gpus!r}")
         gpus = 1
-    fraction = _number(p, "node.memory_fraction", data.get("memory_fraction", 0.9), low=0, strict=True, high=1)
+    fraction = _number(
+        p, "node.memory_fraction", data.get("memory_fraction", 0.9), low=0, strict=True, high=1
+    )
     return Node(gpus, fraction if fraction is not None else 0.9)
 
 
@@ -300,7 +313,7 @@ def _read(path: Path) -> Any:
     except OSError as exc:
         raise FleetFileError([f"{path}: cannot be read ({exc.strerror or exc})"]) from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise FleetFileError([f"{path}: not valid YAML ({' '.join(str(exc).split())})"]) from None
 

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 import locust.stats
-from locust import events
+from locust import constant_pacing, events
 from locust.runners import WorkerRunner
 
 from tritonkit.loadtest.payloads import parse_batch_mix
@@ -44,12 +45,32 @@ def _load() -> dict[str, Any] | None:
     return config
 
 
+def _random_phase(interval: float) -> Any:
+    """A paced user's ``on_start``: wait a random part of its interval first, so that users spawned
+    together send spread over the interval instead of in bursts."""
+
+    def on_start(self: Any) -> None:
+        gevent.sleep(self.rng.uniform(0.0, interval))
+
+    return on_start
+
+
 def build_users(config: dict[str, Any]) -> dict[str, type]:
-    """One concrete user class per model, weighted as asked."""
+    """One concrete user class per model, weighted as asked (or paced: a fixed count of users, each
+    sending one request every ``users / rate`` seconds)."""
     base = TritonGrpcUser if config["protocol"] == "grpc" else TritonHttpUser
     classes: dict[str, type] = {}
     for index, model in enumerate(config["models"]):
         name = f"{config['protocol'].title()}User_{index}_{model['name']}"
+        paced: dict[str, Any] = {}
+        if model.get("rate"):
+            users = int(model["users"])
+            interval = users / float(model["rate"])
+            paced = {
+                "fixed_count": users,
+                "wait_time": constant_pacing(interval),
+                "on_start": _random_phase(interval),
+            }
         classes[name] = type(
             name,
             (base,),
@@ -68,6 +89,7 @@ def build_users(config: dict[str, Any]) -> dict[str, type]:
                 "grpc_transport": config.get("grpc_transport", "wire"),
                 "http_transport": config.get("http_transport", "lean"),
                 "__module__": __name__,
+                **paced,
             },
         )
     return classes
