@@ -30,6 +30,7 @@ LAYERS: tuple[str, ...] = (
     "client",
     "loadtest",
     "tune",
+    "fleet",
     "commands",
     "cli",
     "demo",

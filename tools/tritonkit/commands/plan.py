@@ -1,9 +1,14 @@
-"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report.
+"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report,
+or, with ``--fleet FLEET.yaml``, the plan of a fleet of many models (:mod:`tritonkit.fleet`).
 
-Reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and ``capacity-plan.yaml``
-(a kustomize patch of the t4 overlay) next to it; ``--k8s-dir`` also adds the patch to that tree's t4
-overlay and renders and validates it; ``--check-knee`` runs ``tritonkit loadtest``'s ramp and exits 3
-when its knee is not within ``--knee-tolerance`` of the plan's per-replica throughput.
+One model: reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and
+``capacity-plan.yaml`` (a kustomize patch of the t4 overlay) next to it; ``--k8s-dir`` also adds the patch
+to that tree's t4 overlay and renders and validates it; ``--check-knee`` runs ``tritonkit loadtest``'s ramp
+and exits 3 when its knee is not within ``--knee-tolerance`` of the plan's per-replica throughput.
+
+A fleet: writes ``--out`` (the packing, placement, overlays per group, report and pictures) or nothing;
+every error of the fleet file is one line; ``--verify`` load-tests each group apart and exits 3 when one
+misses a budget or its planned throughput by more than ``--verify-tolerance``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.tune.export import write_text_atomic
@@ -29,8 +35,8 @@ from tritonkit.tune.plan import (
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
-    parser.add_argument("--tune-report", type=Path, required=True, help="folder holding tune.json")
-    parser.add_argument("--target-rps", type=float, required=True, help="traffic to serve (req/s)")
+    parser.add_argument("--tune-report", type=Path, help="folder holding tune.json (one model)")
+    parser.add_argument("--target-rps", type=float, help="traffic to serve (req/s; one model)")
     parser.add_argument(
         "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
     )
@@ -39,17 +45,27 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         "--peak-factor", type=float, default=2.0, help="HPA max = replicas x this (default 2)"
     )
     parser.add_argument(
-        "--k8s-dir", type=Path, help="add the patch to this kustomize tree's t4 overlay and validate"
+        "--k8s-dir",
+        type=Path,
+        help="one model: add the patch to this kustomize tree's t4 overlay and validate; "
+        "--fleet: the tree the group overlays are built on (default ./k8s)",
     )
     parser.add_argument("--check-knee", action="store_true", help="run a loadtest ramp and compare its knee")
     parser.add_argument("--repo", default="model_repository", help="for --check-knee without --url")
     parser.add_argument("--url", help="for --check-knee: the server to ramp (default: embedded on --repo)")
     parser.add_argument("--ramp-duration-s", type=float, default=60.0)
     parser.add_argument("--knee-tolerance", type=float, default=0.15)
+    fleet_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        return run_fleet_command(args)
+    if args.tune_report is None or args.target_rps is None:
+        raise TritonKitError(
+            "expected --tune-report DIR and --target-rps N (one model), or --fleet FLEET.yaml"
+        )
 
     source = args.tune_report / "tune.json"
     try:

@@ -44,6 +44,8 @@ class Tuned:
     #: "confirmed" (the finals' median), "searched" (one measurement) or "level" (a level within a looser tune)
     basis: str
     device: str | None
+    #: (throughput, Triton's queue µs per request) of the chosen config's measured levels, by throughput
+    curve: tuple[tuple[float, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +92,15 @@ def _load(path: Path, where: str) -> dict[str, Any]:
     return data
 
 
+def _curve(trial: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
+    points = [
+        (float(lv["throughput"]), float(lv.get("queue_us") or 0.0))
+        for lv in trial.get("levels") or []
+        if float(lv.get("throughput") or 0) > 0
+    ]
+    return tuple(sorted(points))
+
+
 def _fits(level: Mapping[str, Any], budget_ms: float) -> bool:
     return (
         bool(level.get("stable", True))
@@ -132,7 +143,7 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
             model, gpu_type, source, tune_budget, (cfg := _config(winner, where)), dict(winner.get("point") or {}),
             instance_count(cfg),
             float(confirmed or winner["throughput"]), float(winner.get("p99_ms") or 0.0),
-            int(winner.get("concurrency") or 0), "confirmed" if confirmed else "searched", device,
+            int(winner.get("concurrency") or 0), "confirmed" if confirmed else "searched", device, _curve(winner),
         )  # fmt: skip
     best: tuple[float, Mapping[str, Any], Mapping[str, Any]] | None = None
     for trial in data.get("trials") or []:
@@ -157,5 +168,5 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
     cfg = _config(trial, where)
     return Tuned(
         model, gpu_type, source, tune_budget, cfg, dict(trial.get("point") or {}), instance_count(cfg),
-        rps, float(level.get("p99_ms") or 0.0), int(level.get("level") or 0), "level", device,
+        rps, float(level.get("p99_ms") or 0.0), int(level.get("level") or 0), "level", device, _curve(trial),
     )  # fmt: skip

@@ -154,7 +154,6 @@ class LoadTestOptions:
         make_plan(self.scenario, self.users, self.duration, ramp_steps=self.ramp_steps)
         self.report_dir = _writable_dir(Path(self.report_dir))
 
-
     def _check_paced(self, paced: Sequence[ModelTarget]) -> None:
         if len(paced) != len(self.models):
             raise LoadTestError("paced models: expected a rate for every model or for none")
