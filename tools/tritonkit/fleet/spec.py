@@ -267,11 +267,10 @@ def _per_type(p: _Problems, where: str, value: Any, types: list[str]) -> dict[st
 
 
 def _model(p: _Problems, i: int, item: Any, base: Path, types: list[str]) -> ModelSpec | None:
-    where = f"models[{i}]"
+    where = f"models[{i}]" + (f" ({item['name']})" if isinstance(item, dict) and "name" in item else "")
     if not _keys(p, where, item, _MODEL, ("name", "rate", "p99_ms")) or "name" not in item:
         return None
     name = str(item["name"])
-    where = f"models[{i}] ({name})"
     repo = base / str(item.get("repository", "model_repository"))
     cfg = _config(p, where, name, repo)
     rate = _number(p, f"{where}.rate", item.get("rate"), low=0, strict=True) if "rate" in item else None

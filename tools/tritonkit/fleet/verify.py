@@ -19,14 +19,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tritonkit.client import Client
 from tritonkit.config import ModelConfig, save
 from tritonkit.fleet.packing import Group
 from tritonkit.fleet.spec import Fleet
 from tritonkit.loadtest.options import LoadTestOptions, ModelTarget
+from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
 
-__all__ = ["GroupCheck", "paced_users", "verify_group"]
+__all__ = ["WARM_UP", "GroupCheck", "paced_users", "verify_group"]
+
+#: requests per model and batch size sent before the load test starts
+WARM_UP = 5
 
 
 @dataclasses.dataclass
@@ -77,6 +82,18 @@ def _repository(root: Path, fleet: Fleet, group: Group, configs: Mapping[str, Mo
     return repo
 
 
+def _warm_up(endpoints: Any, fleet: Fleet, group: Group) -> None:
+    """A few requests per model and batch size before the load: the first executions of a fresh server
+    (stubs importing, allocators growing) are not the steady state the plan is about."""
+    with Client(endpoints.http, "http", timeout=60, headers=endpoints.admin_headers or None) as client:
+        for name in group.models:
+            spec = fleet.model(name)
+            payloads = make_payloads(fetch_model_spec(endpoints.http, name), spec.batch_mix, per_batch=1)
+            for payload in payloads.payloads:
+                for _ in range(WARM_UP):
+                    client.infer(name, payload.inputs)
+
+
 def verify_group(
     fleet: Fleet,
     group: Group,
@@ -109,7 +126,7 @@ def verify_group(
             plots=False,
             progress=False,
         )
-        summary = run_loadtest(options)
+        summary = run_loadtest(options, on_ready=lambda endpoints: _warm_up(endpoints, fleet, group))
     measured: dict[str, dict[str, Any]] = {}
     for entry in summary["models"].values():
         name = entry["model"]

@@ -105,6 +105,8 @@ _HISTOGRAMS: dict[str, Histogram] = {}
 _COUNTS: dict[str, list[Any]] = {}
 #: this process's CPU time when the test started (imports and set-up are not load-generation cost)
 _CPU: list[float] = []
+#: non-empty once the run began stopping (Locust's ``test_stopping``)
+_STOPPING: list[bool] = []
 
 if _CONFIG is not None:
     globals().update(build_users(_CONFIG))
@@ -121,6 +123,10 @@ if _CONFIG is not None:
     _LIVE: Live | None = TritonShape.live if issubclass(TritonShape, RampShape) else None
     _UNREPORTED = Live()
 
+    @events.test_stopping.add_listener  # type: ignore[untyped-decorator]
+    def _stopping(**_: Any) -> None:
+        _STOPPING.append(True)
+
     @events.request.add_listener  # type: ignore[untyped-decorator]
     def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
         entry = _COUNTS.get(name)
@@ -131,6 +137,10 @@ if _CONFIG is not None:
         if exception is not None:
             entry[1] += 1
         entry[3] = time.time()
+        if _STOPPING:
+            # Locust lets a user finish the request it is in while the run stops, and does its own
+            # shutdown work meanwhile: such an answer is counted, but its time is Locust's, not Triton's.
+            return
         _HISTOGRAMS[name].add(response_time)
         if _LIVE is not None:
             _LIVE.add(response_time, exception is not None)
