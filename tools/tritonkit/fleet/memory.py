@@ -2,7 +2,8 @@
 
 Owns :class:`Memory` and the readings: each python-backend instance is its own stub process
 (:meth:`tritonkit.serve.EmbeddedServer.stubs`), so a model's host memory per instance is the mean
-resident set (RSS; the unique set, USS, is kept beside it) of its stubs, read with psutil. GPU memory
+resident set (RSS; the unique set, USS, is kept beside it) of its stubs, read with psutil (or from
+``/proc`` where psutil is not installed). GPU memory
 per instance comes from ``nvidia-smi --query-compute-apps`` by stub pid; where the pids do not match
 (a container's pid namespace) it is the growth of the GPU's used memory while the model was loaded,
 divided by its instances. Without ``nvidia-smi`` GPU memory is not measured, and says so (None).
@@ -14,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
-
-import psutil
 
 from tritonkit.serve.embedded import EmbeddedServer
 
@@ -90,7 +90,28 @@ def gpu_used_mb() -> float | None:
         return None
 
 
+def _proc_memory(pid: int) -> tuple[float, float | None]:
+    """(RSS, USS) in MB from ``/proc`` (where psutil is not installed)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        rss = next(float(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0.0, None
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="utf-8").splitlines()
+        private = sum(
+            float(line.split()[1]) for line in rollup if line.startswith(("Private_Clean:", "Private_Dirty:"))
+        )
+        return rss, private / 1024
+    except (OSError, ValueError, IndexError):
+        return rss, None
+
+
 def _process_memory(pid: int) -> tuple[float, float | None]:
+    try:
+        import psutil  # noqa: PLC0415 (optional: /proc gives the same figures on Linux)
+    except ImportError:
+        return _proc_memory(pid)
     try:
         process = psutil.Process(pid)
         rss = process.memory_info().rss / MB

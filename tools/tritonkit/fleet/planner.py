@@ -158,6 +158,7 @@ def _measure_alone(
     memory: dict[str, Memory] = {}
     for name, t in tuned.items():
         spec = fleet.model(name)
+        session.serve([])  # nothing loaded: the GPU's used memory before this model is its baseline
         before = gpu_used_mb()
         start = max(1e-3, 0.7 * t.capacity_rps / spec.rate)
         _say(options, f"{name} alone ({t.instances} instance(s), tuned capacity {t.capacity_rps:.1f} req/s)")

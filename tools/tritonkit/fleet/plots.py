@@ -12,16 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.fleet.packing import Group, Packing
-
-__all__ = ["cost_figure", "packing_figure"]
+__all__ = ["cost_figure", "from_json", "packing_figure"]
 
 
-def _blocks(group: Group, weights: Mapping[str, float]) -> list[tuple[str, float]]:
+def _blocks(group: Mapping[str, Any], weights: Mapping[str, float]) -> list[tuple[str, float]]:
     """(model, height) per model of one pod of ``group``: the pod's used share split by each model's cost."""
-    used = 1.0 / (group.replicas * group.share)
-    total = sum(weights[m] for m in group.models) or 1.0
-    return [(m, used * weights[m] / total) for m in group.models]
+    used = 1.0 / (group["replicas"] * group["share"])
+    total = sum(weights[m] for m in group["models"]) or 1.0
+    return [(m, used * weights[m] / total) for m in group["models"]]
 
 
 def _pyplot() -> Any:
@@ -34,11 +32,15 @@ def _pyplot() -> Any:
 
 
 def _panel(
-    ax: Any, packing: Packing, weights: Mapping[str, float], colors: Mapping[str, Any], headroom: float
+    ax: Any,
+    packing: Mapping[str, Any],
+    weights: Mapping[str, float],
+    colors: Mapping[str, Any],
+    headroom: float,
 ) -> None:
     x = 0
-    for group in packing.groups:
-        for _ in range(group.replicas):
+    for group in packing["groups"]:
+        for _ in range(group["replicas"]):
             bottom = 0.0
             for model, height in _blocks(group, weights):
                 ax.bar(
@@ -53,24 +55,25 @@ def _panel(
     ax.set_xlim(-0.6, max(x, 1) - 0.4)
     ax.set_ylim(0, 1.05)
     ax.set_xticks(range(x))
-    ax.set_xticklabels([g.gpu_type for g in packing.groups for _ in range(g.replicas)], fontsize=7)
-    ax.set_title(f"{packing.name}: {packing.gpus} GPUs", fontsize=9)
+    ax.set_xticklabels([g["gpu_type"] for g in packing["groups"] for _ in range(g["replicas"])], fontsize=7)
+    ax.set_title(f"{packing['name']}: {packing['gpus']} GPUs", fontsize=9)
 
 
 def packing_figure(
     path: Path,
-    packed: Packing,
-    single: Packing | None,
+    packed: Mapping[str, Any],
+    single: Mapping[str, Any] | None,
     weights: Mapping[str, float],
     headroom: float,
 ) -> None:
-    """``packing.png``: the packed fleet beside one model per pod (``weights``: each model's target / capacity alone)."""
+    """``packing.png``: the packed fleet beside one model per pod, as ``fleet-plan.json`` holds them
+    (``weights``: each model's target over its capacity alone)."""
     plt = _pyplot()
     models = sorted(weights)
     palette = plt.get_cmap("tab10")
     colors = {m: palette(i % 10) for i, m in enumerate(models)}
     panels = [packed] + ([single] if single is not None else [])
-    width = max(6.0, 0.45 * sum(p.gpus for p in panels) + 2)
+    width = max(6.0, 0.45 * sum(int(p["gpus"]) for p in panels) + 2)
     fig, axes = plt.subplots(1, len(panels), figsize=(width, 4), sharey=True, squeeze=False)
     for ax, packing in zip(axes[0], panels, strict=True):
         _panel(ax, packing, weights, colors, headroom)
@@ -79,6 +82,18 @@ def packing_figure(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def from_json(folder: Path) -> None:
+    """Draw both pictures of a written plan from its ``fleet-plan.json`` (a GPU host without matplotlib
+    leaves them to be drawn where the plan is copied)."""
+    import json  # noqa: PLC0415
+
+    data = json.loads((folder / "fleet-plan.json").read_text(encoding="utf-8"))
+    cheapest = data["cheapest"]
+    single = data["one_model_per_pod"].get(cheapest["groups"][0]["gpu_type"]) if cheapest["groups"] else None
+    packing_figure(folder / "packing.png", cheapest, single, data["packing_weights"], data["headroom"])
+    cost_figure(folder / "cost.png", data["types"])
 
 
 def cost_figure(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -11,27 +11,29 @@ no type's memory fits, or an interruption leave nothing behind. The placement is
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tritonkit import deploy
 from tritonkit.config import save
-from tritonkit.errors import TritonKitError
+from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.fleet.devices import CPU
 from tritonkit.fleet.overlays import DEFAULT_PROMETHEUS, OverlaySpec, check_group, write_tree
 from tritonkit.fleet.packing import Group, Packing
 from tritonkit.fleet.planner import FleetPlan, PlanOptions, plan_fleet
-from tritonkit.fleet.plots import cost_figure, packing_figure
-from tritonkit.fleet.report import markdown, to_json, type_rows
+from tritonkit.fleet.plots import from_json
+from tritonkit.fleet.report import markdown, to_json
 from tritonkit.fleet.spec import load_fleet
 from tritonkit.fleet.verify import verify_group
 from tritonkit.tune.plan import queue_at
 
-__all__ = ["FleetRunOptions", "run_fleet"]
+__all__ = ["FleetRunOptions", "check_overlays", "finish", "run_fleet", "specs_from_json"]
 
 #: the HPA target where nothing was measured for a group (the t4 overlay's own default, 10 ms)
 DEFAULT_QUEUE_US = 10_000
@@ -107,6 +109,8 @@ def _placement(
             },
             "configs": configs,
             "hpa_queue_us": queue,
+            "instances": spec.instances,
+            "host_mb": spec.host_mb,
             "namespace": spec.namespace,
             "overlay": f"k8s/fleet/{name}",
             "keda_overlay": f"k8s/fleet/{name}-keda",
@@ -114,28 +118,85 @@ def _placement(
     return placement, specs
 
 
-def _overlays(staging: Path, source: Path, specs: list[OverlaySpec], prometheus: str) -> list[dict[str, Any]]:
-    root = staging / "k8s"
-    write_tree(root, source, specs, prometheus=prometheus)
+def _checker_missing() -> str | None:
+    """Why overlays cannot be checked here (no kubectl, no kubernetes-validate: a GPU host), or None."""
+    try:
+        deploy.find_kubectl()
+    except DeployError as exc:
+        return str(exc)
+    missing = [m for m in ("kubernetes_validate", "jsonschema") if importlib.util.find_spec(m) is None]
+    return f"{', '.join(missing)} not installed" if missing else None
+
+
+def check_overlays(root: Path, specs: Sequence[OverlaySpec]) -> list[dict[str, Any]]:
+    """Render and check each group's overlay and its KEDA twin under ``root`` (the plan's ``k8s/``)."""
+    missing = _checker_missing()
     out = []
     for spec in specs:
         for keda in (False, True):
-            objects, problems = check_group(root, spec, keda=keda)
             path = f"k8s/fleet/{spec.name}" + ("-keda" if keda else "")
-            out.append(
-                {"group": spec.name, "path": path, "keda": keda, "objects": objects, "problems": problems}
-            )
+            entry: dict[str, Any] = {
+                "group": spec.name,
+                "path": path,
+                "keda": keda,
+                "objects": 0,
+                "problems": [],
+            }
+            if missing is not None:
+                entry["unchecked"] = (
+                    f"not checked here: {missing} (`python -m tritonkit_bench.fleet --finish DIR` checks it)"
+                )
+            else:
+                entry["objects"], entry["problems"] = check_group(root, spec, keda=keda)
+            out.append(entry)
     return out
 
 
-def _pictures(plan: FleetPlan, packing: Packing, staging: Path) -> None:
-    weights: dict[str, float] = {}
-    for group in packing.groups:
-        for m in group.models:
-            weights[m] = plan.fleet.model(m).rate / max(plan.capacity_alone(group.gpu_type, m), 1e-9)
-    single = plan.result.single.get(packing.groups[0].gpu_type) if packing.groups else None
-    packing_figure(staging / "packing.png", packing, single, weights, plan.fleet.headroom)
-    cost_figure(staging / "cost.png", type_rows(plan))
+def specs_from_json(data: Mapping[str, Any]) -> list[OverlaySpec]:
+    return [
+        OverlaySpec(
+            p["group"],
+            p["gpu_type"],
+            tuple(p["models"]),
+            dict(p["instances"]),
+            p["replicas"],
+            p["max_replicas"],
+            p["hpa_queue_us"],
+            p["host_mb"],
+        )
+        for p in data["placement"]
+    ]
+
+
+def finish(folder: Path) -> dict[str, Any]:
+    """Check the overlays and draw the pictures of a plan written where that could not be done (a GPU host),
+    then rewrite its ``fleet-plan.json`` and ``fleet-plan.md``."""
+    path = folder / "fleet-plan.json"
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    data["overlays"] = check_overlays(folder / "k8s", specs_from_json(data))
+    from_json(folder)
+    data["notes"] = [n for n in data["notes"] if not n.startswith("pictures not drawn here")]
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    (folder / "fleet-plan.md").write_text(markdown(data), encoding="utf-8")
+    return data
+
+
+def _weights(plan: FleetPlan, packing: Packing) -> dict[str, float]:
+    """Each model's target over its capacity alone on its group's type (the packing picture's block sizes)."""
+    return {
+        m: plan.fleet.model(m).rate / max(plan.capacity_alone(group.gpu_type, m), 1e-9)
+        for group in packing.groups
+        for m in group.models
+    }
+
+
+def _pictures(staging: Path, plan: FleetPlan) -> None:
+    try:
+        from_json(staging)
+    except ImportError as exc:  # a GPU host without matplotlib: draw them where the plan is copied
+        plan.notes.append(
+            f"pictures not drawn here ({exc}); `python -m tritonkit_bench.fleet --finish DIR` draws them"
+        )
 
 
 def _publish(staging: Path, out: Path, force: bool) -> None:
@@ -170,7 +231,8 @@ def run_fleet(options: FleetRunOptions) -> tuple[dict[str, Any], int]:
                 f"no fleet serves every model on the GPU types given ({why}); expected a type with capacity and memory for each"
             )
         placement, specs = _placement(plan, packing, staging)
-        overlays = _overlays(staging, source, specs, options.prometheus_url)
+        write_tree(staging / "k8s", source, specs, prometheus=options.prometheus_url)
+        overlays = check_overlays(staging / "k8s", specs)
         checks = []
         if options.verify:
             for spec, group in zip(specs, packing.groups, strict=True):
@@ -186,10 +248,13 @@ def run_fleet(options: FleetRunOptions) -> tuple[dict[str, Any], int]:
                 )  # fmt: skip
                 checks.append({"group": spec.name, **check.as_dict()})
         data = to_json(plan, placement, overlays, checks)
+        data["packing_weights"] = _weights(plan, packing)
         (staging / "fleet-plan.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        (staging / "fleet-plan.md").write_text(markdown(data), encoding="utf-8")
         if options.plots:
-            _pictures(plan, packing, staging)
+            _pictures(staging, plan)
+            data["notes"] = plan.notes
+            (staging / "fleet-plan.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        (staging / "fleet-plan.md").write_text(markdown(data), encoding="utf-8")
         _publish(staging, out, options.force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
