@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repo",
         type=Path,
-        default=None,
-        help="model repository (default: model_repository; --gpu: OUT/repo)",
+        default=Path("model_repository"),
+        help="the demo's models (CPU example; default model_repository)",
     )
     parser.add_argument(
         "--gpu", action="store_true", help="the GPU example (two torch FP16 models on KIND_GPU)"
