@@ -49,9 +49,9 @@ class Target:
 
 #: CPU example: three models of very different cost per request
 CPU_MODELS: dict[str, Target] = {
-    "minilm_int8": Target(rate=5.0, p99_ms=250.0, batch_mix="1:0.8,4:0.2"),
-    "resnet50_int8": Target(rate=2.0, p99_ms=800.0),
-    "mlp": Target(rate=100.0, p99_ms=40.0, delays_us=("off", 500)),
+    "minilm_int8": Target(rate=4.0, p99_ms=800.0, batch_mix="1:0.9,4:0.1"),
+    "resnet50_int8": Target(rate=2.0, p99_ms=1000.0),
+    "mlp": Target(rate=100.0, p99_ms=50.0, delays_us=("off", 500)),
 }
 #: GPU example: two torch FP16 programs on KIND_GPU instances
 GPU_MODELS: dict[str, Target] = {

@@ -201,6 +201,8 @@ def _pictures(staging: Path, plan: FleetPlan) -> None:
 
 def _publish(staging: Path, out: Path, force: bool) -> None:
     old: Path | None = None
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
     if out.exists():
         if not force:
             raise TritonKitError(f"{out} exists; expected a new output folder or --force")
