@@ -51,6 +51,10 @@ def _random_phase(interval: float) -> Any:
 
     def on_start(self: Any) -> None:
         gevent.sleep(self.rng.uniform(0.0, interval))
+        # constant_pacing counts from these two (set when the user was made): start them after the wait,
+        # or the next wait would take the phase back
+        self._cp_last_run = time.perf_counter()
+        self._cp_last_wait_time = 0.0
 
     return on_start
 
