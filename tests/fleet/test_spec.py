@@ -166,3 +166,10 @@ def test_bad_fleet_files_through_the_command_write_nothing(
     priced = {**huge, "objective": "cost"}
     code, err = _cli(tmp_path, priced, capsys)
     assert code == 1 and len(err) == 1 and "gpus (L4): price_per_hour missing" in err[0]
+
+
+def test_plan_without_a_tune_report_or_a_fleet_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--target-rps", "5"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "tritonkit plan: error: expected --tune-report DIR and --target-rps N (one model), or --fleet FLEET.yaml"
+    )
