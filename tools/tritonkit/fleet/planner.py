@@ -21,14 +21,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
 from tritonkit.fleet.capacity import Tuned, read_tuned
 from tritonkit.fleet.colocate import ServerSession, ShareResult
 from tritonkit.fleet.devices import CPU, local_type
 from tritonkit.fleet.memory import Memory, gpu_used_mb, measure_model, server_memory
 from tritonkit.fleet.openloop import GroupLevel, MeasureSettings, Stream
-from tritonkit.fleet.packing import Demand, Device, Packing, PackResult, Share, pack, predicted_share
+from tritonkit.fleet.packing import Demand, Device, PackResult, Share, pack, predicted_share
 from tritonkit.fleet.spec import Fleet, ModelSpec
 from tritonkit.machine import description
 from tritonkit.tune.tuner import TuneOptions, tune
@@ -66,10 +65,6 @@ class FleetPlan:
     groups: dict[tuple[str, ...], ShareResult]
     result: PackResult
     notes: list[str]
-
-    def configs(self, packing: Packing) -> dict[str, ModelConfig]:
-        """The tuned config of each model on the type its group runs on in ``packing``."""
-        return {m: self.tuned[g.gpu_type][m].config for g in packing.groups for m in g.models}
 
     def capacity_alone(self, gpu_type: str, model: str) -> float:
         """Requests/s one pod of ``gpu_type`` sustains for ``model`` alone within its budget (open loop

@@ -235,6 +235,13 @@ def markdown(data: Mapping[str, Any]) -> str:
         f"memory per pod at {data['node']['memory_fraction']:.0%} of the type's, {data['node']['gpus_per_node']} GPU(s) per node.",
         "",
     ]
+    if data.get("load_average"):
+        la = data["load_average"]
+        lines += [
+            f"Load average of the machine (1 min) when the measurements started: {la['start']:g}, when they ended: "
+            f"{la['end']:g}, on {la['cores']} cores (the generators and other processes share them with the server).",
+            "",
+        ]
     lines += _fleet_section(data) + _types_section(data) + _placement_section(data) + _models_section(data)
     lines += _coloc_section(data) + _verify_section(data)
     if data["overlays"]:

@@ -14,6 +14,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -224,6 +225,7 @@ def run_fleet(options: FleetRunOptions) -> tuple[dict[str, Any], int]:
     out.parent.mkdir(parents=True, exist_ok=True)
     source = deploy.manifests_dir(options.k8s_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    load = [os.getloadavg()[0]]
     try:
         plan = plan_fleet(fleet, options.plan, staging)
         packing = plan.result.cheapest
@@ -249,7 +251,9 @@ def run_fleet(options: FleetRunOptions) -> tuple[dict[str, Any], int]:
                     tolerance=options.verify_tolerance, protocol=options.plan.settings.protocol,
                 )  # fmt: skip
                 checks.append({"group": spec.name, **check.as_dict()})
+        load.append(os.getloadavg()[0])
         data = to_json(plan, placement, overlays, checks)
+        data["load_average"] = {"start": round(load[0], 2), "end": round(load[1], 2), "cores": os.cpu_count()}
         data["packing_weights"] = _weights(plan, packing)
         (staging / "fleet-plan.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         if options.plots:

@@ -69,10 +69,6 @@ class GpuSpec:
     price_per_hour: float | None
     memory_gb: float
 
-    @property
-    def label(self) -> str:
-        return self.type
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
@@ -91,11 +87,6 @@ class ModelSpec:
     def dominant_batch(self) -> int:
         """The batch size most requests carry (what a tune run sends)."""
         return max(self.batch_mix.items(), key=lambda kv: (kv[1], -kv[0]))[0]
-
-    @property
-    def mean_batch(self) -> float:
-        total = sum(self.batch_mix.values())
-        return sum(b * w for b, w in self.batch_mix.items()) / total
 
 
 @dataclasses.dataclass(frozen=True)
