@@ -13,7 +13,7 @@ from tritonkit.config import load
 from tritonkit.fleet.colocate import ServerSession
 from tritonkit.fleet.openloop import MeasureSettings, Stream
 from tritonkit.fleet.planner import PlanOptions
-from tritonkit.fleet.run import FleetRunOptions, run_fleet
+from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
 
 SHORT = MeasureSettings(warmup_s=0.5, min_seconds=1.5, max_seconds=3.0, min_samples=30, window_s=0.5)
 
@@ -27,10 +27,10 @@ def test_open_loop_sends_each_model_at_its_rate_with_its_batch_mix(repo: Path) -
         assert session.server is not None
         assert {s.model for s in session.server.stubs()} == {"light", "heavy"}
     light, heavy = level.results["light"], level.results["heavy"]
-    assert light.throughput == pytest.approx(40.0, rel=0.25) and heavy.throughput == pytest.approx(
-        20.0, rel=0.25
-    )
-    assert light.failures == heavy.failures == 0 and level.ok
+    # sent on schedule whatever the answers do (open loop): the rates asked, over the measured seconds
+    assert light.sent / level.seconds == pytest.approx(40.0, rel=0.15)
+    assert heavy.sent / level.seconds == pytest.approx(20.0, rel=0.15)
+    assert light.failures == heavy.failures == 0 and light.successes > 0 and heavy.successes > 0
     # half of light's requests carry 4 rows: Triton counted more inferences than requests
     assert light.server.inference_count > light.server.requests > 0
 
@@ -49,21 +49,21 @@ def test_a_packed_plan_holds_every_budget_in_a_separate_load_test(tmp_path: Path
                     "name": "light",
                     "repository": str(repo),
                     "rate": 40,
-                    "p99_ms": 50,
+                    "p99_ms": 200,
                     "tune": {"cpu": str(tunes["light"])},
                 },
                 {
                     "name": "heavy",
                     "repository": str(repo),
                     "rate": 20,
-                    "p99_ms": 50,
+                    "p99_ms": 200,
                     "tune": {"cpu": str(tunes["heavy"])},
                 },
             ],
         },
     )
     out = tmp_path / "plan"
-    plan = PlanOptions(settings=SHORT, search={"max_levels": 2, "refine": 0}, local_type="cpu")
+    plan = PlanOptions(settings=SHORT, search={"max_levels": 3, "refine": 0}, local_type="cpu")
     data, code = run_fleet(FleetRunOptions(fleet, out, plan, verify=True, verify_seconds=8.0))
     assert code == 0, json.dumps(data["verify"])
     assert json.loads((out / "fleet-plan.json").read_text())["cheapest"] == data["cheapest"]
@@ -88,3 +88,7 @@ def test_a_packed_plan_holds_every_budget_in_a_separate_load_test(tmp_path: Path
         assert m["p99_ms"] <= m["budget_ms"] and abs(m["ratio"] - 1) <= 0.15, (name, m)
     assert all(not o["problems"] for o in data["overlays"])
     assert "--load-model=heavy" in data["placement"][0]["args"]
+    # a plan written where kubectl or matplotlib are missing is finished from its JSON alone
+    (out / "packing.png").unlink()
+    again = finish(out)
+    assert (out / "packing.png").is_file() and [o["objects"] for o in again["overlays"]] == [15, 15]

@@ -94,9 +94,10 @@ def build_mlp(repo: Path, name: str = "mlp") -> None:
     import_onnx(path, repo, name)
 
 
-def build_gpu_models(repo: Path) -> None:
+def build_gpu_models(repo: Path, gpus: list[int] | None = None) -> None:
     """MiniLM and ResNet-50 architectures (seeded) as FP16 torch programs on the GPU, batch buckets left
-    to the runner (powers of two up to the config's max batch), as the GPU tune bench builds them."""
+    to the runner (powers of two up to the config's max batch), as the GPU tune bench builds them.
+    ``gpus`` (None: ask nvidia-smi) lets a CPU machine build the same versions."""
     from tritonkit.convert.flagship.resnet import OUTPUT as LOGITS  # noqa: PLC0415
     from tritonkit.convert.flagship.resnet import build_resnet50  # noqa: PLC0415
     from tritonkit.convert.gpu_serving import ServingSpec, plan_execution  # noqa: PLC0415
@@ -109,7 +110,7 @@ def build_gpu_models(repo: Path) -> None:
     ):
         if (repo / name / "config.pbtxt").exists():
             continue
-        plan = plan_execution(ServingSpec(engine="torch", precision="fp16"), max_batch_size=top)
+        plan = plan_execution(ServingSpec(engine="torch", precision="fp16"), max_batch_size=top, gpus=gpus)
         plan = dataclasses.replace(plan, batch_buckets=())
         write_torch_version(
             repo, name, module, feeds, [output], plan, max_batch_size=top, max_queue_delay_us=500
