@@ -1,0 +1,110 @@
+"""The model's own config as the tune's baseline, measured exactly as it stands, and the write-back that
+only a winner beating it beyond the spread of their repeated measurements gets.
+
+The model sleeps 20 ms per execution (not per request): with dynamic batching it serves about eight times
+what it serves without at eight requests in flight, a difference set by the sleep, not by the machine's
+tail. The grid is narrowed so that it does not hold the model's own config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.python_models import model_source
+
+from tritonkit.config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    TensorConfig,
+    from_pbtxt,
+    to_dict,
+    to_pbtxt,
+)
+from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.space import base_point, describe
+from tritonkit.tune.stats import StabilityRule
+from tritonkit.tune.trial_log import load_baselines
+from tritonkit.tune.tuner import TuneOptions, tune
+
+SLOW_MODEL_PY = model_source(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            time.sleep(0.02)
+            out = []
+            for request in requests:
+                x = _numpy_in(request, "X")
+                out.append(pb_utils.InferenceResponse([_tensor_out("OUT", (x + 1).astype(np.float32))]))
+            return out
+    """,
+    "import time",
+)
+
+
+def slow_repository(root: Path, name: str = "slow", *, batching: bool) -> Path:
+    """A repository with one model that sleeps 20 ms per execution; ``batching``: a 500 µs batcher."""
+    repo = root / "repo"
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(SLOW_MODEL_PY)
+    config = ModelConfig(
+        name,
+        backend="python",
+        max_batch_size=8,
+        inputs=[TensorConfig("X", "FP32", [4])],
+        outputs=[TensorConfig("OUT", "FP32", [4])],
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=500) if batching else None,
+    )
+    (repo / name / "config.pbtxt").write_text(to_pbtxt(config))
+    return repo
+
+
+def slow_options(repo: Path, report: Path, name: str = "slow", **extra: object) -> TuneOptions:
+    values: dict[str, object] = {
+        "repo": repo,
+        "search": "brute",
+        "max_concurrency": 8,
+        "refine": 0,
+        "instances": (1,),
+        "max_batch_sizes": (8,),
+        "preferred": False,
+        "queue": False,
+        "require_stable": False,
+        "finalists": 2,
+        "final_rounds": 2,
+        "plots": False,
+        "measure": MeasureOptions(window=WindowSpec(0.3), stability=StabilityRule(2, 0.5), max_windows=2),
+    }
+    values.update(extra)
+    return TuneOptions(name, 1000.0, report, **values)  # type: ignore[arg-type]
+
+
+def test_a_grid_without_the_model_s_config_still_measures_that_config_as_the_baseline_and_keeps_it(
+    tmp_path: Path,
+) -> None:
+    repo = slow_repository(tmp_path, batching=True)
+    config_path = repo / "slow" / "config.pbtxt"
+    before = config_path.read_text()
+    own = describe(base_point(from_pbtxt(before)))  # delay_us=500: not on a grid of delay `off` only
+    report = tmp_path / "report"
+    result = tune(slow_options(repo, report, delays_us=("off",)))
+    data = json.loads((report / "tune.json").read_text())
+    baseline = data["baseline"]
+    assert baseline["key"] == own and "delay_us=500" in own and baseline["on_grid"] is False
+    assert baseline["config"] == json.loads(json.dumps(to_dict(from_pbtxt(before))))  # exactly as it stood
+    assert [row["key"] for row in load_baselines(report)] == [own]  # logged apart from the grid's trials
+    assert [t["key"] for t in data["trials"]] == ["delay_us=off instances=1 kind=KIND_CPU max_batch_size=8"]
+    # measured in the same finals rounds as the winner, and reported as exactly the model's config
+    finals = {f["key"]: f for f in data["finals"]}
+    assert len(finals[own]["figures"]) == 2 and finals[own]["own_config"]
+    text = (report / "report.md").read_text()
+    assert f"**Baseline**: the model's own config as it stood, `{own}` (not on the grid" in text
+    # a batcher at 8 in flight serves about 8x the sleeping model without one: the winner (no batcher)
+    # does not beat it, so nothing is written; the verdict stands on the rounds the tune measured
+    verdict = data["verdict"]
+    assert verdict["method"] == "finals" and verdict["baseline"]["figures"] == [round(x, 3) for x in finals[own]["figures"]]
+    assert not verdict["write"] and verdict["winner"]["min"] <= verdict["baseline"]["max"]
+    assert config_path.read_text() == before and result.diff == "" and result.written_to == ""
+    assert "**NOT written**" in text and data["chosen"] == {"key": own, "own_config": True}
