@@ -64,7 +64,10 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
     data = json.loads((report / "tune.json").read_text())
     verdict = data["verdict"]
     assert verdict == result.verdict and verdict["method"] == "windows"  # no finals in this test
-    assert verdict["write"] == (verdict["winner"]["min"] > verdict["baseline"]["max"] and not verdict["reason"].startswith("the winner is the model's own"))
+    assert verdict["write"] == (
+        verdict["winner"]["min"] > verdict["baseline"]["max"]
+        and not verdict["reason"].startswith("the winner is the model's own")
+    )
     expected = apply_point(read_config_from_text(before), result.winner["point"])
     assert config_path.read_text() == (to_pbtxt(expected) if verdict["write"] else before)
     assert (result.diff == "") == (config_path.read_text() == before)

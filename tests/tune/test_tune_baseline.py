@@ -10,55 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.python_models import model_source
+from tests.support.slow_model import slow_repository
 
-from tritonkit.config import (
-    DynamicBatching,
-    InstanceGroup,
-    ModelConfig,
-    TensorConfig,
-    from_pbtxt,
-    to_dict,
-    to_pbtxt,
-)
+from tritonkit.config import from_pbtxt, to_dict
 from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.space import base_point, describe
 from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.trial_log import load_baselines
 from tritonkit.tune.tuner import TuneOptions, tune
-
-SLOW_MODEL_PY = model_source(
-    """
-    class TritonPythonModel:
-        def execute(self, requests):
-            time.sleep(0.02)
-            out = []
-            for request in requests:
-                x = _numpy_in(request, "X")
-                out.append(pb_utils.InferenceResponse([_tensor_out("OUT", (x + 1).astype(np.float32))]))
-            return out
-    """,
-    "import time",
-)
-
-
-def slow_repository(root: Path, name: str = "slow", *, batching: bool) -> Path:
-    """A repository with one model that sleeps 20 ms per execution; ``batching``: a 500 µs batcher."""
-    repo = root / "repo"
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(SLOW_MODEL_PY)
-    config = ModelConfig(
-        name,
-        backend="python",
-        max_batch_size=8,
-        inputs=[TensorConfig("X", "FP32", [4])],
-        outputs=[TensorConfig("OUT", "FP32", [4])],
-        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=500) if batching else None,
-    )
-    (repo / name / "config.pbtxt").write_text(to_pbtxt(config))
-    return repo
 
 
 def slow_options(repo: Path, report: Path, name: str = "slow", **extra: object) -> TuneOptions:
@@ -104,7 +64,9 @@ def test_a_grid_without_the_model_s_config_still_measures_that_config_as_the_bas
     # a batcher at 8 in flight serves about 8x the sleeping model without one: the winner (no batcher)
     # does not beat it, so nothing is written; the verdict stands on the rounds the tune measured
     verdict = data["verdict"]
-    assert verdict["method"] == "finals" and verdict["baseline"]["figures"] == [round(x, 3) for x in finals[own]["figures"]]
+    assert verdict["method"] == "finals" and verdict["baseline"]["figures"] == [
+        round(x, 3) for x in finals[own]["figures"]
+    ]
     assert not verdict["write"] and verdict["winner"]["min"] <= verdict["baseline"]["max"]
     assert config_path.read_text() == before and result.diff == "" and result.written_to == ""
     assert "**NOT written**" in text and data["chosen"] == {"key": own, "own_config": True}

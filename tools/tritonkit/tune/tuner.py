@@ -243,9 +243,9 @@ class _Run:
         measured from concurrency 1 like a brute-force trial, labelled with every setting it has)."""
         names = {a.name for a in axes}
         projected = {k: v for k, v in self.own.items() if k in names}
-        on_grid = snap(axes, projected) == projected and to_dict(apply_point(self.base, projected)) == to_dict(
-            self.base
-        )
+        on_grid = snap(axes, projected) == projected and to_dict(
+            apply_point(self.base, projected)
+        ) == to_dict(self.base)
         if on_grid:
             self.own, self.own_key = projected, describe(projected)
             self.evaluate(self.own)
