@@ -18,7 +18,6 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -31,11 +30,12 @@ from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.options import ADMIN_HEADER
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.generator import Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.measure import MeasureOptions, wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
 from tritonkit.tune.space import DEFAULT_DELAYS_US, apply_point, axes_for, base_point, describe
 from tritonkit.tune.spec_file import find_spec, write_spec
+from tritonkit.tune.trial import measure_config, progress_line, start_level
 from tritonkit.tune.trial_log import LOG, append, load_baselines, load_finals, load_trials
 from tritonkit.tune.verdict import Verdict, decide
 
@@ -228,13 +228,13 @@ class _Run:
         if t is None:
             self._tick()
             cfg = apply_point(self.base, point)
-            t = _trial(
-                self.options, self.api, self.target, cfg, point, key, _start(self.options, self.trials)
+            t = measure_config(
+                self.options, self.api, self.target, cfg, point, key, start_level(self.options, self.trials)
             )
             self._measured(t)
             self.trials.append(t)
             self.cached[key] = t
-            _say(self.options, _line(t, len(self.trials)))
+            _say(self.options, progress_line(t, len(self.trials)))
         return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
 
     def measure_baseline(self, axes: Sequence[Axis]) -> dict[str, Any]:
@@ -254,10 +254,12 @@ class _Run:
             row = self.old_baseline
             if row is None:
                 self._tick()
-                row = _trial(self.options, self.api, self.target, self.base, self.own, self.own_key, 1)
+                row = measure_config(
+                    self.options, self.api, self.target, self.base, self.own, self.own_key, 1
+                )
                 row["kind"] = "baseline"
                 self._measured(row)
-                _say(self.options, "the model's own config: " + _line(row, 0).split(": ", 1)[1])
+                _say(self.options, "the model's own config: " + progress_line(row, 0).split(": ", 1)[1])
             self.baseline = {**row, "on_grid": False}
         self.baseline["own_config"] = True
         return self.baseline
@@ -272,7 +274,7 @@ class _Run:
             assert source is not None
             c = int(source["concurrency"])
             cfg = self.base if own else apply_point(self.base, point)
-            f = _trial(self.options, self.api, self.target, cfg, point, key, c, final=(round_, c))
+            f = measure_config(self.options, self.api, self.target, cfg, point, key, c, final=(round_, c))
             if own:
                 f["key"] = "own: " + key
             self._measured(f)
@@ -416,56 +418,6 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
         return from_proto(client.config(options.model))
 
 
-def _trial(
-    options: TuneOptions,
-    api: RepositoryApi,
-    target: Target,
-    cfg: ModelConfig,
-    point: dict[str, Any],
-    key: str,
-    start: int = 1,
-    final: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
-    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
-    highest level below it that fits (halved, then bisected once), stability not required (the rounds
-    are the averaging)."""
-    row: dict[str, Any] = {
-        "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
-    }  # fmt: skip
-    limit, refine, require_stable = options.max_concurrency, options.refine, options.require_stable
-    if final is not None:
-        row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
-        limit, refine, require_stable = final[1], 1, False
-    started = time.monotonic()
-    levels: list[LevelResult] = []
-    best: LevelResult | None = None
-    try:
-        api.load(options.model, cfg)
-        wait_ready(target.url, options.protocol, options.model, dict(target.headers))
-        with Measurer(target, options.measure) as measurer:
-            best, levels = find_max(
-                measurer.measure,
-                options.latency_budget_ms,
-                start=start,
-                limit=limit,
-                refine=refine,
-                require_stable=require_stable,
-            )
-    except TritonKitError as exc:
-        row["error"] = " ".join(str(exc).split())
-    row["levels"] = [r.summary() for r in levels]
-    row["best"] = best.summary() if best is not None else None
-    row["concurrency"] = int(best.level.value) if best is not None else None
-    row["throughput"] = best.throughput if best is not None else 0.0
-    row["p50_ms"] = best.p50_ms if best is not None else None
-    row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
-    row["stable"] = best.stable if best is not None else False
-    row["feasible"] = best is not None and best.throughput >= options.min_throughput
-    row["seconds"] = round(time.monotonic() - started, 2)
-    return row
-
-
 def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, Any]:
     """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any."""
     mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
@@ -501,26 +453,6 @@ def _finals_summary(
             "finalist": not own_only,
         })  # fmt: skip
     return out
-
-
-def _start(options: TuneOptions, trials: Sequence[dict[str, Any]]) -> int:
-    """The concurrency a new trial's load search starts from: brute force measures every config from 1;
-    quick search from the concurrency at which the best config so far peaked (its neighbours peak near
-    it), so a config costs about three levels instead of a doubling from 1."""
-    feasible = [t for t in trials if t.get("feasible") and t.get("concurrency")]
-    if options.search != "quick" or not options.warm_start or not feasible:
-        return 1
-    best = max(feasible, key=lambda t: (t["throughput"], -t["p99_ms"]))
-    return max(1, min(int(best["concurrency"]), options.max_concurrency))
-
-
-def _line(t: dict[str, Any], n: int) -> str:
-    where = f"c={t['concurrency']}" if t["concurrency"] else "no level within budget"
-    return (
-        f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
-        + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
-        + (f" [{t['error']}]" if t.get("error") else "")
-    )
 
 
 def _spec_path(options: TuneOptions) -> Path | None:
