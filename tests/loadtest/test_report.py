@@ -34,7 +34,9 @@ def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     assert server["avg_batch"] >= 1
     assert data["models"]["probe_add:1"]["batch_stats"]["inferences"] == server["inferences"]
     md = (report / "summary.md").read_text()
-    assert "| model | precision | batch | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | throughput (req/s) |" in md
+    assert (
+        "| model | precision | batch | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | throughput (req/s) |" in md
+    )
     # the p99 comes with the number of requests it was read from and its order-statistic interval
     model = data["models"]["probe_add:1"]
     assert model["p99_samples"] == model["requests"] and len(model["p99_ci_ms"]) == 2
