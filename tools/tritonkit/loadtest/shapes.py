@@ -95,8 +95,11 @@ class RampShape(PlanShape):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._step = -1
         self._mark: tuple[float, int, int, Histogram] | None = None
-        #: run time at which the running step's measurement starts (after its settling period)
+        #: run time at which the running step's measurement starts (after its settling period), and the
+        #: requests completed when the step began (those of the settling period are counted apart)
         self._measure_from: float | None = None
+        self._step_start_requests = 0
+        self._settle_requests = 0
 
     def _snapshot(self, t: float) -> tuple[float, int, int, Histogram]:
         live = self.live
@@ -126,6 +129,7 @@ class RampShape(PlanShape):
                 "p99_ci_ms": list(totals.p99_ci_ms),
                 "samples": totals.samples,
                 "settle_s": round(start - self.plan.step_duration * self._step, 3),
+                "settle_requests": self._settle_requests,
                 "breaches": [str(b) for b in breaches],
             }
         )
@@ -141,8 +145,10 @@ class RampShape(PlanShape):
             self._step = step
             if self.plan.tick(t) is not None:
                 self._measure_from = step * self.plan.step_duration + settle_seconds(self.plan.step_duration)
+                self._step_start_requests = self.live.requests
         if self._measure_from is not None and self._mark is None and t >= self._measure_from:
             self._mark = self._snapshot(t)
+            self._settle_requests = self.live.requests - self._step_start_requests
         return self.plan.tick(t)
 
 
