@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.support.slow_model import slow_repository
 
+from tritonkit.cli import main
 from tritonkit.config import from_pbtxt, to_dict
 from tritonkit.tune.generator import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
@@ -70,3 +72,27 @@ def test_a_grid_without_the_model_s_config_still_measures_that_config_as_the_bas
     assert not verdict["write"] and verdict["winner"]["min"] <= verdict["baseline"]["max"]
     assert config_path.read_text() == before and result.diff == "" and result.written_to == ""
     assert "**NOT written**" in text and data["chosen"] == {"key": own, "own_config": True}
+
+
+@pytest.mark.parametrize(
+    ("write", "extra", "message"),
+    [
+        ("spec", ["--delays-us", "off,500"], "a build spec cannot say 'no dynamic batcher'"),
+        ("spec", [], "build specs in"),  # no *.yaml in the repository builds `slow`
+        ("spec:{tmp}/missing.yaml", [], "no such file; expected the build spec of `slow`"),
+        ("spec:{tmp}/other.yaml", [], "that spec does not build `slow`"),
+        ("bogus", [], "expected config, none, model:NAME, spec or spec:PATH"),
+    ],
+)
+def test_bad_write_spec_requests_get_one_line_and_change_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], write: str, extra: list[str], message: str
+) -> None:
+    repo = slow_repository(tmp_path, batching=True)
+    (tmp_path / "other.yaml").write_text("name: other\nsource:\n  onnx: x.onnx\n")
+    before = (repo / "slow" / "config.pbtxt").read_text()
+    args = ["tune", "--model", "slow", "--latency-budget-ms", "100", "--repo", str(repo),
+            "--report", str(tmp_path / "r"), "--write", write.format(tmp=tmp_path), *extra]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+    assert (repo / "slow" / "config.pbtxt").read_text() == before and not (tmp_path / "r").exists()

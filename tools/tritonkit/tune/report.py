@@ -232,7 +232,7 @@ def plot(path: Path, data: Mapping[str, Any]) -> None:
     measured = [t for t in trials if t.get("best")]
     front = pareto_front(trials)
     by_key = {t["key"]: t for t in measured}
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     ax.scatter(
         [t["p99_ms"] for t in measured], [t["throughput"] for t in measured], s=18, label="configs (search)"
     )
@@ -253,6 +253,8 @@ def plot(path: Path, data: Mapping[str, Any]) -> None:
         if row and row.get("p99_ms"):
             figure = row.get("confirmed_throughput") or row["throughput"]
             ax.scatter([row["p99_ms"]], [figure], s=160, marker=marker, color=color, zorder=5, label=name)
+            ax.annotate(name, (row["p99_ms"], figure), textcoords="offset points", xytext=(6, -12), fontsize=8,
+                        color=color, fontweight="bold")  # fmt: skip
     labelled = (
         measured
         if len(measured) <= 20
@@ -269,7 +271,7 @@ def plot(path: Path, data: Mapping[str, Any]) -> None:
         f"tritonkit tune: {data['model']} (labels: i instances, b max batch, d delay µs, p preferred, q bounded queue)",
         fontsize=9,
     )
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: it hides no point
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110)
