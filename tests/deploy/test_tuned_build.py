@@ -105,7 +105,11 @@ def _run_job(script: str, env: dict[str, str], tmp: Path) -> subprocess.Complete
 
 @pytest.mark.parametrize(("overlay", "component"), [("t4", "engine-build"), ("dev", "model-build")])
 def test_tune_write_spec_then_the_cluster_build_serves_the_tuned_config(
-    rendered: Callable[[str], list[Obj]], tmp_path: Path, overlay: str, component: str
+    rendered: Callable[[str], list[Obj]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    overlay: str,
+    component: str,
 ) -> None:
     spec = _user(tmp_path / "user")
     repo = slow_repository(tmp_path, "slow_fp32", batching=False)
@@ -119,6 +123,9 @@ def test_tune_write_spec_then_the_cluster_build_serves_the_tuned_config(
     assert main(args) == 0
     verdict = json.loads((tmp_path / "report" / "tune.json").read_text())["verdict"]
     assert verdict["write"], verdict  # two batching instances against one without a batcher
+    out = capsys.readouterr().out  # the headline is the finals median, the written files named
+    assert "req/s (finals median of 2 rounds, " in out.splitlines()[1]
+    assert f"written to {repo / 'slow_fp32' / 'config.pbtxt'}" in out and f"+++ {spec} (tuned)" in out
     text = spec.read_text()
     assert "  max_queue_delay_us: 500   # before the tune\n" in text and text.startswith("# The build spec")
     data = yaml.safe_load(text)
