@@ -148,10 +148,7 @@ def run(args: argparse.Namespace) -> int:
             problems = server.problems()
             if not problems:
                 continue
-            if server.is_running():
-                detail = "; ".join(problems)
-            else:
-                detail = f"tritonserver exited unexpectedly: {' | '.join(server.tail(3))}"
+            detail = "; ".join(problems) if server.is_running() else server.exit_reason()
             if restarts >= args.max_restarts:
                 print(f"tritonkit serve: error: {detail}", file=sys.stderr, flush=True)
                 return 1
@@ -161,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            server.stop()
-            server.start()
+            server.restart()  # the guard stays up and answers 503 meanwhile
             print(f"tritonkit serve: ready again  http={server.http_url}", flush=True)
         print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
         code = server.stop()

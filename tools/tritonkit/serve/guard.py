@@ -1,193 +1,103 @@
 """An HTTP guard in front of Triton's HTTP port: limits Triton 2.51 lacks, a real drain, true readiness.
 
-Triton 2.51 has no option bounding an HTTP body (``--http-max-input-size`` came later) and its
-own parsers die on hostile bodies: an infer whose declared shape asks for terabytes ends the
-process with ``std::bad_alloc``, JSON nested 130,000 levels deep with SIGSEGV. On SIGTERM it
-keeps serving new requests on open keep-alive connections while it waits for in-flight ones,
-and it answers ready after a model's python stub died. The guard owns the client connections:
+Triton 2.51 has no option bounding an HTTP body and its own parsers die on hostile bodies (a declared
+shape of terabytes: ``std::bad_alloc``; JSON nested 130,000 levels: SIGSEGV). On SIGTERM it keeps
+serving new requests on open keep-alive connections, and it answers ready while a model's python stub
+is dead or stopped. The guard owns the client connections:
 
-* a request is read whole (head ≤ 64 KiB, body ≤ ``max_body_bytes``, ``Content-Length`` only) and
-  refused with 413/431/411/400 before Triton sees it when it breaks a limit: the JSON part of an
-  infer must parse (Python's parser refuses deep nesting) and the bytes its shapes declare must
-  stay within ``max_body_bytes`` times ``_EXPANSION``;
-* ``/v2/health/ready`` and ``/v2/models/<m>[/versions/<v>]/ready`` answer 503 when ``healthy()``
-  says the server cannot serve (a dead stub), or while draining;
-* :meth:`Guard.drain` stops accepting, answers any new request on an open connection with 503 and
-  ``Connection: close``, and waits for the requests already forwarded to complete.
+* requests are parsed by llhttp (``httptools``), which refuses what RFC 9112 says to refuse: whitespace
+  before a header's colon, obs-fold, duplicate or conflicting ``Content-Length``, ``Transfer-Encoding``
+  with ``Content-Length``, bare LF line ends. ``Host`` must be given once (HTTP/1.1);
+* default deny: only the routes of :mod:`tritonkit.serve.kserve` pass, each with its method and body
+  check; an absolute-form target is reduced to its path. Triton never sees the client's bytes: the guard
+  writes each request anew (origin-form target, ``Content-Length`` of the checked body, hop-by-hop
+  headers dropped), so nothing the guard did not read can reach Triton;
+* limits: a request target ≤ 4 KiB (414) and a head ≤ 8 KiB (431; Triton closes the connection on URIs
+  of about 8 KiB), a body ≤ ``max_body_bytes`` (413) inflated or not, bodies buffered across all
+  connections ≤ ``max_inflight_bytes`` (503), a head within ``head_timeout`` and a whole request within
+  ``request_timeout`` of its first byte, and no gap over ``_IDLE_S`` between bytes of a message (408);
+* ``/v2/health/ready`` and ``/v2/models/<m>[/versions/<v>]/ready`` answer 503 while ``unready(model)``
+  gives a reason (a dead or unresponsive stub), while :meth:`Guard.hold` is in force (a restart) and
+  while draining; held, every request is answered 503 and the connection kept;
+* :meth:`Guard.drain` stops accepting, closes idle connections, answers new requests 503 with
+  ``Connection: close`` and lets the forwarded ones finish; a request whose Triton connection closes
+  before its answer (a restart) is answered 503, not dropped.
 
-Each client connection gets its own keep-alive connection to Triton (loopback). gRPC is not
-guarded (an HTTP/2 proxy is out of scope): restrict it with the restricted-protocol options or do
-not expose it.
+Each client connection gets its own keep-alive connection to Triton (loopback). gRPC is not guarded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
-import math
-import re
 import resource
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
-__all__ = ["Guard"]
+import httptools
 
-_HEAD_LIMIT = 64 * 1024
-#: Declared tensor bytes may exceed the body this many times (JSON numbers are longer than their
-#: binary form the other way round; shared-memory inputs declare shape without body bytes).
-_EXPANSION = 4
+from tritonkit.serve.kserve import RefusedError, Route, check_body, inflate, is_readiness, resolve
+from tritonkit.serve.options import ADMIN_HEADER
+
+__all__ = ["Guard", "RefusedError"]
+
+_TARGET_LIMIT = 4096
+_HEAD_LIMIT = 8192
+_MAX_HEADERS = 100
+#: Seconds a message may go without a byte arriving.
+_IDLE_S = 5.0
 #: Infer bodies larger than this are checked on a worker thread, not on the event loop.
 _INLINE_CHECK_BYTES = 256 * 1024
-#: Seconds a body may go without a byte arriving (a Content-Length larger than what is sent must not hold
-#: the connection forever).
-_BODY_IDLE_S = 5.0
-_DTYPE_BYTES = {
-    "BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BF16": 2,
-    "INT32": 4, "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "BYTES": 4,
-}  # fmt: skip
-_INFER = re.compile(rb"^/v2/models/[^/?]+(?:/versions/[^/?]+)?/infer(?:\?|$)")
-_READY = re.compile(rb"^/v2/(?:health/ready|models/[^/?]+(?:/versions/[^/?]+)?/ready)(?:\?|$)")
-_EXPECT = re.compile(rb"\r\nexpect:[^\r]*", re.IGNORECASE)
 _REASONS = {
-    400: "Bad Request",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    411: "Length Required",
-    413: "Payload Too Large",
-    431: "Header Too Large",
-}
+    400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+    411: "Length Required", 413: "Content Too Large", 414: "URI Too Long", 415: "Unsupported Media Type",
+    431: "Request Header Fields Too Large", 503: "Service Unavailable",
+}  # fmt: skip
+#: Headers the guard consumes or rewrites; never forwarded as the client sent them.
+_HOP = frozenset(
+    {
+        *(b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"),
+        *(b"proxy-connection", b"te", b"trailer", b"upgrade", b"expect", b"content-encoding"),
+    }
+)
+#: Headers Triton reads by their first occurrence: a second one could differ from what was checked.
+_SINGLE = frozenset(
+    {
+        *(b"host", b"content-encoding", b"inference-header-content-length", b"content-type", b"expect"),
+        ADMIN_HEADER.encode(),
+    }
+)
+_CLOSE = b"Connection: close\r\n"
 
 
-class _RefusedError(Exception):
-    def __init__(self, status: int, message: str, *, count: bool = True) -> None:
-        super().__init__(message)
-        self.status = status
-        self.count = count  # a limit refused it (not a readiness answer)
-
-
-def _answer(status: int, message: str, *, close: bool) -> bytes:
+def _answer(status: int, message: str, *, close: bool, retry: bool = False) -> bytes:
     body = json.dumps({"error": message}).encode()
-    reason = _REASONS.get(status, "Service Unavailable" if status == 503 else "Error")
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{'Retry-After: 1' + chr(13) + chr(10) if retry else ''}"
+        f"{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
     )
     return head.encode() + body
 
 
-def _headers(head: bytes) -> tuple[bytes, bytes, dict[bytes, bytes]]:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        raise _RefusedError(400, "malformed request line")
-    fields: dict[bytes, bytes] = {}
-    for line in lines[1:]:
-        if line:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise _RefusedError(400, "malformed header line")
-            fields[name.strip().lower()] = value.strip()
-    return parts[0], parts[1], fields
+def _trim_heap() -> None:
+    """Give freed body buffers back to the system (glibc keeps them in its heap otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-async def _read_body(reader: asyncio.StreamReader, length: int) -> bytes:
-    parts: list[bytes] = []
-    remaining = length
-    while remaining:
-        try:
-            chunk = await asyncio.wait_for(reader.read(min(remaining, 1 << 20)), _BODY_IDLE_S)
-        except TimeoutError:
-            raise _RefusedError(408, f"no body byte arrived for {_BODY_IDLE_S:g} s") from None
-        if not chunk:
-            raise asyncio.IncompleteReadError(b"".join(parts), length)
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
+@dataclass
+class _Item:
+    """A request ready to forward (``data``), or an answer the guard gives itself (``answer``)."""
 
-
-def _flatten(data: Any, out: list[Any]) -> None:
-    if isinstance(data, list):
-        for element in data:
-            _flatten(element, out)
-    else:
-        out.append(data)
-
-
-def _check_data(name: str, datatype: str, shape: list[int], data: Any) -> None:
-    """Inline ``data`` must hold one element per shape position, of the datatype's kind, finite."""
-    elements: list[Any] = []
-    _flatten(data, elements)
-    if len(elements) != math.prod(shape):
-        raise _RefusedError(
-            400, f"input `{name}`: shape {shape} needs {math.prod(shape)} data elements; got {len(elements)}"
-        )
-    if datatype == "BYTES":
-        kind_ok: Callable[[Any], bool] = lambda v: isinstance(v, str)  # noqa: E731
-        expected = "strings"
-    elif datatype == "BOOL":
-        kind_ok, expected = (lambda v: isinstance(v, bool)), "true/false"
-    elif datatype.startswith(("FP", "BF")):
-        kind_ok = lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-        expected = "finite numbers"
-    else:
-        kind_ok, expected = (lambda v: isinstance(v, int) and not isinstance(v, bool)), "integers"
-    bad = next((i for i, v in enumerate(elements) if not kind_ok(v)), None)
-    if bad is not None:
-        raise _RefusedError(
-            400, f"input `{name}` ({datatype}): expected {expected}; element {bad} is {elements[bad]!r}"[:300]
-        )
-
-
-def _check_infer(body: bytes, fields: dict[bytes, bytes], max_bytes: int) -> None:
-    """Refuse an infer body whose JSON is malformed or too deep, or whose shapes ask too much."""
-    json_size = fields.get(b"inference-header-content-length")
-    try:
-        size = int(json_size) if json_size is not None else len(body)
-    except ValueError:
-        raise _RefusedError(400, "Inference-Header-Content-Length is not a number") from None
-    if not 0 <= size <= len(body):
-        raise _RefusedError(
-            400, f"Inference-Header-Content-Length {size} is outside the body of {len(body)} bytes"
-        )
-    try:
-        request: Any = json.loads(body[:size])
-    except RecursionError:
-        raise _RefusedError(400, "the request JSON is nested too deeply") from None
-    except ValueError as exc:
-        raise _RefusedError(400, f"the request JSON does not parse: {exc}") from None
-    # Triton 2.51 answers a body that parses but is not a KServe request with 500 (its own parser's
-    # errors), and serves NaN/Infinity literals as data: say what was expected, as a 400, here.
-    if not isinstance(request, dict):
-        raise _RefusedError(400, f"the request JSON must be an object; got {type(request).__name__}")
-    inputs = request.get("inputs")
-    if not isinstance(inputs, list) or not all(isinstance(item, dict) for item in inputs):
-        raise _RefusedError(400, "the request JSON needs `inputs`: a list of objects")
-    declared = 0
-    for item in inputs:
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise _RefusedError(400, "every input needs a shape of non-negative integers")
-        datatype = str(item.get("datatype", "")).upper()
-        declared += math.prod(shape) * _DTYPE_BYTES.get(datatype, 8)
-        if declared <= max_bytes * _EXPANSION and "data" in item:
-            _check_data(str(item.get("name", "")), datatype, shape, item["data"])
-    if declared > max_bytes * _EXPANSION:
-        raise _RefusedError(
-            413, f"the inputs declare {declared} bytes; at most {max_bytes * _EXPANSION} are accepted"
-        )
-
-
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Let a refused client read its answer: closing with its body unread would reset the link."""
-    with contextlib.suppress(Exception):
-        await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-        async with asyncio.timeout(1.0):
-            while await reader.read(1 << 16):
-                pass
+    data: bytes = b""
+    answer: bytes = b""
+    close: bool = False
+    held: int = 0  # body bytes counted against the in-flight budget until the answer is complete
 
 
 class Guard:
@@ -200,17 +110,27 @@ class Guard:
         upstream: int,
         *,
         max_body_bytes: int,
-        healthy: Callable[[], bool] = lambda: True,
+        max_inflight_bytes: int | None = None,
+        unready: Callable[[str | None], str | None] = lambda model: None,
+        head_timeout: float = 10.0,
+        request_timeout: float = 60.0,
+        max_connections: int = 16384,
     ) -> None:
         self.host, self.port, self.upstream = host, port, upstream
         self.max_body_bytes = max_body_bytes
-        self.healthy = healthy
+        self.max_inflight_bytes = max_inflight_bytes or 4 * max_body_bytes
+        self.unready = unready
+        self.head_timeout, self.request_timeout = head_timeout, request_timeout
+        self.max_connections = max_connections
         self.refused = 0  # requests refused by a limit
+        self.buffered = 0  # body bytes held across connections
+        self._peak = 0
+        self.held: str | None = None  # while set, every request is answered 503 with this reason
+        self.draining = False
+        self.in_flight = 0
+        self.connections: set[_Connection] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
-        self._draining = False
-        self._in_flight = 0
-        self._idle: set[asyncio.Task[None]] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tritonkit-guard", daemon=True)
 
     # --- life cycle (called from other threads) ------------------------------------------------
@@ -222,13 +142,42 @@ class Guard:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
-        future.result(timeout=10)
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, reuse_address=True, limit=_HEAD_LIMIT + 1024
+        self._server = await self._loop.create_server(
+            lambda: _Connection(self), self.host, self.port, reuse_address=True, backlog=1024
         )
+
+    def _call(self, function: Callable[[], object]) -> None:
+        if self._thread.is_alive():
+            done = threading.Event()
+
+            def run() -> None:
+                function()
+                done.set()
+
+            self._loop.call_soon_threadsafe(run)
+            done.wait(5)
+
+    def hold(self, reason: str) -> None:
+        """Answer every new request 503 (``reason``, ``Retry-After: 1``) until :meth:`release`."""
+
+        def apply() -> None:
+            self.held = reason
+
+        self._call(apply)
+
+    def release(self, upstream: int) -> None:
+        """Serve again, now from Triton at ``127.0.0.1:upstream`` (connections to the old one dropped)."""
+
+        def apply() -> None:
+            self.upstream, self.held = upstream, None
+            for connection in self.connections:
+                if connection.busy is None:  # a busy one's link to the old server has ended already
+                    connection.drop_upstream()
+
+        self._call(apply)
 
     def drain(self, timeout: float) -> int:
         """Stop accepting, close idle connections, wait for forwarded requests; returns those left."""
@@ -238,15 +187,15 @@ class Guard:
         return future.result(timeout=timeout + 5)
 
     async def _drain(self, timeout: float) -> int:
-        self._draining = True
+        self.draining = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._idle):  # waiting for a next request that will not be served
-            task.cancel()
+        for connection in list(self.connections):
+            connection.close_if_idle()
         deadline = self._loop.time() + timeout
-        while self._in_flight and self._loop.time() < deadline:
+        while self.in_flight and self._loop.time() < deadline:
             await asyncio.sleep(0.02)
-        return self._in_flight
+        return self.in_flight
 
     def close(self) -> None:
         """Close the listening socket and every connection, and end the guard's thread."""
@@ -259,131 +208,446 @@ class Guard:
             self._loop.close()
 
     async def _close(self) -> None:
-        self._draining = True
+        self.draining = True
         if self._server is not None:
             self._server.close()
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
-        await asyncio.sleep(0)
+        for connection in list(self.connections):
+            connection.abort()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # none left pending when the loop stops
 
-    # --- one client connection -----------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        task = asyncio.current_task()
-        try:
-            while not self._draining:
-                assert task is not None
-                self._idle.add(task)
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except asyncio.LimitOverrunError:
-                    writer.write(_answer(431, f"request head over {_HEAD_LIMIT} bytes", close=True))
-                    return
-                finally:
-                    self._idle.discard(task)
-                if self._draining:
-                    writer.write(_answer(503, "the server is stopping", close=True))
-                    return
-                try:
-                    request, close = await self._read_request(head, reader, writer)
-                except _RefusedError as refused:
-                    self.refused += refused.count
-                    writer.write(_answer(refused.status, str(refused), close=True))
-                    await _linger(reader, writer)
-                    return
-                if upstream is None:
-                    try:
-                        upstream = await asyncio.open_connection("127.0.0.1", self.upstream)
-                    except OSError:  # Triton is down (crashed, or restarting)
-                        writer.write(_answer(503, "the server is not running", close=True))
-                        return
-                self._in_flight += 1
-                try:
-                    upstream[1].write(request)
-                    keep = await self._relay(upstream[0], writer)
-                finally:
-                    self._in_flight -= 1
-                if not keep or close:
-                    return
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            ConnectionError,
-            asyncio.CancelledError,
-        ):
+    # --- the in-flight body budget (event-loop thread only) --------------------------------------
+    def take(self, size: int) -> None:
+        if self.buffered + size > self.max_inflight_bytes:
+            raise RefusedError(
+                503, f"request bodies in flight hold over {self.max_inflight_bytes} bytes; retry later"
+            )
+        self.buffered += size
+        self._peak = max(self._peak, self.buffered)
+
+    def give(self, size: int) -> None:
+        self.buffered -= size
+        if self.buffered == 0 and self._peak > 32 << 20:
+            self._peak = 0
+            _trim_heap()
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parse, check, rewrite, forward one request at a time, relay the answer."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.loop = guard._loop
+        self.transport: asyncio.Transport | None = None
+        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        self.queue: deque[_Item] = deque()
+        self.busy: _Item | None = None
+        self.upstream: _Upstream | None = None
+        self.connecting = False
+        self.closing = False
+        self.paused = False
+        self.eof = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.started = self.last_byte = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.in_message = False
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.fields: dict[bytes, bytes] = {}
+        self.head_size = 0
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.route: Route | None = None
+        self.model: str | None = None
+        self.target = b""
+
+    # --- transport events ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.guard.connections.add(self)
+        if len(self.guard.connections) > self.guard.max_connections or self.guard.draining:
+            reason = "the server is stopping" if self.guard.draining else "too many connections"
+            self._refuse(RefusedError(503, f"{reason}; retry later", count=False))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.connections.discard(self)
+        self.closing = True
+        self._cancel_timer()
+        if self.body_size:
+            self.guard.give(self.body_size)
+            self.body_size = 0
+        for item in (*self.queue, *([self.busy] if self.busy else [])):
+            self.guard.give(item.held)
+            item.held = 0
+        if self.busy is not None:
+            self.guard.in_flight -= 1
+            self.busy = None
+        self.queue.clear()
+        self.drop_upstream()
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None:  # refused: the rest is read and thrown away
             return
-        except (_RefusedError, ValueError):  # Triton's answer did not parse: drop both links
-            return
-        finally:
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            writer.close()
-            if upstream is not None:
-                upstream[1].close()
-
-    async def _read_request(
-        self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[bytes, bool]:
-        """The whole request and whether the client asked to close; :class:`_RefusedError` if refused."""
-        method, target, fields = _headers(head[:-4])
-        if method not in (b"GET", b"POST"):  # all Triton serves; HEAD would leave a body unsent
-            raise _RefusedError(
-                405, f"method {method.decode(errors='replace')} is not served; expected GET or POST"
-            )
-        if b"transfer-encoding" in fields:
-            raise _RefusedError(411, "chunked bodies are not accepted; send Content-Length")
+        self.last_byte = self.loop.time()
         try:
-            length = int(fields.get(b"content-length", b"0"))
-        except ValueError:
-            raise _RefusedError(400, "Content-Length is not a number") from None
-        if length < 0:
-            raise _RefusedError(400, "Content-Length is negative")
-        if length > self.max_body_bytes:
-            raise _RefusedError(413, f"the body of {length} bytes is over the limit of {self.max_body_bytes}")
-        if fields.get(b"expect", b"").lower() == b"100-continue":
-            # Answer it here (curl waits a second otherwise) and keep Triton from answering it too.
-            head = _EXPECT.sub(b"", head)
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await _read_body(reader, length)
-        if method == b"POST" and _INFER.match(target):
-            if len(body) > _INLINE_CHECK_BYTES:  # parsing takes a while: keep other connections moving
-                await asyncio.to_thread(_check_infer, body, fields, self.max_body_bytes)
-            else:
-                _check_infer(body, fields, self.max_body_bytes)
-        if _READY.match(target) and not self.healthy():
-            raise _RefusedError(
-                503, "a model of this server cannot serve (see tritonkit serve's log)", count=False
-            )
-        return head + body, fields.get(b"connection", b"").lower() == b"close"
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            self._refuse(refused if isinstance(refused, RefusedError) else RefusedError(400, str(exc)))
+        except httptools.HttpParserUpgrade:
+            self._refuse(RefusedError(400, "protocol upgrades are not served"))
+        except httptools.HttpParserError as exc:
+            self._refuse(RefusedError(400, f"malformed HTTP/1.1 request: {exc}"))
+        if self.in_message and self.timer is None and not self.closing:
+            self._arm()
+        self._pump()
+        if len(self.queue) >= 8 and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
 
-    async def _relay(self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Copy one response from Triton to the client; whether the connection stays open.
+    def eof_received(self) -> bool:
+        """The client sent all it will: answer what it sent (a half request is refused), then close."""
+        self.eof = True
+        if self.in_message and self.parser is not None:
+            self._refuse(RefusedError(400, "the request ended before its body did"))
+        self._pump()
+        return True
 
-        Bodies come with Content-Length or, for streamed generation, chunked: chunks are passed on
-        as they arrive.
-        """
-        head = await upstream.readuntil(b"\r\n\r\n")
-        _, _, fields = _headers(b"GET / HTTP/1.1" + head[head.index(b"\r\n") : -4])
-        keep = fields.get(b"connection", b"").lower() != b"close" and not self._draining
-        if not keep:  # draining: this answer is the connection's last
-            head = (
-                head[: head.index(b"\r\n") + 2] + b"Connection: close\r\n" + head[head.index(b"\r\n") + 2 :]
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+    # --- timers --------------------------------------------------------------------------------
+    def _arm(self) -> None:
+        limit = self.started + (self.guard.request_timeout if self.route else self.guard.head_timeout)
+        self.timer = self.loop.call_at(min(limit, self.last_byte + _IDLE_S), self._expire)
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expire(self) -> None:
+        self.timer = None
+        if not self.in_message or self.closing:
+            return
+        now = self.loop.time()
+        if self.route is None and now >= self.started + self.guard.head_timeout:
+            self._refuse(
+                RefusedError(408, f"the request head did not arrive within {self.guard.head_timeout:g} s")
             )
-        writer.write(head)
-        if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
-            while True:
-                size_line = await upstream.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-                writer.write(size_line + await upstream.readexactly(size + 2) if size else size_line)
-                await writer.drain()
-                if size == 0:
-                    while (trailer := await upstream.readuntil(b"\r\n")) != b"\r\n":
-                        writer.write(trailer)
-                    writer.write(b"\r\n")
-                    break
+        elif now >= self.started + self.guard.request_timeout:
+            self._refuse(
+                RefusedError(408, f"the request did not arrive within {self.guard.request_timeout:g} s")
+            )
+        elif now >= self.last_byte + _IDLE_S:
+            self._refuse(RefusedError(408, f"no byte of the request arrived for {_IDLE_S:g} s"))
         else:
-            length = int(fields.get(b"content-length", b"0"))
-            writer.write(await upstream.readexactly(length) if length else b"")
-        await writer.drain()
-        return keep
+            self._arm()
+        self._pump()
+
+    # --- parser callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._reset()
+        self.in_message = True
+        self.started = self.last_byte
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        if len(self.url) > _TARGET_LIMIT:
+            raise RefusedError(414, f"the request target is over {_TARGET_LIMIT} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_size += len(name) + len(value) + 4
+        if self.head_size > _HEAD_LIMIT or len(self.headers) >= _MAX_HEADERS:
+            raise RefusedError(431, f"the request head is over {_HEAD_LIMIT} bytes or {_MAX_HEADERS} fields")
+        lower = name.lower()
+        if lower in _SINGLE and lower in self.fields:
+            raise RefusedError(400, f"header {name.decode('latin-1')} is given twice")
+        self.fields[lower] = value
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        method = self.parser.get_method().decode("latin-1")
+        if self.parser.get_http_version() == "1.1" and b"host" not in self.fields:
+            raise RefusedError(400, "an HTTP/1.1 request needs a Host header")
+        if b"transfer-encoding" in self.fields:
+            raise RefusedError(411, "chunked bodies are not accepted; send Content-Length")
+        if self.url[:1] == b"/" and b"#" not in self.url:  # origin-form: no URL parser needed
+            path, _, query = self.url.partition(b"?")
+            self.target = self.url
+        else:
+            path, query = self._absolute()
+            self.target = path + (b"?" + query if query else b"")
+        self.route, self.model = resolve(method, path.decode("latin-1"))
+        length = int(self.fields.get(b"content-length", b"0"))
+        if length > self.guard.max_body_bytes:
+            raise RefusedError(
+                413, f"the body of {length} bytes is over the limit of {self.guard.max_body_bytes}"
+            )
+        encoding = self.fields.get(b"content-encoding", b"identity")
+        if encoding not in (b"identity", b"gzip", b"deflate", b""):
+            raise RefusedError(
+                415, f"Content-Encoding {encoding[:20]!r} is not served; expected gzip or deflate"
+            )
+        if self.fields.get(b"expect", b"").lower() == b"100-continue" and length and not self.busy:
+            assert self.transport is not None
+            if not self.queue:  # an interim answer must not cut into another's
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _absolute(self) -> tuple[bytes, bytes]:
+        """Path and query of an absolute-form target (``http://host:port/path?query``)."""
+        try:
+            url = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            raise RefusedError(400, "the request target is not a URL") from None
+        if url.schema not in (b"http", b"https") or url.fragment is not None or url.userinfo is not None:
+            raise RefusedError(400, "the request target must be a path or an http URL without a fragment")
+        return url.path or b"/", url.query or b""
+
+    def on_body(self, chunk: bytes) -> None:
+        self.guard.take(len(chunk))
+        self.body_size += len(chunk)
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        assert self.parser is not None and self.route is not None
+        self.in_message = False
+        self._cancel_timer()
+        close = not self.parser.should_keep_alive() or self.guard.draining
+        body = b"".join(self.body) if len(self.body) != 1 else self.body[0]
+        held, self.body, self.body_size = self.body_size, [], 0
+        try:
+            self._complete(body, held, close)
+        except RefusedError:
+            self.guard.give(held)
+            raise
+
+    def _complete(self, body: bytes, held: int, close: bool) -> None:
+        assert self.route is not None
+        guard = self.guard
+        reason = guard.held or ("the server is stopping" if guard.draining else None)
+        if reason is None and is_readiness(self.route):
+            reason = guard.unready(self.model)
+        if reason is not None:
+            guard.give(held)
+            self.queue.append(_Item(answer=_answer(503, reason, close=close, retry=True), close=close))
+            return
+        encoding = self.fields.get(b"content-encoding", b"identity")
+        if encoding in (b"gzip", b"deflate"):
+            inflated = inflate(body, encoding.decode(), guard.max_body_bytes)
+            guard.take(len(inflated))
+            guard.give(held)
+            body, held = inflated, len(inflated)
+        header_length = self.fields.get(b"inference-header-content-length")
+        if len(body) > _INLINE_CHECK_BYTES and self.route.body == "infer":
+            item = _Item(close=close, held=held)  # data comes with the worker thread's check
+            self.queue.append(item)
+            checked = self._check_later(item, self.route, body, header_length, self._head(len(body)))
+            self.loop.create_task(checked)
+            return
+        check_body(self.route, body, header_length, guard.max_body_bytes)
+        self.queue.append(_Item(data=self._head(len(body)) + body, close=close, held=held))
+
+    def _head(self, length: int) -> bytes:
+        assert self.parser is not None
+        lines = [b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (self.parser.get_method(), self.target)]
+        lines.extend(b"%s: %s\r\n" % pair for pair in self.headers if pair[0].lower() not in _HOP)
+        lines.append(b"Content-Length: %d\r\n\r\n" % length)
+        return b"".join(lines)
+
+    async def _check_later(
+        self, item: _Item, route: Route, body: bytes, header_length: bytes | None, head: bytes
+    ) -> None:
+        try:
+            await asyncio.to_thread(check_body, route, body, header_length, self.guard.max_body_bytes)
+            item.data = head + body
+        except RefusedError as refused:
+            self.guard.refused += refused.count
+            self.guard.give(item.held)
+            item.held, item.close = 0, True
+            item.answer = _answer(refused.status, str(refused), close=True)
+            self.parser = None
+        self._pump()
+
+    # --- answering -----------------------------------------------------------------------------
+    def _refuse(self, refused: RefusedError) -> None:
+        """Answer ``refused`` after what is queued, then close; read no further request."""
+        self.guard.refused += refused.count
+        self._cancel_timer()
+        if self.body_size:
+            self.guard.give(self.body_size)
+            self.body_size, self.body = 0, []
+        self.parser = None
+        self.in_message = False
+        self.queue.append(_Item(answer=_answer(refused.status, str(refused), close=True), close=True))
+
+    def _pump(self) -> None:
+        """Send what is next in the queue, one request at a time, in order."""
+        transport = self.transport
+        while self.busy is None and self.queue and not self.closing and transport is not None:
+            item = self.queue[0]
+            if item.answer:
+                self.queue.popleft()
+                transport.write(item.answer)
+                if item.close:
+                    self._finish()
+                    return
+                continue
+            if not item.data:  # still being checked on a worker thread
+                return
+            self.queue.popleft()
+            self.busy = item
+            self.guard.in_flight += 1
+            if self.upstream is not None and self.upstream.transport is not None:
+                self.upstream.send(item.data)
+            elif not self.connecting:
+                self.connecting = True
+                self.loop.create_task(self._connect())
+        if self.busy is None and not self.queue and self.eof and not self.closing:
+            self._finish()
+        elif self.paused and not self.queue and transport is not None and not self.closing:
+            self.paused = False
+            transport.resume_reading()
+
+    async def _connect(self) -> None:
+        try:
+            _, upstream = await self.loop.create_connection(
+                lambda: _Upstream(self), "127.0.0.1", self.guard.upstream
+            )
+        except OSError:
+            self.connecting = False
+            self.answered(_answer(503, "the server is not running; retry later", close=False, retry=True))
+            return
+        self.connecting = False
+        if self.closing:
+            upstream.close()
+            return
+        self.upstream = upstream
+        if self.busy is not None:
+            upstream.send(self.busy.data)
+
+    def answered(self, answer: bytes = b"", *, keep: bool = True) -> None:
+        """The forwarded request is done (its answer relayed, or ``answer`` sent in its place)."""
+        item, self.busy = self.busy, None
+        if item is None:
+            return
+        self.guard.in_flight -= 1
+        self.guard.give(item.held)
+        item.held = 0
+        if answer and self.transport is not None and not self.closing:
+            self.transport.write(answer)
+        if item.close or not keep or self.guard.draining:
+            self._finish()
+        else:
+            self._pump()
+
+    def _finish(self) -> None:
+        """Close after what was written: half-close, then let the client read its answer (1 s at most)."""
+        self.closing = True
+        self.parser = None
+        for item in self.queue:
+            self.guard.give(item.held)
+            item.held = 0
+        self.queue.clear()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()  # read and discard what the client still sends (no reset)
+        self.loop.call_later(1.0, transport.close)
+        self.drop_upstream()
+
+    def close_if_idle(self) -> None:
+        if self.busy is None and not self.queue and not self.in_message and self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def drop_upstream(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.orphaned = True
+            if upstream.transport is not None:
+                upstream.transport.close()
+
+
+class _Upstream(asyncio.Protocol):
+    """The connection to Triton of one client connection: relays each answer as it arrives."""
+
+    def __init__(self, client: _Connection) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.started = False  # bytes of the current answer went to the client
+        self.done = False
+        self.keep = True
+        self.orphaned = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.started = self.done = False
+        self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        if self.orphaned or client.transport is None or client.closing:
+            return
+        if not self.started and client.guard.draining and b"\r\n" in data:
+            at = data.index(b"\r\n") + 2  # this answer is the connection's last: say so
+            data = data[:at] + _CLOSE + data[at:]
+        self.started = True
+        client.transport.write(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:  # Triton's answer did not parse: end both connections
+            self.orphaned = True
+            client.closing = True
+            client.transport.close()
+            return
+        if self.done:
+            self.done = False
+            self.started = False
+            client.answered(keep=self.keep)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+        self.keep = self.parser.should_keep_alive()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.orphaned:
+            return
+        client = self.client
+        client.upstream = None
+        if client.busy is None:
+            return
+        if self.started:  # half an answer went out: the client must see the connection end
+            client.busy.close = True
+            client.answered()
+        else:
+            client.answered(
+                _answer(
+                    503, "the server closed the connection before answering; retry", close=False, retry=True
+                )
+            )
