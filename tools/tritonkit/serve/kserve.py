@@ -280,7 +280,7 @@ def _check_input(item: Any, max_declared: int, declared: int) -> tuple[int, int]
     parameters = item.get("parameters")
     binary = 0
     if parameters is None:
-        sources = "data" in item
+        sources = int("data" in item)
     else:
         if type(parameters) is not dict:
             raise RefusedError(400, f"input `{name[:60]}`: `parameters` must be an object")
