@@ -113,6 +113,7 @@ class EmbeddedServer:
         guard: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_inflight_bytes: int | None = None,
+        request_timeout: float = 60.0,
         log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
         health_probes: bool | None = None,
     ) -> None:
@@ -143,6 +144,8 @@ class EmbeddedServer:
         self.max_body_bytes = max_body_bytes
         #: Body bytes the guard holds across all connections at once (default 4 × ``max_body_bytes``).
         self.max_inflight_bytes = max_inflight_bytes or 4 * max_body_bytes
+        #: Seconds the guard gives a request (head and body) from its first byte.
+        self.request_timeout = request_timeout
         #: Probe each python model with a tiny infer (:mod:`tritonkit.serve.health`) so that the guard's
         #: readiness tells a stopped or hung stub; default: with the guard, in model control mode ``none``.
         self.health_probes = (
@@ -296,6 +299,7 @@ class EmbeddedServer:
                     self._port_of_triton_http(),
                     max_body_bytes=self.max_body_bytes,
                     max_inflight_bytes=self.max_inflight_bytes,
+                    request_timeout=self.request_timeout,
                     unready=self.unready,
                 )
                 self._guard.start()
