@@ -160,7 +160,9 @@ def test_readiness_false_while_a_stub_is_stopped(repo: Path, record: Record) -> 
         served_after_sigcont=served,
         ready_after_sigcont=ready,
     )
-    assert passed, f"false after {false_after:.2f} s (went false: {went_false}); then ready={ready} served={served}"
+    assert passed, (
+        f"false after {false_after:.2f} s (went false: {went_false}); then ready={ready} served={served}"
+    )
 
 
 def _hammer(port: int, stop_at: threading.Event, counts: dict[str, int]) -> None:
@@ -350,3 +352,61 @@ def test_grpc_shape_beyond_what_triton_checks(repo: Path, record: Record) -> Non
     passed = got.startswith("InvalidInputError") and "truncates" in got
     record("client", "gRPC shape [2^32+1, 4] over one row", passed, got=got[:110])
     assert passed, got
+
+
+def _wrk(url: str, body: Path, seconds: int) -> tuple[float, int]:
+    import re  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from tritonkit.loadtest import wrk as wrk_module  # noqa: PLC0415
+
+    script = Path(wrk_module.__file__).with_name("post.lua")
+    done = subprocess.run(
+        ["wrk", "-t2", "-c16", f"-d{seconds}s", "-s", str(script), url],
+        env={**os.environ, "TRITONKIT_WRK_BODY": str(body)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=seconds + 30,
+    )
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", done.stdout)
+    return (float(rate.group(1)) if rate else 0.0), int(bad.group(1)) if bad else 0
+
+
+def test_guard_cost_is_measured(tmp_path: Path, fault_scale: Scale, record: Record) -> None:
+    """wrk on the tiny model, Triton's own port and the guard's alternately in one run (a measurement;
+    the ratio is recorded, not asserted: on a 2-core machine wrk, Triton and the guard share the cores)."""
+    import shutil  # noqa: PLC0415
+
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (make tools installs it)")
+    repo = tmp_path / "repo"
+    write_add_one(repo)
+    body = tmp_path / "body.json"
+    body.write_bytes(
+        b'{"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+    )
+    seconds, rounds = (5, 3) if fault_scale.form == "full" else (2, 1)
+    direct, guarded, failures = [], [], 0
+    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+        path = "/v2/models/add_one/infer"
+        triton = f"http://127.0.0.1:{server._port_of_triton_http()}{path}"
+        guard = f"http://127.0.0.1:{server.http_port}{path}"
+        _wrk(triton, body, 1)
+        for _ in range(rounds):
+            for url, into in ((triton, direct), (guard, guarded)):
+                rate, bad = _wrk(url, body, seconds)
+                into.append(rate)
+                failures += bad
+    ratio = sum(guarded) / sum(direct) if sum(direct) else 0.0
+    record(
+        "guard-cost",
+        f"wrk -t2 -c16, {rounds} x {seconds} s each, tiny python model (JSON body)",
+        ratio >= 0.85,
+        direct_req_s=round(sum(direct) / len(direct)),
+        guard_req_s=round(sum(guarded) / len(guarded)),
+        ratio=round(ratio, 2),
+        non_2xx=failures,
+    )
+    assert failures == 0 and min(direct + guarded) > 0

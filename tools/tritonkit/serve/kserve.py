@@ -286,7 +286,9 @@ def _check_input(item: Any, max_declared: int, declared: int) -> tuple[int, int]
             raise RefusedError(400, f"input `{name[:60]}`: `parameters` must be an object")
         _check_fields(f"input `{name[:60]}`: parameter ", parameters, _IO_PARAMETERS)
         binary = parameters.get("binary_data_size", 0)
-        sources = ("data" in item) + ("binary_data_size" in parameters) + ("shared_memory_region" in parameters)
+        sources = (
+            ("data" in item) + ("binary_data_size" in parameters) + ("shared_memory_region" in parameters)
+        )
     if sources != 1:
         raise RefusedError(
             400,
