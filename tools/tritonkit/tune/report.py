@@ -175,8 +175,8 @@ def _finals(finals: Sequence[Mapping[str, Any]], winner: Mapping[str, Any]) -> l
         return []
     rounds = max(len(f["figures"]) for f in finals)
     lines = [
-        f"Finals: the {sum(bool(f.get('finalist', True)) for f in finals)} configs the "
-        f"search measured within reach of the best, measured again in {rounds} alternating rounds at the "
+        f"Finals: the config(s) the search measured within reach of the best "
+        f"({sum(bool(f.get('finalist', True)) for f in finals)}), measured again in {rounds} alternating rounds at the "
         "concurrency the search found (a lower level when that broke the budget), the model's own config in "
         "the same rounds; the winner has the highest median of the fresh figures, and the spread (min-max) "
         "is what one config measured again shows.",
