@@ -39,7 +39,7 @@ def tune_report(
     budget_ms: float,
     throughput: float,
     p99_ms: float,
-    device: str | None = None,
+    device: str | None = None,  # a GPU's name, or "cpu"
     levels: list[dict[str, Any]] | None = None,
     confirmed: float | None = None,
 ) -> Path:
@@ -65,8 +65,15 @@ def tune_report(
         "model": model, "latency_budget_ms": budget_ms, "search": "quick", "measurements": len(levels),
         "winner": winner, "baseline": winner, "trials": [winner], "finals": [],
     }  # fmt: skip
-    if device is not None:
-        data["provenance"] = {"device": device}
+    if device is not None:  # as `tritonkit tune` records it (loadtest.provenance)
+        gpu = device != "cpu"
+        data["provenance"] = {
+            "tritonkit_version": "0.1.0", "date": "2026-11-25T00:00:00+00:00", "host": "h", "triton_version": "2.51.0",
+            "server": "127.0.0.1:8000", "device": {"gpus": [device] if gpu else [], "cpu": "AMD EPYC", "cores": 16},
+            "models": [{"name": model, "version": "1", "engine": "torch" if gpu else "onnxruntime",
+                        "precision": "fp16" if gpu else "fp32", "instance_kind": "KIND_GPU" if gpu else "KIND_CPU",
+                        "instances": 1}],
+        }  # fmt: skip
     (folder / "tune.json").write_text(json.dumps(data))
     return folder
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +114,22 @@ def test_a_tune_measured_on_another_device_is_refused(tmp_path: Path, repo: Path
     )
     assert read_tuned("light", "H100", report, 50).device == "NVIDIA H100 80GB HBM3"
     with pytest.raises(
-        TritonKitError, match="was measured on `NVIDIA H100 80GB HBM3`; expected a tune run on T4"
+        TritonKitError, match="was measured on NVIDIA H100 80GB HBM3; expected a tune run on T4"
     ):
         read_tuned("light", "T4", report, 50)
+    with pytest.raises(
+        TritonKitError, match="was measured on NVIDIA H100 80GB HBM3; expected a tune run on cpu"
+    ):
+        read_tuned("light", "cpu", report, 50)
+    on_cpu = tune_report(tmp_path / "c", repo, "light", budget_ms=50, throughput=400, p99_ms=20, device="cpu")
+    assert read_tuned("light", "cpu", on_cpu, 50).device == "CPU AMD EPYC, 16 cores"
+    # a tune that kept the model's own config (its winner did not beat it beyond the spread) plans with that
+    data = json.loads((report / "tune.json").read_text())
+    data["baseline"] = {**data["winner"], "throughput": 300.0, "confirmed_throughput": 290.0}
+    data["chosen"] = {"key": "own", "own_config": True}
+    (report / "tune.json").write_text(json.dumps(data))
+    kept = read_tuned("light", "H100", report, 50)
+    assert (kept.capacity_rps, kept.basis) == (290.0, "confirmed")
 
 
 def _cli(tmp_path: Path, data: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:

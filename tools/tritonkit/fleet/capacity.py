@@ -1,13 +1,15 @@
 """What one pod of one GPU type sustains for one model alone: the tuned config and its capacity, from a tune.
 
 Owns :class:`Tuned` and :func:`read_tuned`: a ``tune.json`` (``tritonkit tune --report``) read back for
-a model's budget. When the tune's budget is the fleet's or tighter, its winner is the config and its
-finals' median (``confirmed_throughput``) the capacity, as ``tritonkit plan`` takes it; when the tune ran
-at a looser budget, the config is the trial whose highest measured level within the fleet's budget
-(stable, no failures, generator not limiting) carries the most, and that level is the capacity. No such
-level is the fleet-file error "a budget no config meets". A ``device`` recorded in the report (at its
-top, or in its ``provenance``) must be of the GPU type the report is filed under; a report without one
-is accepted and said to be unchecked.
+a model's budget. When the tune's budget is the fleet's or tighter, the config the tune chose (its winner,
+or the model's own config when the winner did not beat it beyond the spread: ``chosen.own_config``) is
+the config and its finals' median (``confirmed_throughput``) the capacity, as ``tritonkit plan`` takes it;
+when the tune ran at a looser budget, the config is the trial whose highest measured level within the
+fleet's budget (stable, no failures, generator not limiting) carries the most, and that level is the
+capacity. No such level is the fleet-file error "a budget no config meets". The device the tune's
+``provenance`` says the config was measured on (:func:`tritonkit.tune.plan.measured_device`) must be of
+the GPU type the report is filed under (``cpu``: a CPU instance); a report that recorded none is accepted
+and said to be unchecked.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from tritonkit.config import ModelConfig, from_dict
 from tritonkit.errors import ConfigError, TritonKitError
-from tritonkit.fleet.devices import device_matches
+from tritonkit.fleet.devices import CPU, device_matches
+from tritonkit.tune.plan import measured_device
 
 __all__ = ["TUNE_FILE", "Tuned", "instance_count", "read_tuned", "recorded_device"]
 
@@ -63,17 +66,20 @@ class Tuned:
         }
 
 
-def recorded_device(data: Mapping[str, Any]) -> str | None:
-    """The device a tune report says it ran on (top-level ``device`` or ``provenance.device``), if any."""
-    for holder in (data, data.get("provenance") or {}):
-        if not isinstance(holder, Mapping):
-            continue
-        value = holder.get("device")
-        if isinstance(value, Mapping):
-            value = value.get("name") or value.get("product") or value.get("type")
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
+def recorded_device(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(cpu | gpu, the device's name) the tune says ``row``'s config was measured on; None: not recorded."""
+    kind, name = measured_device(data, row)
+    return None if kind == "unknown" else (kind, name)
+
+
+def _check_device(where: str, path: Path, gpu_type: str, found: tuple[str, str] | None) -> str | None:
+    if found is None:
+        return None
+    kind, name = found
+    ok = kind == "cpu" if gpu_type == CPU else kind == "gpu" and device_matches(gpu_type, name)
+    if not ok:
+        raise TritonKitError(f"{where}: {path} was measured on {name}; expected a tune run on {gpu_type}")
+    return name
 
 
 def _load(path: Path, where: str) -> dict[str, Any]:
@@ -131,14 +137,18 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
     data = _load(path, where)
     if data.get("model") not in (None, model):
         raise TritonKitError(f"{where}: {path} is a tune of `{data.get('model')}`; expected one of `{model}`")
-    device = recorded_device(data)
-    if device is not None and not device_matches(gpu_type, device):
-        raise TritonKitError(f"{where}: {path} was measured on `{device}`; expected a tune run on {gpu_type}")
     tune_budget = float(data.get("latency_budget_ms") or 0.0)
     winner = data.get("winner")
+    if (
+        winner
+        and (data.get("chosen") or {}).get("own_config")
+        and (data.get("baseline") or {}).get("feasible")
+    ):
+        winner = data["baseline"]  # the tune kept the model's own config: its winner did not beat it
     source = str(path)
     if winner and tune_budget and tune_budget <= budget_ms and winner.get("throughput"):
         confirmed = winner.get("confirmed_throughput")
+        device = _check_device(where, path, gpu_type, recorded_device(data, winner))
         return Tuned(
             model, gpu_type, source, tune_budget, (cfg := _config(winner, where)), dict(winner.get("point") or {}),
             instance_count(cfg),
@@ -165,6 +175,7 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
             "config meets, or a tune at this budget"
         )
     rps, trial, level = best
+    device = _check_device(where, path, gpu_type, recorded_device(data, trial))
     cfg = _config(trial, where)
     return Tuned(
         model, gpu_type, source, tune_budget, cfg, dict(trial.get("point") or {}), instance_count(cfg),
