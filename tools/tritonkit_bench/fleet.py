@@ -127,6 +127,7 @@ def tune_model(repo: Path, name: str, target: Target, report: Path, *, window_s:
     tune(
         TuneOptions(
             name, target.p99_ms, report, repo=repo, write="none", plots=False, batch_size=batch,
+            resume=(report / "trials.jsonl").exists(),
             max_batch_sizes=list(target.max_batch_sizes), delays_us=list(target.delays_us),
             instances=list(target.instances), preferred=False, queue=False, gpu=gpu, require_stable=False,
             measure=MeasureOptions(window=WindowSpec(window_s), stability=StabilityRule(3, 0.15), max_windows=4),
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=1.0, help="the tunes' window (default 1 s)")
     parser.add_argument("--max-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--only-tune", action="store_true", help="build and tune the models, then stop (a later run plans)"
+    )
+    parser.add_argument(
         "--finish", type=Path, metavar="PLAN_DIR",
         help="only check the overlays and draw the pictures of a plan written on a host without kubectl or matplotlib",
     )  # fmt: skip
@@ -204,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     repos = {name: own if args.gpu or name == "mlp" else args.repo for name in models}
     for name, target in models.items():
         tune_model(repos[name], name, target, args.out / "tune" / name, window_s=args.window_s, gpu=args.gpu)
+    if args.only_tune:
+        print(f"tuned: {', '.join(models)} in {args.out / 'tune'}")
+        return 0
     gpu_type = local_type()
     fleet = fleet_file(repos, args.out, models, gpu_type, _prices(args.price))
     settings = MeasureSettings(max_seconds=args.max_seconds)

@@ -72,7 +72,15 @@ def recorded_device(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[st
     return None if kind == "unknown" else (kind, name)
 
 
-def _check_device(where: str, path: Path, gpu_type: str, found: tuple[str, str] | None) -> str | None:
+def _check_device(
+    where: str, path: Path, gpu_type: str, data: Mapping[str, Any], row: Mapping[str, Any]
+) -> str | None:
+    try:
+        found = recorded_device(data, row)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise TritonKitError(
+            f"{where}: the provenance of {path} does not parse ({exc}); expected a tune.json written by `tritonkit tune`"
+        ) from None
     if found is None:
         return None
     kind, name = found
@@ -148,7 +156,7 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
     source = str(path)
     if winner and tune_budget and tune_budget <= budget_ms and winner.get("throughput"):
         confirmed = winner.get("confirmed_throughput")
-        device = _check_device(where, path, gpu_type, recorded_device(data, winner))
+        device = _check_device(where, path, gpu_type, data, winner)
         return Tuned(
             model, gpu_type, source, tune_budget, (cfg := _config(winner, where)), dict(winner.get("point") or {}),
             instance_count(cfg),
@@ -175,7 +183,7 @@ def read_tuned(model: str, gpu_type: str, path: Path, budget_ms: float) -> Tuned
             "config meets, or a tune at this budget"
         )
     rps, trial, level = best
-    device = _check_device(where, path, gpu_type, recorded_device(data, trial))
+    device = _check_device(where, path, gpu_type, data, trial)
     cfg = _config(trial, where)
     return Tuned(
         model, gpu_type, source, tune_budget, cfg, dict(trial.get("point") or {}), instance_count(cfg),
