@@ -10,10 +10,14 @@ import pytest
 from tests.fleet.conftest import tune_report, write_fleet
 
 from tritonkit.config import load
+from tritonkit.errors import TritonKitError
 from tritonkit.fleet.colocate import ServerSession
 from tritonkit.fleet.openloop import MeasureSettings, Stream
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
+from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.stats import StabilityRule
 
 SHORT = MeasureSettings(warmup_s=0.5, min_seconds=1.5, max_seconds=3.0, min_samples=30, window_s=0.5)
 
@@ -92,3 +96,35 @@ def test_a_packed_plan_holds_every_budget_in_a_separate_load_test(tmp_path: Path
     (out / "packing.png").unlink()
     again = finish(out)
     assert (out / "packing.png").is_file() and [o["objects"] for o in again["overlays"]] == [15, 15]
+
+
+def test_a_model_without_a_tune_is_tuned_now_when_asked(tmp_path: Path, repo: Path) -> None:
+    fleet = write_fleet(
+        tmp_path / "fleet.yaml",
+        {
+            "gpus": [{"type": "cpu"}],
+            "models": [{"name": "light", "repository": str(repo), "rate": 20, "p99_ms": 200}],
+        },
+    )
+    grid = {
+        "instances": [1], "max_batch_sizes": [8], "delays_us": ["off"], "preferred": False, "queue": False,
+        "max_concurrency": 4, "finalists": 0, "require_stable": False,
+        "measure": MeasureOptions(window=WindowSpec(0.3), stability=StabilityRule(3, 0.5), max_windows=3),
+    }  # fmt: skip
+    plan = PlanOptions(
+        tune=True,
+        tune_overrides=grid,
+        settings=SHORT,
+        search={"max_levels": 2, "refine": 0},
+        local_type="cpu",
+    )
+    with pytest.raises(TritonKitError, match=r"model `light`: no tune report for any GPU type .* or --tune"):
+        run_fleet(
+            FleetRunOptions(
+                fleet, tmp_path / "without", PlanOptions(settings=SHORT, local_type="cpu"), plots=False
+            )
+        )
+    data, code = run_fleet(FleetRunOptions(fleet, tmp_path / "out", plan, plots=False))
+    assert code == 0 and data["tuned"]["cpu"]["light"]["capacity_rps"] > 0
+    assert (tmp_path / "out" / "tune" / "cpu" / "light" / "tune.json").is_file()  # the tune run now, kept
+    assert not (tmp_path / "without").exists()
