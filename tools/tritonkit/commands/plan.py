@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
-from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.plan import (
     PATCH_FILE,
     apply_patch,
@@ -68,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
         peak_factor=args.peak_factor,
     )
     patch = kustomize_patch(plan)
-    write_text_atomic(args.tune_report / PATCH_FILE, patch)
-    write_text_atomic(args.tune_report / "plan.json", json.dumps(plan.as_dict(), indent=2) + "\n")
-    write_text_atomic(args.tune_report / "plan.md", plan.markdown())
+    write_text(args.tune_report / PATCH_FILE, patch)
+    write_text(args.tune_report / "plan.json", json.dumps(plan.as_dict(), indent=2) + "\n")
+    write_text(args.tune_report / "plan.md", plan.markdown())
     sys.stdout.write(plan.markdown())
     code = 0
     if args.k8s_dir is not None:

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from tritonkit import deploy
+from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.run import LoadTestOptions, parse_model
 from tritonkit.loadtest.run import run as run_loadtest
@@ -191,9 +192,7 @@ def apply_patch(k8s_dir: str | os.PathLike[str], patch: str) -> Path:
     if not kustomization.is_file():
         raise TritonKitError(f"no t4 overlay at {overlay}; expected {kustomization}")
     target = overlay / PATCH_FILE
-    tmp = overlay / f".{PATCH_FILE}.tmp"
-    tmp.write_text(patch, encoding="utf-8")
-    os.replace(tmp, target)
+    write_text(target, patch)
     text = kustomization.read_text(encoding="utf-8")
     entry = f"  - path: {PATCH_FILE}\n"
     if entry not in text:
@@ -202,9 +201,7 @@ def apply_patch(k8s_dir: str | os.PathLike[str], patch: str) -> Path:
                 f"{kustomization} has no `patches:` list; expected one to add {PATCH_FILE} to"
             )
         text = text.replace("\npatches:\n", "\npatches:\n" + entry, 1)
-        tmp = overlay / ".kustomization.yaml.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, kustomization)
+        write_text(kustomization, text)
     return target
 
 
@@ -271,5 +268,5 @@ def check_knee(
         "tolerance": tolerance,
         "ok": bool(knee) and abs(ratio - 1) <= tolerance,
     }
-    (Path(report_dir) / "knee_check.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_text(Path(report_dir) / "knee_check.json", json.dumps(result, indent=2) + "\n")
     return result

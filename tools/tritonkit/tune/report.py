@@ -8,11 +8,11 @@ the front and the latency budget drawn in. Every file is written through a tempo
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from tritonkit.atomic import write_text, write_with
 
 __all__ = ["pareto_front", "ranked", "write_report"]
 
@@ -35,17 +35,6 @@ def pareto_front(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         )
     ]
     return sorted(front, key=lambda t: t["p99_ms"])
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _split(t: dict[str, Any]) -> str:
@@ -148,10 +137,10 @@ def plot(path: Path, trials: Sequence[dict[str, Any]], budget_ms: float, model: 
     ax.set_title(f"tritonkit tune: {model}")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        write_with(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 def write_report(report_dir: Path, data: Mapping[str, Any], *, plots: bool = True) -> list[Path]:
@@ -159,9 +148,8 @@ def write_report(report_dir: Path, data: Mapping[str, Any], *, plots: bool = Tru
     trials), ``report.md`` and (with ``plots``) ``pareto.png``; return their paths."""
     report_dir.mkdir(parents=True, exist_ok=True)
     written = [report_dir / "tune.json", report_dir / "report.md"]
-    _atomic(written[0], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    text = markdown(data)
-    _atomic(written[1], text.encode())
+    write_text(written[0], json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(written[1], markdown(data))
     if plots:
         written.append(report_dir / "pareto.png")
         plot(written[-1], data["trials"], data["latency_budget_ms"], data["model"])
