@@ -15,14 +15,14 @@ import pytest
 import tritonclient.http as httpclient
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.convert.gpu import PROFILES
-from tritonkit.convert.gpu_serving import (
+from tritonkit.convert.execution import (
     Placement,
     ServingSpec,
     default_buckets,
     gpu_placement_problems,
     plan_execution,
 )
+from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import SpecError
 from tritonkit.serve.embedded import EmbeddedServer

@@ -11,7 +11,7 @@ import pytest
 from tritonkit import config
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import STAGING_PREFIX
 

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tritonkit.client import AsyncClient, Client
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.errors import ModelLoadError, ServerError
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import STAGING_PREFIX, ModelRepository

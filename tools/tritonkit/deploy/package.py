@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from tritonkit.atomic import make_dir, replace_dir
-from tritonkit.convert.spec import load_spec, parse_spec
+from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.repository.onnx_io import external_data_files, load_model
 from tritonkit.repository.store import validate_model_name
