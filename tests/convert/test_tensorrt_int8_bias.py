@@ -113,8 +113,9 @@ def test_tensorrt_10_int8_network_has_no_int32_dequantize_and_is_the_gated_graph
     biased = [n for n in model.graph.node if n.op_type in ("Conv", "Gemm") and len(n.input) > 2]
     assert len(biased) == 3
     assert all(inits[n.input[2]].data_type == TensorProto.FLOAT for n in biased)
-    # The gate ran on this graph on ONNX Runtime CPU, against FP32, with the spec's int8 marks.
-    gate = item.accuracy
+    # The gate judges this graph on ONNX Runtime CPU, against FP32, with the spec's int8 marks.
+    (gated,) = gate_all(spec.accuracy, [item.checks], sets.labels)
+    gate = gated.records["precision"]
     assert gate["passed"] and gate["runtime"] == "onnxruntime-cpu" and gate["samples"] == 32
     assert gate["thresholds"] == {"mean": 0.98, "min": 0.9}
     _, cand, ref = accuracy.compare_models(source.onnx, network, sets.evaluation)
@@ -127,11 +128,12 @@ def test_portable_int8_keeps_onnx_runtime_int32_biases(
     conv_gemm: tuple[Path, Path, Path], tiny_spec: SpecDict, tmp_path: Path
 ) -> None:
     """ONNX Runtime serves the INT32-bias form (its QLinearConv/QGemm fusions take it): unchanged."""
-    _, _, _, item = _build(conv_gemm, tiny_spec, tmp_path, target="portable")
+    spec, _, sets, item = _build(conv_gemm, tiny_spec, tmp_path, target="portable")
     model = onnx.load(str(item.artifact))
     assert len(int32_dequantize_nodes(model)) == 3
     assert item.details["quantize_bias"] is True and item.details["int32_dequantize_nodes"] == 3
-    assert item.accuracy is not None and item.accuracy["passed"]
+    (gated,) = gate_all(spec.accuracy, [item.checks], sets.labels)
+    assert gated.records["precision"]["passed"]
     # Such a graph is never handed to TensorRT: the builder's network source refuses it, one line.
     flags = builder_flags(plan_for_spec(parse_spec(_tensorrt_spec(item.artifact)), T4), "int8", 10, T4)
     with pytest.raises(

@@ -12,8 +12,8 @@ from tritonkit import config
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
 from tritonkit.convert.onnx_import import import_onnx
+from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
-from tritonkit.repository.store import STAGING_PREFIX
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:

@@ -21,10 +21,10 @@ import pytest
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, load
 from tritonkit.errors import RepositoryError
+from tritonkit.repository import Manifest, ModelRepository, sha256_file
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.signature import CONFIG_ORIGIN_FILE
 from tritonkit.repository.staging import LOCK_FILE, STAGING_PREFIX, locked
-from tritonkit.repository.store import Manifest, ModelRepository, sha256_file
 from tritonkit.tune.apply import write_as_model, write_config
 
 CTX = multiprocessing.get_context("fork")

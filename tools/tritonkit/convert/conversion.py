@@ -16,7 +16,7 @@ from typing import Any
 from tritonkit.convert import accuracy, precision, tensorrt, tensorrt_loaders
 from tritonkit.convert.datasets import Datasets
 from tritonkit.convert.gates import Comparison
-from tritonkit.convert.plan import BuildPlan
+from tritonkit.convert.plan import BuildPlan, Log, quiet
 from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import TEXT_OUTPUT
 from tritonkit.errors import SpecError
@@ -98,8 +98,12 @@ def convert_precision(plan: BuildPlan, source: Source, prec: str, sets: Datasets
 
 
 def convert_precisions(
-    plan: BuildPlan, source: Source, sets: Datasets, workdir: Path
+    plan: BuildPlan, source: Source, sets: Datasets, workdir: Path, log: Log = quiet
 ) -> tuple[Converted, ...]:
     """Every precision of the spec, in its order (data the engine cannot take refused first)."""
     _check_engine_data(plan, source, sets)
-    return tuple(convert_precision(plan, source, prec, sets, workdir) for prec in plan.spec.precisions)
+    converted = []
+    for prec, name in zip(plan.spec.precisions, plan.names, strict=True):
+        log(f"building {name} ({prec})")
+        converted.append(convert_precision(plan, source, prec, sets, workdir))
+    return tuple(converted)

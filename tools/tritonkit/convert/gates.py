@@ -3,8 +3,10 @@ judged here, against the FP32 reference, on the held-out set, with the spec's th
 
 The steps that make artifacts do not judge them: they return a :class:`Comparison` (the
 candidate's and the reference's outputs on the same samples, and which runtime produced the
-candidate), and :func:`gate_all` judges every comparison of a build before anything is written
-(:func:`tritonkit.convert.accuracy.gate` is called from here only). Roles say what was compared:
+candidate), and :func:`gate_all` judges them (:func:`tritonkit.convert.accuracy.gate` is called from
+here only). The pipeline calls it on the ONNX graphs before any target is made (so a TensorRT build
+is judged here up to the builder, which CI machines cannot run), then on what the targets serve,
+before anything is written. Roles say what was compared:
 
 - ``precision``: a precision's ONNX graph (FP16, Q/DQ INT8) on ONNX Runtime's CPU provider;
 - ``fp16_base``: the FP16-base twin of a Q/DQ INT8 graph that a strongly typed TensorRT build parses;
@@ -23,9 +25,9 @@ from numpy.typing import NDArray
 from tritonkit.convert import accuracy
 from tritonkit.convert.buildspec import AccuracySpec
 
-__all__ = ["ROLES", "Comparison", "Gated", "gate_all", "thresholds"]
+__all__ = ["ROLES", "Comparison", "Gated", "gate_all", "merged", "thresholds"]
 
-#: The order comparisons are judged in: the ONNX graphs first (what today's build judged first).
+#: The order comparisons are judged in.
 ROLES: tuple[str, ...] = ("precision", "fp16_base", "engine", "program")
 #: Thresholds of an FP32 artifact (an engine built from the FP32 graph): close to the reference.
 _FP32_MARKS = (0.999, 0.99)
@@ -63,8 +65,8 @@ def thresholds(spec: AccuracySpec, precision: str) -> accuracy.Thresholds:
 def gate_all(
     spec: AccuracySpec, versions: Sequence[Sequence[Comparison]], labels: Sequence[str] | None
 ) -> tuple[Gated, ...]:
-    """Judge every comparison of every version (ONNX graphs first); AccuracyError at the first below
-    its thresholds, naming the worst samples (``labels``: the held-out texts, when there are)."""
+    """Judge every comparison of every version (by role, in :data:`ROLES` order); AccuracyError at the
+    first below its thresholds, naming the worst samples (``labels``: the held-out texts, if any)."""
     records: list[dict[str, dict[str, Any]]] = [{} for _ in versions]
     for role in ROLES:
         for index, comparisons in enumerate(versions):
@@ -82,3 +84,10 @@ def gate_all(
                 result.update(item.stats)
                 records[index][role] = result
     return tuple(Gated(r) for r in records)
+
+
+def merged(*judged: Sequence[Gated]) -> tuple[Gated, ...]:
+    """Each version's records from several :func:`gate_all` calls, as one :class:`Gated` per version."""
+    return tuple(
+        Gated({k: v for gated in row for k, v in gated.records.items()}) for row in zip(*judged, strict=True)
+    )

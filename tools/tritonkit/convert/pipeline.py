@@ -7,16 +7,18 @@ build's steps, each taking and returning named values, each called once:
 2. :func:`~tritonkit.convert.source.prepare_source`: the FP32 ONNX :class:`~tritonkit.convert.source.Source`;
 3. :func:`~tritonkit.convert.datasets.prepare_data`: held-out and calibration :class:`~tritonkit.convert.datasets.Datasets`;
 4. :func:`~tritonkit.convert.conversion.convert_precisions`: each precision's graph (``Converted``);
-5. :func:`~tritonkit.convert.targets.make_targets`: each model as its target serves it (``Targets``);
-6. :func:`~tritonkit.convert.gates.gate_all`: every comparison judged (the one accuracy gate);
-7. :func:`~tritonkit.convert.versions.version_writes`: manifests, one ``VersionWrite`` per model;
-8. :meth:`tritonkit.repository.ModelRepository.write_versions`: all checked, then written, under the
+5. :func:`~tritonkit.convert.gates.gate_all`: the graphs judged against FP32 (the accuracy gate);
+6. :func:`~tritonkit.convert.targets.make_targets`: each model as its target serves it (``Targets``);
+7. :func:`~tritonkit.convert.gates.gate_all` again: the served engines and programs judged;
+8. :func:`~tritonkit.convert.versions.version_writes`: manifests, one ``VersionWrite`` per model;
+9. :meth:`tritonkit.repository.ModelRepository.write_versions`: all checked, then written, under the
    repository's lock.
 
-Every check that can fail without building runs in step 1; every artifact is made and judged, and
-every model checked against the repository, before the first version is written, so a failure
-leaves the repository untouched (and a repository that did not exist is not created). Only the
-TensorRT builder itself needs ``import tensorrt``.
+Every check that can fail without building runs in step 1; the graphs are judged before any target is
+made (a TensorRT build runs, and fails, here up to the builder, which needs ``import tensorrt``);
+every artifact is made and judged, and every model checked against the repository, before the
+first version is written, so a failure leaves the repository untouched (and a repository that did
+not exist is not created).
 
 ``tritonkit build --onnx FILE`` and :func:`tritonkit.convert.onnx_import.import_onnx` are the *as-is
 preset* of this pipeline (``spec.as_is``): one portable FP32 version of the file, served as given,
@@ -36,7 +38,7 @@ from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import convert_precisions
 from tritonkit.convert.datasets import Datasets, prepare_data
 from tritonkit.convert.flagship import FLAGSHIP_SPECS, flagship_spec
-from tritonkit.convert.gates import gate_all
+from tritonkit.convert.gates import gate_all, merged
 from tritonkit.convert.plan import Log, plan_build, quiet
 from tritonkit.convert.source import prepare_source
 from tritonkit.convert.targets import make_targets
@@ -66,10 +68,10 @@ def _created(repo: ModelRepository | str | Path) -> ModelRepository:
     return repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
 
 
-def _accuracy_line(name: str, accuracy: dict[str, Any]) -> str:
+def _accuracy_line(accuracy: dict[str, Any]) -> str:
     return (
-        f"  {name} accuracy vs fp32: {accuracy['metric']} mean {accuracy['mean']:.6f} "
-        f"min {accuracy['min']:.6f} ({accuracy['samples']} samples)"
+        f"  accuracy vs fp32: {accuracy['metric']} mean {accuracy['mean']:.6f} min {accuracy['min']:.6f} "
+        f"({accuracy['samples']} samples)"
     )
 
 
@@ -101,14 +103,14 @@ def build_from_spec(
         source = prepare_source(spec, workdir)
         converts = set(spec.precisions) - {"fp32"}
         sets = prepare_data(spec, source, "int8" in spec.precisions) if converts else Datasets()
-        log(f"building {', '.join(plan.names)}")
-        converted = convert_precisions(plan, source, sets, workdir)
+        converted = convert_precisions(plan, source, sets, workdir, log)
+        graphs = gate_all(spec.accuracy, [c.checks for c in converted], sets.labels)
+        for gated in graphs:
+            if "precision" in gated.records:
+                log(_accuracy_line(gated.records["precision"]))
         targets = make_targets(plan, source, sets, converted, workdir, log)
-        gated = gate_all(spec.accuracy, [made.checks for made in targets.versions], sets.labels)
-        versions = version_writes(plan, source, sets, targets, gated)
-        for item in versions:
-            if item.accuracy is not None and item.write.name in plan.names:
-                log(_accuracy_line(item.write.name, item.accuracy))
+        served = gate_all(spec.accuracy, [made.checks for made in targets.versions], sets.labels)
+        versions = version_writes(plan, source, sets, targets, merged(graphs, served))
         repository = existing or _created(repo)
         paths = repository.write_versions(
             [v.write for v in versions],

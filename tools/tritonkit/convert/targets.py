@@ -48,7 +48,7 @@ class Made:
     files: Files
     #: The target's ``build.json`` facts (runner, accelerator, engine, execution plan).
     extra: dict[str, Any]
-    #: Everything the gate judges for this version: the graph's checks, then the served artifact's.
+    #: What the gate judges of the served artifact (an engine, a program; the graph's are ``converted``'s).
     checks: tuple[Comparison, ...]
     #: ``<name>_text``: TEXT in, routed through the tokenizer model to this one (text ensembles).
     ensemble: ModelConfig | None = None
@@ -142,7 +142,7 @@ def _made(
         config, files, extra = _portable(plan, source, item, name, mbs)
     apply_queue_policy(config, spec.batching)
     ensemble = ensemble_config(spec, source, name, mbs) if text_ensemble(spec) else None
-    return Made(name, item, config, files, extra, (*item.checks, *served), ensemble)
+    return Made(name, item, config, files, extra, served, ensemble)
 
 
 def _tokenizer(plan: BuildPlan, source: Source, mbs: int) -> Tokenizer | None:

@@ -30,8 +30,8 @@ from tritonkit.convert.buildspec import AccuracySpec
 from tritonkit.convert.execution import ExecutionPlan
 from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
+from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.repository.store import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.serve.runners import runner_path
 
 __all__ = [
@@ -111,15 +111,29 @@ def export_program(
     return [(_triton_dtype(o.dtype), f"OUTPUT_{i}", list(o.shape[1:])) for i, o in enumerate(outs)]
 
 
-class VersionOptions(TypedDict, total=False):
-    """Keyword options shared by the version writers: the batcher's queue delay (default 500 us),
-    whether to batch dynamically (default yes), the version number (default: the next one) and
-    whether to replace an existing version (default no)."""
+class Batching(TypedDict, total=False):
+    """The batcher of a GPU version: its queue delay (default 500 us) and whether to batch
+    dynamically at all (default yes)."""
 
     max_queue_delay_us: int
     dynamic_batching: bool
+
+
+class VersionOptions(Batching, total=False):
+    """Keyword options of the version writers: :class:`Batching`'s, the version number (default:
+    the next one) and whether to replace an existing version (default no)."""
+
     version: int | None
     force: bool
+
+
+def _batching(options: VersionOptions) -> Batching:
+    batching = Batching()
+    if "max_queue_delay_us" in options:
+        batching["max_queue_delay_us"] = options["max_queue_delay_us"]
+    if "dynamic_batching" in options:
+        batching["dynamic_batching"] = options["dynamic_batching"]
+    return batching
 
 
 def gpu_config(
@@ -165,8 +179,7 @@ def torch_version(
     program: Path,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
+    **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
     files of a torch-runner version serving it, for the caller to write."""
@@ -190,9 +203,8 @@ def torch_version(
         plan,
         runner=TORCH_RUNNER,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=max_queue_delay_us,
-        dynamic_batching=dynamic_batching,
         extra_parameters={"program_file": PROGRAM_FILE},
+        **batching,
     )
     return config, {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
 
@@ -203,8 +215,7 @@ def onnx_gpu_version(
     plan: ExecutionPlan,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
+    **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """The config and files of a version serving an ONNX graph (batch axis dynamic) with the ONNX
     Runtime CUDA runner, for the caller to write."""
@@ -224,9 +235,8 @@ def onnx_gpu_version(
         plan,
         runner=ONNX_CUDA_RUNNER,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=max_queue_delay_us,
-        dynamic_batching=dynamic_batching,
         extra_parameters={"onnx_file": "model.onnx"},
+        **batching,
     )
     return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
 
@@ -274,8 +284,7 @@ def write_torch_version(
             plan,
             program,
             max_batch_size=max_batch_size,
-            max_queue_delay_us=options.get("max_queue_delay_us", 500),
-            dynamic_batching=options.get("dynamic_batching", True),
+            **_batching(options),
         )
         checks = (
             []
@@ -304,8 +313,7 @@ def write_onnx_gpu_version(
         name,
         plan,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=options.get("max_queue_delay_us", 500),
-        dynamic_batching=options.get("dynamic_batching", True),
+        **_batching(options),
     )
     return _write(repo, name, (config, files, Path(onnx_path)), plan, None, None, options)
 

@@ -84,7 +84,8 @@ def version_writes(
     plan: BuildPlan, source: Source, sets: Datasets, targets: Targets, gated: tuple[Gated, ...]
 ) -> tuple[Version, ...]:
     """Every model of the build with its manifest: the tokenizer first (ensembles name it), then each
-    precision's model and its ensemble."""
+    precision's model and its ensemble. ``gated``: each version's records, its graph's and its
+    served artifact's."""
     spec = plan.spec
     profile = plan.profile.name if plan.profile is not None else None
     out: list[Version] = []

@@ -10,16 +10,9 @@ load failures without a server.
 
 from __future__ import annotations
 
-from tritonkit.repository.store import (
-    CONFIG_FILE,
-    MANIFEST_FILE,
-    STAGING_PREFIX,
-    Manifest,
-    ModelRepository,
-    VersionWrite,
-    sha256_file,
-    validate_model_name,
-)
+from tritonkit.repository.manifest import MANIFEST_FILE, Manifest, sha256_file
+from tritonkit.repository.staging import STAGING_PREFIX
+from tritonkit.repository.store import CONFIG_FILE, ModelRepository, VersionWrite, validate_model_name
 
 __all__ = [
     "CONFIG_FILE",

@@ -37,10 +37,9 @@ from pathlib import Path, PurePosixPath
 from tritonkit.atomic import fsync_dir, fsync_tree, leftovers, replace_dir, write_text
 from tritonkit.config import ModelConfig, load, save, validate
 from tritonkit.errors import ConfigError, RepositoryError, read_text
-from tritonkit.repository.manifest import MANIFEST_FILE, Manifest, sha256_file
+from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
 from tritonkit.repository.signature import CONFIG_ORIGIN_FILE, describe_differences, origin_record
 from tritonkit.repository.staging import (
-    STAGING_PREFIX,
     commit_into_existing,
     locked,
     new_staging,
@@ -49,16 +48,7 @@ from tritonkit.repository.staging import (
     staging_dirs,
 )
 
-__all__ = [
-    "CONFIG_FILE",
-    "MANIFEST_FILE",
-    "STAGING_PREFIX",
-    "Manifest",
-    "ModelRepository",
-    "VersionWrite",
-    "sha256_file",
-    "validate_model_name",
-]
+__all__ = ["CONFIG_FILE", "ModelRepository", "VersionWrite", "validate_model_name"]
 
 CONFIG_FILE = "config.pbtxt"
 
