@@ -59,7 +59,7 @@ def test_layout_problems(repo: Path, onnx_file: Callable[[str], Path]) -> None:
 
     problems = check_repository(repo)
     assert (
-        f"{STAGING_PREFIX}abc123: staging directory left by an interrupted write; Triton would try to load it as a model: remove it"
+        f"{STAGING_PREFIX}abc123: staging directory left by an interrupted write; Triton would try to load it as a model (`tritonkit serve` and the next write remove it)"
         in problems
     )
     assert ".ipynb_checkpoints: hidden directory; Triton would try to load it as a model" in problems

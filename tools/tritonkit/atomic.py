@@ -78,9 +78,7 @@ def fsync_tree(root: Path) -> None:
 def _folder(path: Path, error: type[TritonKitError]) -> Path:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise error(
-            f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist; expected an existing folder"
-        )
+        raise error(f"cannot write {path}: folder {folder} does not exist; expected an existing folder")
     return folder
 
 

@@ -400,7 +400,7 @@ def check_repository(
         if entry.name.startswith(STAGING_PREFIX):
             problems.append(
                 f"{entry.name}: staging directory left by an interrupted write; Triton would try to load "
-                "it as a model: remove it"
+                "it as a model (`tritonkit serve` and the next write remove it)"
             )
             continue
         if entry.name.startswith("."):
