@@ -14,6 +14,7 @@ from typing import Any
 
 from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.cli_args import add_measure_args, connect, measure_options
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.generator import Level
@@ -46,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     )
     options = measure_options(args)
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
+        provenance = collect(
+            conn.url,
+            args.protocol,
+            [(m.partition(":")[0], m.partition(":")[2]) for m in args.models],
+            repo=args.repo if conn.server is not None else None,
+        )
 
         def measure(target: str, lvl: Level) -> LevelResult:
             model, _, version = target.partition(":")
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             return result
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
+    summary["provenance"] = provenance.as_dict()
     text = markdown(summary)
     sys.stdout.write(text)
     if args.json:
