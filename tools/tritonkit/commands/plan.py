@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit import __version__
+from tritonkit.atomic import write_text
 from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
-from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.plan import (
     PATCH_FILE,
     apply_patch,
@@ -112,14 +112,12 @@ def run(args: argparse.Namespace) -> int:
         "host": host_name(),
         "tritonkit_version": __version__,
     }
-    write_text_atomic(args.tune_report / PATCH_FILE, patch)
-    write_text_atomic(
-        args.tune_report / "plan.json", json.dumps({**plan.as_dict(), "made": made}, indent=2) + "\n"
-    )
+    write_text(args.tune_report / PATCH_FILE, patch)
+    write_text(args.tune_report / "plan.json", json.dumps({**plan.as_dict(), "made": made}, indent=2) + "\n")
     text = (
         plan.markdown() + f"\nPlan made {made['date']} on host `{made['host']}` by tritonkit {__version__}.\n"
     )
-    write_text_atomic(args.tune_report / "plan.md", text)
+    write_text(args.tune_report / "plan.md", text)
     sys.stdout.write(text)
     code = 0
     if args.k8s_dir is not None:
