@@ -1,7 +1,7 @@
 """The device types a fleet can run on: the GPU profiles' published memory, ``cpu``, and this machine's type.
 
 Owns :data:`CPU` (a pod of this machine's shape, serving on its CPU: the embedded server's default),
-the memory of each type (:func:`memory_gib`: a GPU's from :data:`tritonkit.convert.gpu.PROFILES`,
+the memory of each type (:func:`memory_gib`: a GPU's from :data:`tritonkit.convert.gpu_profiles.PROFILES`,
 NVIDIA's published figures, T4 16 GB, L4 24 GB, A10 24 GB, A100 40/80 GB, H100 80 GB; ``cpu``: this
 machine's RAM; a type of the user's own only with its ``memory_gb``), :func:`local_type` (the GPU
 ``nvidia-smi`` names, else ``cpu``) and :func:`device_matches` (does a tune report's recorded device
@@ -10,12 +10,10 @@ name the type it is filed under).
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import subprocess
 
-from tritonkit.convert.gpu import PROFILES, parse_nvidia_smi
+from tritonkit.convert.gpu_profiles import PROFILES, parse_nvidia_smi
+from tritonkit.machine import query_gpus
 
 __all__ = ["CPU", "TYPES", "canonical", "device_matches", "local_type", "memory_gib", "smi_rows"]
 
@@ -48,23 +46,9 @@ def memory_gib(gpu_type: str) -> float | None:
     return float(profile.memory_gib) if profile is not None else None
 
 
-@functools.cache
-def smi_rows() -> tuple[tuple[str, str, float], ...]:
+def smi_rows() -> list[tuple[str, str, float]]:
     """(product, compute capability, memory MiB) of each GPU ``nvidia-smi`` lists; empty without one."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return ()
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return tuple(parse_nvidia_smi(out.stdout)) if out.returncode == 0 else ()
+    return parse_nvidia_smi("\n".join(query_gpus("name", "compute_cap", "memory.total")))
 
 
 def _profile_of(product: str, memory_mib: float | None) -> str | None:
@@ -73,7 +57,7 @@ def _profile_of(product: str, memory_mib: float | None) -> str | None:
         if any(token.upper() in upper for token in profile.match):
             if profile.name == "A100" and memory_mib is not None and memory_mib < 60 * 1024:
                 return "A100-40GB"
-            return profile.name
+            return str(profile.name)
     return None
 
 

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tritonkit.machine import query_gpus
 from tritonkit.serve.embedded import EmbeddedServer
 
 __all__ = ["Memory", "gpu_by_pid", "gpu_used_mb", "measure_model", "server_memory"]
@@ -83,9 +84,9 @@ def gpu_by_pid() -> dict[int, float] | None:
 
 def gpu_used_mb() -> float | None:
     """Used memory (MiB) of the first GPU, or None without ``nvidia-smi``."""
-    rows = _smi("--query-gpu=memory.used")
+    rows = query_gpus("memory.used")
     try:
-        return float(rows[0][0]) if rows else None
+        return float(rows[0].split()[0]) if rows else None
     except (ValueError, IndexError):
         return None
 
