@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems
-from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
+from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import gpu_config
 from tritonkit.serve.runners import runner_path
 from tritonkit.tune.search import snap

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import build_resnet50
-from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.runners import runner_path
 from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload

@@ -17,6 +17,7 @@ from typing import Any
 from tritonkit.client import Client
 from tritonkit.config import from_proto
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.cli_args import add_measure_args, connect, measure_options, parse_levels
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
@@ -55,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
     best = None
     padding: dict[str, float] = {}
     with connect(args, [model]) as conn, Measurer(conn.target(model, args, version), options) as measurer:
+        provenance = collect(
+            conn.url, args.protocol, [(model, version)], repo=args.repo if conn.server is not None else None
+        )
+        print(markdown_lines(provenance)[0], flush=True)
         with Client(conn.url, args.protocol, timeout=30, headers=conn.headers or None) as client:
             buckets = buckets_of(from_proto(client.config(model)))
 
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "protocol": args.protocol,
         "shared_memory": args.shared_memory,
+        "provenance": provenance.as_dict(),
     }
     if buckets:
         extra.update(buckets=buckets, padded_share=padding)

@@ -13,7 +13,7 @@ build`` writes) keeps its kind and its GPUs (the ``gpus`` axis holds the one pla
 labelled with it), ``instances`` counts instances per GPU (Triton's meaning of a group's ``count``), and
 its default grid is the GPU one: 2-4 instances per GPU, max batch from a quarter of the model's to its
 own, delays 0/100/500 µs, no queue-policy axis. A torch-runner version (a ``batch_buckets`` parameter)
-gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.gpu_serving.bucket_ladder`)
+gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
 instead of ``preferred``: each trial's buckets follow its max batch and are the batcher's preferred sizes,
 so the runner and the batcher agree on sizes whatever the trial.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems
-from tritonkit.convert.gpu_serving import BUCKET_STYLES, bucket_ladder, bucket_style
+from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis
 
