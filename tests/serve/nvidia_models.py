@@ -10,8 +10,10 @@ the name, tensors, controls and answers the programs read and check:
 * ``simple_sequence``: a sequence model with NVIDIA's START and READY controls, ``OUTPUT = INPUT +
   START`` (its correlation IDs may be numbers or strings); ``simple_dyna_sequence`` adds the
   correlation ID (UINT64 CORRID control) on the request that ends the sequence;
-  ``simple_string_dyna_sequence`` keeps a running sum per sequence (string CORRID, read as an
-  integer, added at the end), as NVIDIA's dyna-sequence backends answer;
+  ``simple_string_dyna_sequence`` keeps a running sum per sequence and adds its string correlation
+  ID, read as an integer, at the end (as NVIDIA's dyna-sequence backends answer). It reads the ID from
+  the request, not from a string CORRID control: Triton 2.51 pads that tensor to 128 bytes and the
+  python backend then refuses it ("unexpected number of string elements", core#339);
 * ``repeat_int32``: decoupled, one response per element of ``IN`` (``DELAY`` and ``WAIT`` are read and
   not slept);
 * ``densenet_onnx``: the I/O of NVIDIA's DenseNet example (``data_0`` FP32 ``[3, 224, 224]`` NCHW,
