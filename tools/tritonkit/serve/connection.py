@@ -456,6 +456,8 @@ class Connection(asyncio.Protocol):
 class _Upstream(asyncio.Protocol):
     """The connection to Triton of one client connection: relays each answer as it arrives."""
 
+    __slots__ = ("client", "done", "keep", "orphaned", "parser", "started", "transport")
+
     def __init__(self, client: Connection) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
