@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import ModelConfig
-from tritonkit.convert import gpu, tensorrt
+from tritonkit.convert import gpu, isolate, preflight, tensorrt
 from tritonkit.convert.artifacts import Built, Files, build_precision, check_tensorrt_data, target_artifacts
 from tritonkit.convert.datasets import Datasets, prepare_data
 from tritonkit.convert.flagship import FLAGSHIP_SPECS, flagship_spec
@@ -206,6 +206,9 @@ def build_from_spec(
         # Refuses impossible settings before any work. `import tensorrt` is needed only by the builder
         # itself: export, clean-up, precision gates and every shape check run anywhere.
         plan = tensorrt.plan_for_spec(spec, profile)
+    checked = preflight.check_build(spec)  # shapes, batch axis, data files: one line, before any work
+    for warning in checked.warnings:
+        log(f"warning: {warning}")
     existing = _existing(repo)
     names = [spec.model_name(p) for p in spec.precisions]
     if existing is not None and version is not None and not force:
@@ -214,14 +217,15 @@ def build_from_spec(
                 raise ModelImportError(
                     f"model `{name}` version {version} already exists; use --force to replace it"
                 )
-    with tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
+    # Native steps (export, clean-up, precisions, gates, engines) run in one child worker per build.
+    with isolate.session(spec.name), tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
         workdir = Path(tmp)
         log(
             f"reading {spec.source.onnx} as given"
             if spec.as_is
             else f"exporting and sanitizing the {spec.name} source"
         )
-        source = prepare_source(spec, workdir)
+        source = prepare_source(spec, workdir, checked.torch)
         if plan is not None:
             tensorrt.check_shapes(plan, source.graph)
         needs_calibration = "int8" in spec.precisions

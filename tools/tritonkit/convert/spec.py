@@ -65,6 +65,10 @@ class SourceSpec:
     onnx: str | None = None
     torch: str | None = None
     synthetic: bool = False  # labels seeded-weight models in reports
+    #: torch sources: ``dynamo`` (torch.export), ``torchscript`` (tracing), ``auto``: dynamo, then torchscript.
+    exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
+    #: ONNX sources with a fixed first axis: rewrite it to a dynamic batch axis (checked by running it).
+    dynamic_batch: bool = False
 
 
 @dataclass
@@ -345,6 +349,12 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _flag(text: str) -> bool:
+    if text.strip().lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(text)
+    return text.strip().lower() in ("1", "true", "yes")
+
+
 def _int_or_auto(text: str) -> int | str:
     return "auto" if text.strip() == "auto" else int(text)
 
@@ -368,6 +378,8 @@ ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
     ("eval_data", "TRITONKIT_EVAL_DATA", "evaluation.data", str),
     ("eval_samples", "TRITONKIT_EVAL_SAMPLES", "evaluation.samples", int),
     ("timing_cache", "TRITONKIT_TIMING_CACHE", "tensorrt.timing_cache", str),
+    ("exporter", "TRITONKIT_EXPORTER", "source.exporter", str),
+    ("dynamic_batch", "TRITONKIT_DYNAMIC_BATCH", "source.dynamic_batch", _flag),
 )
 
 #: Spec keys holding a file path. Given in the spec they resolve against the spec's folder; given
