@@ -6,8 +6,11 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+from collections.abc import Iterator
 
 import pytest
+
+from tritonkit.convert import isolate
 
 # Fixtures shared across test packages live in plain modules under tests/support/.
 pytest_plugins = ("tests.support.onnx_zoo",)
@@ -31,6 +34,14 @@ def _gpu_missing() -> str | None:
     if result.returncode != 0 or "GPU" not in result.stdout:
         return f"needs an NVIDIA GPU: `nvidia-smi -L` found none ({result.stderr.strip()[:80]})"
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_build_worker() -> Iterator[None]:
+    """Every build of the run shares one worker process (tritonkit.convert.isolate): its imports and
+    the dynamo exporter's start-up (seconds) are paid once per test run, not once per build."""
+    with isolate.session(""):
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

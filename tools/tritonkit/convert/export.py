@@ -19,6 +19,7 @@ each exporter's first error and the log.
 from __future__ import annotations
 
 import importlib
+import re
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
@@ -54,10 +55,20 @@ class ExportError(isolate.StepError, ModelImportError):
     """Every exporter tried failed; the detail is in the worker's log."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0].strip() if text else type(exc).__name__
-    return line[:300]
+    """The first line of the innermost cause: torch wraps the real reason ("No ONNX function found
+    for ...") in errors about which export step failed."""
+    root: BaseException = exc
+    seen = {id(root)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        root = nxt
+    text = _ANSI.sub("", str(root)).strip()
+    line = text.splitlines()[0].strip() if text else type(root).__name__
+    return line[:240]
 
 
 def _widened(example_inputs: Sequence[Any], axes: Sequence[Mapping[int, str]]) -> list[Any]:

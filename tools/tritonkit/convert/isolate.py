@@ -86,9 +86,10 @@ class _Task:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     sys_path: list[str]
-    #: ``TRITONKIT_TEST_CRASH`` as the caller had it when the step was sent (the worker's own
-    #: environment is the one it started with).
+    #: ``TRITONKIT_TEST_CRASH`` as the caller had it when the step was sent.
     crash: str | None = None
+    #: The caller's environment when the step was sent: the worker runs the step in it.
+    environ: dict[str, str] | None = None
 
 
 def failure_root() -> Path:
@@ -103,6 +104,9 @@ def _execute(task: _Task, crash: str | None) -> Any:
     """Run one step here; the test crash hook fires first (a real null-pointer read)."""
     if crash == task.step:
         ctypes.string_at(0)  # SIGSEGV in native code, for the containment test
+    if task.environ is not None and task.environ != os.environ:
+        os.environ.clear()
+        os.environ.update(task.environ)
     for entry in reversed(task.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -314,7 +318,7 @@ def _keep(task: _Task, model: str, log: Path | None) -> Path:
         args = _relocate(task.args, files, copied)
         kwargs = _relocate(task.kwargs, files, copied)
         (folder / "step.pkl").write_bytes(
-            pickle.dumps(_Task(task.step, task.func, args, kwargs, task.sys_path))
+            pickle.dumps(_Task(task.step, task.func, args, kwargs, task.sys_path))  # replay: its own env
         )
     except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
         (folder / "step.pkl.error").write_text(f"the step's inputs could not be kept: {exc}\n")
@@ -357,7 +361,7 @@ def run(step: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     module-level function, its arguments and result picklable; ``step`` names it in a failure."""
     if os.environ.get(IN_PROCESS_ENV) == "1":
         return func(*args, **kwargs)
-    task = _Task(step, func, args, kwargs, list(sys.path), os.environ.get(TEST_CRASH_ENV))
+    task = _Task(step, func, args, kwargs, list(sys.path), os.environ.get(TEST_CRASH_ENV), dict(os.environ))
     current = _session.get()
     holder: list[_Worker] = current.holder if current is not None else []
     if not holder:

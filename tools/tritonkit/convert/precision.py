@@ -53,6 +53,7 @@ __all__ = [
     "Int8Options",
     "UnsupportedOpError",
     "activation_scales",
+    "transposes_into_matmul",
     "int32_dequantize_nodes",
     "qdq_to_fp16",
     "quantize_int8",
@@ -105,18 +106,37 @@ def to_fp16(
     )
 
 
+def transposes_into_matmul(model: Any) -> list[str]:
+    """Names of the Transpose nodes whose output feeds a MatMul (nameless ones are named here).
+
+    ONNX Runtime's CPU session creation segfaults (its NchwcTransformer, seen with 1.30 and 1.32) on
+    a float16 Transpose followed by a MatMul: the pattern ``nn.MultiheadAttention`` exports to (ViT,
+    ``nn.TransformerEncoder``). The FP16 conversion keeps these Transposes in float32 (a Cast on each
+    side, exact), which ONNX Runtime loads, instead of a graph that crashes the gate and the server."""
+    into_matmul = {i for n in model.graph.node if n.op_type == "MatMul" for i in n.input}
+    names = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type == "Transpose" and any(o in into_matmul for o in node.output):
+            if not node.name:
+                node.name = f"tritonkit_transpose_{index}"
+            names.append(node.name)
+    return names
+
+
 def _to_fp16(
     source: Path, dest: Path, keep_io_types: bool, op_block_list: list[str], node_block_list: list[str]
 ) -> dict[str, Any]:
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+    graph = onnx.load(str(source))
+    kept_fp32 = [n for n in transposes_into_matmul(graph) if n not in node_block_list]
     try:
         model = convert_float_to_float16(
-            onnx.load(str(source)),
+            graph,
             keep_io_types=keep_io_types,
             op_block_list=blocked,
-            node_block_list=list(node_block_list) or None,
+            node_block_list=[*node_block_list, *kept_fp32] or None,
         )
     except Exception as exc:
         raise BuildError(
@@ -128,11 +148,14 @@ def _to_fp16(
     wrapper = OnnxModel(model)
     wrapper.topological_sort()
     onnx.save(wrapper.model, str(dest))
-    return {
+    details: dict[str, Any] = {
         "keep_io_types": keep_io_types,
         "op_block_list": list(op_block_list),
         "node_block_list": list(node_block_list),
     }
+    if kept_fp32:
+        details["transposes_kept_fp32"] = len(kept_fp32)  # see transposes_into_matmul
+    return details
 
 
 def _weight_inputs(graph: Any) -> set[str]:
@@ -288,7 +311,7 @@ def _histogram_ranges(
     ratios = []
     for name in ranges:
         low, high = (float(v) for v in ranges.data[name].range_value)
-        overrides[name] = [{"rmin": low, "rmax": high}]
+        overrides[name] = [{"rmin": np.array(low, np.float32), "rmax": np.array(high, np.float32)}]
         seen = max(abs(float(observed[name][2])), abs(float(observed[name][3])))
         if seen > 0:
             ratios.append(max(abs(low), abs(high)) / seen)

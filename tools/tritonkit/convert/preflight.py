@@ -34,7 +34,7 @@ from tritonkit.convert.export import TorchSource, load_torch_source
 from tritonkit.convert.flagship import resnet
 from tritonkit.convert.source import spec_folder_importable
 from tritonkit.convert.spec import BuildSpec
-from tritonkit.errors import CalibrationError, SpecError, TritonKitError
+from tritonkit.errors import CalibrationError, ModelImportError, SpecError, TritonKitError
 from tritonkit.repository.onnx_io import read_io
 
 __all__ = ["Checked", "ModelIO", "check_build"]
@@ -77,6 +77,8 @@ def _torch_io(source: TorchSource, reference: str) -> ModelIO:
 def _model_io(spec: BuildSpec, load_torch: bool) -> tuple[ModelIO, TorchSource | None]:
     if spec.source.onnx is not None:
         path = spec.resolve(spec.source.onnx)
+        if not path.is_file():
+            raise ModelImportError(f"ONNX source not found: {str(path)!r}; expected an existing .onnx file")
         graph = read_io(path, check=False)
         return ModelIO(
             graph.inputs, tuple(t.name for t in graph.outputs), graph.batch_dynamic, f"`{path.name}`"
@@ -150,7 +152,9 @@ def _arrays(spec: BuildSpec, section: str, model: ModelIO, checked: Checked) -> 
     used = {name: value[: ds.samples] for name, value in arrays.items()}
     count = next(iter(used.values())).shape[0] if used else 0
     fixed = fixed_batch(model.inputs) if model.inputs is not None else None
-    need = max(ds.min_samples, fixed or 1)
+    # `evaluation.min_samples` is left alone: a spec's partial `evaluation` section takes the
+    # calibration default (32) for it, and builds never enforced it.
+    need = max(ds.min_samples if section == "calibration" else 1, fixed or 1)
     if count < need:
         what = (
             f"the model's fixed batch of {fixed}"
@@ -158,7 +162,7 @@ def _arrays(spec: BuildSpec, section: str, model: ModelIO, checked: Checked) -> 
             else f"`{section}.min_samples`"
         )
         raise CalibrationError(
-            f"too few {section} samples in {path.name}: expected at least {need} ({what}), got {count}"
+            f"too few {section} samples: expected at least {need}, got {count} (in {path.name}; {what})"
         )
     if fixed is not None and fixed != ds.batch_size:
         checked.warnings.append(

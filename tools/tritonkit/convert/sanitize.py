@@ -159,12 +159,15 @@ def _clean(src: Path, dest: Path, min_opset: int, dynamic_batch: bool) -> dict[s
     dropped = _drop_initializer_inputs(model)
     if dropped:
         details["initializer_inputs_dropped"] = dropped
+    if model.ir_version < 4:  # IR 4 is the first whose initializers need not be inputs
+        details["upgraded_from_ir"] = int(model.ir_version)
+        model.ir_version = 4
     if opset < min_opset:
         model = _upgrade(model, src.name, opset)
         details.update(opset=UPGRADE_OPSET, upgraded_from_opset=opset)
     needed = onnx.helper.find_min_ir_version_for(list(model.opset_import))
     if model.ir_version < needed:
-        details["upgraded_from_ir"] = int(model.ir_version)
+        details.setdefault("upgraded_from_ir", int(model.ir_version))
         model.ir_version = needed
     G_LOGGER.module_severity = G_LOGGER.ERROR  # Polygraphy's per-pass chatter is not the user's business
     onnxruntime.set_default_logger_severity(3)  # ORT's optimizer warnings during folding, likewise
