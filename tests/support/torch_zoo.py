@@ -470,3 +470,14 @@ class _Mystery(nn.Module):
 
 def full_source(name: str) -> Any:  # the device driver's entry (scripts/gpu/zoo.py)
     return source(name, full=True)
+
+
+def local_class() -> TorchSource:
+    """A module whose class is defined inside the entry point: it cannot be pickled to the build's
+    worker, which then calls this entry point itself."""
+
+    class Local(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) * 2
+
+    return TorchSource(Local(), (torch.zeros(2, 4),), ("x",), ("y",))

@@ -152,9 +152,7 @@ def _arrays(spec: BuildSpec, section: str, model: ModelIO, checked: Checked) -> 
     used = {name: value[: ds.samples] for name, value in arrays.items()}
     count = next(iter(used.values())).shape[0] if used else 0
     fixed = fixed_batch(model.inputs) if model.inputs is not None else None
-    # `evaluation.min_samples` is left alone: a spec's partial `evaluation` section takes the
-    # calibration default (32) for it, and builds never enforced it.
-    need = max(ds.min_samples if section == "calibration" else 1, fixed or 1)
+    need = max(ds.min_samples, fixed or 1)
     if count < need:
         what = (
             f"the model's fixed batch of {fixed}"

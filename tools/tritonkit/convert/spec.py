@@ -123,6 +123,16 @@ class DataSpec:
 
 
 @dataclass
+class EvaluationSpec(DataSpec):
+    """``evaluation``: as :class:`DataSpec`, with the evaluation defaults also when the section is given
+    in part (a ``DataSpec`` would take the calibration defaults for the keys left out)."""
+
+    samples: int = 500
+    min_samples: int = 1
+    batch_size: int = 32
+
+
+@dataclass
 class Threshold:
     mean: float = 0.99
     min: float = 0.0
@@ -226,7 +236,7 @@ class BuildSpec:
     fp16: Fp16Spec = field(default_factory=Fp16Spec)
     int8: Int8Spec = field(default_factory=Int8Spec)
     calibration: DataSpec = field(default_factory=DataSpec)
-    evaluation: DataSpec = field(default_factory=lambda: DataSpec(samples=500, min_samples=1, batch_size=32))
+    evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     target: Literal["portable", "onnxruntime", "tensorrt"] = "portable"
     gpu: str | None = None
