@@ -77,7 +77,9 @@ def test_an_unexportable_module_is_one_line_naming_both_exporters_and_the_log(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"name": "m", "source": {"torch": "tests.support.torch_zoo:unexportable"}}))
+    spec.write_text(
+        yaml.safe_dump({"name": "m", "source": {"torch": "tests.support.torch_zoo:unexportable"}})
+    )
     assert cli.main(["build", str(spec), "--repo", str(tmp_path / "repo")]) == 1
     out, err = capfd.readouterr()
     line = err.strip()
@@ -98,19 +100,26 @@ def test_the_torchscript_exporter_is_a_choice_and_fails_on_the_attention_fast_pa
     """The case that broke: ViT's nn.MultiheadAttention eval fast path through the TorchScript exporter."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(
-        yaml.safe_dump({"name": "vit", "source": {"torch": "tests.support.torch_zoo:vit", "exporter": "torchscript"}})
+        yaml.safe_dump(
+            {"name": "vit", "source": {"torch": "tests.support.torch_zoo:vit", "exporter": "torchscript"}}
+        )
     )
     assert cli.main(["build", str(spec), "--repo", str(tmp_path / "repo")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "export of ViT failed (torchscript: Exporting the operator 'aten::_native_multi_head_attention'" in err
+    assert (
+        "export of ViT failed (torchscript: Exporting the operator 'aten::_native_multi_head_attention'"
+        in err
+    )
 
 
 def test_a_module_whose_class_cannot_travel_is_exported_from_its_entry_point(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"name": "local", "source": {"torch": "tests.support.torch_zoo:local_class"}}))
+    spec.write_text(
+        yaml.safe_dump({"name": "local", "source": {"torch": "tests.support.torch_zoo:local_class"}})
+    )
     assert cli.main(["build", str(spec), "--repo", str(tmp_path / "repo")]) == 0, capsys.readouterr().err
     assert (tmp_path / "repo" / "local_fp32" / "1" / "model.onnx").is_file()
 

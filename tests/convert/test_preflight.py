@@ -92,17 +92,44 @@ def test_batching_a_fixed_first_axis_is_refused_with_both_ways_out(
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("float64_overflow", "cal.npz: array `gpu_0/data_0` is float64; the model's input is float32 and casting"),
-        ("same_file", "calibration and evaluation data are the same file cal.npz; evaluation samples must be held out"),
-        ("overlap", "1 evaluation samples of ev.npz are also calibration samples in cal.npz (evaluation sample 2 = calibration sample 5)"),
-        ("text_npz", "calibration data '{tmp}/cal.npz' is not an .npz archive (numpy.savez): it starts with b'0.1 0.2 0.3 '"),
-        ("text_npy", "evaluation data '{tmp}/ev.npy' is not a .npy array (numpy.save): it starts with b'0.1 0.2 0.3 '"),
-        ("missing", "evaluation data ev.npz lacks inputs ['gpu_0/data_0']; expected arrays ['gpu_0/data_0'], got ['data']"),
-        ("shape", "evaluation array `gpu_0/data_0` has shape [4, 3, 64, 64]; the model expects [1, 3, 224, 224]"),
+        (
+            "float64_overflow",
+            "cal.npz: array `gpu_0/data_0` is float64; the model's input is float32 and casting",
+        ),
+        (
+            "same_file",
+            "calibration and evaluation data are the same file cal.npz; evaluation samples must be held out",
+        ),
+        (
+            "overlap",
+            "1 evaluation samples of ev.npz are also calibration samples in cal.npz (evaluation sample 2 = calibration sample 5)",
+        ),
+        (
+            "text_npz",
+            "calibration data '{tmp}/cal.npz' is not an .npz archive (numpy.savez): it starts with b'0.1 0.2 0.3 '",
+        ),
+        (
+            "text_npy",
+            "evaluation data '{tmp}/ev.npy' is not a .npy array (numpy.save): it starts with b'0.1 0.2 0.3 '",
+        ),
+        (
+            "missing",
+            "evaluation data ev.npz lacks inputs ['gpu_0/data_0']; expected arrays ['gpu_0/data_0'], got ['data']",
+        ),
+        (
+            "shape",
+            "evaluation array `gpu_0/data_0` has shape [4, 3, 64, 64]; the model expects [1, 3, 224, 224]",
+        ),
         ("nan", "calibration data cal.npz: array `gpu_0/data_0` has NaN or Inf values (sample 3 first)"),
         ("counts", "calibration data cal.npz lacks inputs"),
-        ("pydoc", "spec key `evaluation.data`: `pydoc` is English text, for `preprocessing.kind: text` models"),
-        ("few", "too few calibration samples: expected at least 4, got 2 (in cal.npz; `calibration.min_samples`)"),
+        (
+            "pydoc",
+            "spec key `evaluation.data`: `pydoc` is English text, for `preprocessing.kind: text` models",
+        ),
+        (
+            "few",
+            "too few calibration samples: expected at least 4, got 2 (in cal.npz; `calibration.min_samples`)",
+        ),
     ],
 )
 def test_each_data_problem_is_one_line_before_any_build_work(
@@ -149,7 +176,9 @@ def test_each_data_problem_is_one_line_before_any_build_work(
     assert no_build_work == []
 
 
-def test_casts_unused_arrays_and_the_fixed_batch_are_warnings(tmp_path: Path, data: Callable[..., Path]) -> None:
+def test_casts_unused_arrays_and_the_fixed_batch_are_warnings(
+    tmp_path: Path, data: Callable[..., Path]
+) -> None:
     """float64 that fits float32 is cast, arrays no input takes are named, and a model whose batch
     is fixed at 1 gets evaluation batches of 1 instead of the default 32."""
     cal = data("cal.npz", **_arrays(x=_images(8, 1, np.float64)), extra=np.zeros(8))
@@ -205,7 +234,15 @@ def test_k8s_package_runs_the_same_checks(
     packed = yaml.safe_load((out / "inputs" / "light_resnet50" / "spec.yaml").read_text())
     assert packed["batching"] == {"max_batch_size": None} and packed["source"]["dynamic_batch"] is True
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({**_spec(tmp_path, "cal.npz", "ev.npz"), "source": {"onnx": "m.onnx"}, "batching": {"max_batch_size": 64}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                **_spec(tmp_path, "cal.npz", "ev.npz"),
+                "source": {"onnx": "m.onnx"},
+                "batching": {"max_batch_size": 64},
+            }
+        )
+    )
     (tmp_path / "m.onnx").write_bytes(LIGHT.read_bytes())
     assert cli.main(["k8s", "package", str(spec), "-o", str(tmp_path / "out2")]) == 1
     assert "`m.onnx` has a fixed first axis" in capsys.readouterr().err

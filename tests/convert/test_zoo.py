@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-
 from tests.support import torch_zoo
+
 from tritonkit import cli
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -70,7 +70,9 @@ def test_family_builds_fp32_fp16_int8(name: str, tmp_path: Path, capsys: pytest.
             assert record["accuracy"]["passed"], record["accuracy"]
 
 
-@pytest.mark.parametrize(("model", "flags"), [("light_squeezenet", ()), ("light_shufflenet", ("--dynamic-batch",))])
+@pytest.mark.parametrize(
+    ("model", "flags"), [("light_squeezenet", ()), ("light_shufflenet", ("--dynamic-batch",))]
+)
 def test_the_onnx_packages_test_cnns_build(
     model: str, flags: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

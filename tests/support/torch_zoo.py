@@ -52,7 +52,9 @@ class _EncoderBlock(nn.Module):
 
 
 class ViT(nn.Module):
-    def __init__(self, image: int, patch: int, dim: int, depth: int, heads: int, mlp: int, classes: int) -> None:
+    def __init__(
+        self, image: int, patch: int, dim: int, depth: int, heads: int, mlp: int, classes: int
+    ) -> None:
         super().__init__()
         self.conv_proj = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
         tokens = (image // patch) ** 2 + 1
@@ -92,13 +94,21 @@ class _CNBlock(nn.Module):
 class ConvNeXt(nn.Module):
     def __init__(self, dims: Sequence[int], depths: Sequence[int], classes: int) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(3, dims[0], kernel_size=4, stride=4), _LayerNorm2d(dims[0], eps=1e-6)]
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, dims[0], kernel_size=4, stride=4),
+            _LayerNorm2d(dims[0], eps=1e-6),
+        ]
         for i, (dim, depth) in enumerate(zip(dims, depths, strict=True)):
             if i:
-                layers += [_LayerNorm2d(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], dim, kernel_size=2, stride=2)]
+                layers += [
+                    _LayerNorm2d(dims[i - 1], eps=1e-6),
+                    nn.Conv2d(dims[i - 1], dim, kernel_size=2, stride=2),
+                ]
             layers += [_CNBlock(dim) for _ in range(depth)]
         self.features = nn.Sequential(*layers)
-        self.head = nn.Sequential(_LayerNorm2d(dims[-1], eps=1e-6), nn.Flatten(1), nn.Linear(dims[-1], classes))
+        self.head = nn.Sequential(
+            _LayerNorm2d(dims[-1], eps=1e-6), nn.Flatten(1), nn.Linear(dims[-1], classes)
+        )
         self.pool = nn.AdaptiveAvgPool2d(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -169,7 +179,9 @@ class _SqueezeExcite(nn.Module):
         return x * self.gate(self.fc2(self.act(self.fc1(self.pool(x)))))  # type: ignore[no-any-return]
 
 
-def _conv_bn(cin: int, cout: int, kernel: int, stride: int, groups: int, act: type[nn.Module] | None) -> nn.Sequential:
+def _conv_bn(
+    cin: int, cout: int, kernel: int, stride: int, groups: int, act: type[nn.Module] | None
+) -> nn.Sequential:
     layers: list[nn.Module] = [
         nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
         nn.BatchNorm2d(cout),
@@ -246,7 +258,9 @@ class MobileNetV3(nn.Module):
             exp, cout = _divisible(expanded * width), _divisible(out * width)
             act = nn.Hardswish if hs else nn.ReLU
             squeeze = _divisible(exp // 4) if se else None
-            layers.append(_InvertedResidual(cin, exp, cout, kernel, stride, squeeze, act, nn.Hardsigmoid, nn.ReLU))
+            layers.append(
+                _InvertedResidual(cin, exp, cout, kernel, stride, squeeze, act, nn.Hardsigmoid, nn.ReLU)
+            )
             cin = cout
         last = 6 * cin
         layers.append(_conv_bn(cin, last, 1, 1, 1, nn.Hardswish))
@@ -286,7 +300,9 @@ class EfficientNet(nn.Module):
                 exp = _divisible(cin * expand)
                 squeeze = max(1, _divisible(first_in * width) // 4)  # torchvision: input channels / 4
                 layers.append(
-                    _InvertedResidual(cin, exp, cout, kernel, stride if i == 0 else 1, squeeze, nn.SiLU, nn.Sigmoid, nn.SiLU)
+                    _InvertedResidual(
+                        cin, exp, cout, kernel, stride if i == 0 else 1, squeeze, nn.SiLU, nn.Sigmoid, nn.SiLU
+                    )
                 )
                 cin = cout
         last = 4 * _divisible(320 * width) if stages == len(EFFICIENTNET_B0) else 4 * cin
@@ -312,7 +328,10 @@ class TextEncoder(nn.Module):
         self.head = nn.Linear(dim, classes)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(input_ids) * math.sqrt(self.embed.embedding_dim) + self.position[:, : input_ids.shape[1]]
+        x = (
+            self.embed(input_ids) * math.sqrt(self.embed.embedding_dim)
+            + self.position[:, : input_ids.shape[1]]
+        )
         return self.head(self.encoder(x).mean(1))  # type: ignore[no-any-return]
 
 
@@ -345,7 +364,12 @@ def _distilbert(hidden: int, layers: int, heads: int, vocab: int) -> nn.Module:
     from transformers import DistilBertConfig, DistilBertModel  # noqa: PLC0415 (transformers is heavy)
 
     config = DistilBertConfig(
-        vocab_size=vocab, dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=4 * hidden, max_position_embeddings=512
+        vocab_size=vocab,
+        dim=hidden,
+        n_layers=layers,
+        n_heads=heads,
+        hidden_dim=4 * hidden,
+        max_position_embeddings=512,
     )
     return _ClsVector(DistilBertModel(config))
 
@@ -384,7 +408,9 @@ FAMILIES: dict[str, Family] = {
         lambda full: ViT(224, 16, 768, 12, 12, 3072, 1000) if full else ViT(32, 8, 32, 2, 2, 64, 10), "image"
     ),
     "convnext": Family(
-        lambda full: ConvNeXt((96, 192, 384, 768), (3, 3, 9, 3), 1000) if full else ConvNeXt((8, 16), (1, 1), 10),
+        lambda full: (
+            ConvNeXt((96, 192, 384, 768), (3, 3, 9, 3), 1000) if full else ConvNeXt((8, 16), (1, 1), 10)
+        ),
         "image",
     ),
     "resnet": Family(
@@ -400,7 +426,9 @@ FAMILIES: dict[str, Family] = {
         lambda full: _bert(768, 12, 12, 30522) if full else _bert(32, 2, 2, 1000), "text", mask=True
     ),
     "distilbert": Family(
-        lambda full: _distilbert(768, 6, 12, 30522) if full else _distilbert(32, 2, 2, 1000), "text", mask=True
+        lambda full: _distilbert(768, 6, 12, 30522) if full else _distilbert(32, 2, 2, 1000),
+        "text",
+        mask=True,
     ),
     "transformer_encoder": Family(
         lambda full: TextEncoder(30522, 512, 8, 6, 512, 2) if full else TextEncoder(1000, 32, 2, 2, 64, 2),

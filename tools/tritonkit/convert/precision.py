@@ -53,11 +53,11 @@ __all__ = [
     "Int8Options",
     "UnsupportedOpError",
     "activation_scales",
-    "transposes_into_matmul",
     "int32_dequantize_nodes",
     "qdq_to_fp16",
     "quantize_int8",
     "to_fp16",
+    "transposes_into_matmul",
 ]
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
