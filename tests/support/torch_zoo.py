@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -496,8 +495,67 @@ class _Mystery(nn.Module):
         return _mystery(x) + 1  # type: ignore[no-any-return]
 
 
-def full_source(name: str) -> Any:  # the device driver's entry (scripts/gpu/zoo.py)
+#: torchvision's builder per image family (weights=None: random), used at full size where it imports.
+TORCHVISION = {
+    "vit": "vit_b_16",
+    "convnext": "convnext_tiny",
+    "resnet": "resnet50",
+    "mobilenetv3": "mobilenet_v3_large",
+    "efficientnet": "efficientnet_b0",
+}
+
+
+def torchvision_missing() -> str | None:
+    """Why torchvision's models cannot be used here (None: they can)."""
+    try:
+        import torchvision  # noqa: F401, PLC0415 (optional: the CPU machines' wheel does not import)
+    except Exception as exc:  # ImportError, or a CUDA build's missing operators (RuntimeError)
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def full(name: str) -> TorchSource:
+    """Family ``name`` at full size: torchvision's model where torchvision imports, else this module's."""
+    if name in TORCHVISION and torchvision_missing() is None:
+        from torchvision import models  # noqa: PLC0415 (checked above)
+
+        torch.manual_seed(SEED)
+        module = getattr(models, TORCHVISION[name])(weights=None).eval()
+        return TorchSource(module, (torch.randn(2, 3, 224, 224),), ("x",), ("y",))
     return source(name, full=True)
+
+
+# `source.torch: "tests.support.torch_zoo:full_<family>"` entry points (scripts/gpu/zoo.py).
+def full_vit() -> TorchSource:
+    return full("vit")
+
+
+def full_convnext() -> TorchSource:
+    return full("convnext")
+
+
+def full_resnet() -> TorchSource:
+    return full("resnet")
+
+
+def full_mobilenetv3() -> TorchSource:
+    return full("mobilenetv3")
+
+
+def full_efficientnet() -> TorchSource:
+    return full("efficientnet")
+
+
+def full_bert() -> TorchSource:
+    return full("bert")
+
+
+def full_distilbert() -> TorchSource:
+    return full("distilbert")
+
+
+def full_transformer_encoder() -> TorchSource:
+    return full("transformer_encoder")
 
 
 def local_class() -> TorchSource:

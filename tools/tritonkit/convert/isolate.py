@@ -208,7 +208,6 @@ class _Worker:
         env = dict(os.environ)
         root = str(Path(tritonkit.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-        env.setdefault("PYTHONFAULTHANDLER", "1")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tritonkit.convert.isolate", str(self.log)],
             stdin=subprocess.PIPE,
@@ -223,9 +222,13 @@ class _Worker:
         data = _pickled(task)
         try:
             _send(self.process.stdin, data)
-            status, value = pickle.loads(_receive_bytes(self.process.stdout))
+            answer = _receive_bytes(self.process.stdout)
         except (EOFError, BrokenPipeError, OSError):
             return "crashed", self.process.wait()
+        try:
+            status, value = pickle.loads(answer)
+        except Exception as exc:  # an exception class this process cannot rebuild
+            return "failed", f"the worker's answer cannot be read here ({type(exc).__name__}: {exc})"
         if status == "unpicklable":
             raise UnpicklableError(f"the worker cannot read the `{task.step}` step's arguments: {value}")
         return status, value
