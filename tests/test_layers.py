@@ -22,6 +22,7 @@ MAX_LINES = 600
 LAYERS: tuple[str, ...] = (
     "errors",
     "machine",
+    "atomic",
     "config",
     "serve",
     "repository",

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from tritonkit import cli
 from tritonkit.convert import isolate, preflight
-from tritonkit.convert.spec import parse_spec
+from tritonkit.convert.buildspec import parse_spec
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
 INPUT = "gpu_0/data_0"

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.cli_args import add_measure_args, connect, measure_options
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.generator import Level
 from tritonkit.tune.measure import LevelResult, Measurer
 
@@ -46,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     )
     options = measure_options(args)
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
+        provenance = collect(
+            conn.url,
+            args.protocol,
+            [(m.partition(":")[0], m.partition(":")[2]) for m in args.models],
+            repo=args.repo if conn.server is not None else None,
+        )
 
         def measure(target: str, lvl: Level) -> LevelResult:
             model, _, version = target.partition(":")
@@ -59,10 +66,11 @@ def run(args: argparse.Namespace) -> int:
             return result
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
+    summary["provenance"] = provenance.as_dict()
     text = markdown(summary)
     sys.stdout.write(text)
     if args.json:
-        write_text_atomic(args.json, json.dumps(summary, indent=2) + "\n")
+        write_text(args.json, json.dumps(summary, indent=2) + "\n")
     if args.markdown:
-        write_text_atomic(args.markdown, text)
+        write_text(args.markdown, text)
     return 0

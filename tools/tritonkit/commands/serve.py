@@ -5,7 +5,9 @@ model (Triton keeps answering ready after a stub died while every call to that m
 On either failure it restarts the server on the same ports (``--max-restarts``; readiness is
 false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor (systemd,
 Kubernetes) restarts it. HTTP goes through tritonkit's guard (``serve/guard.py``) unless
-``--no-guard``.
+``--no-guard``. Before the start it removes what writers killed mid-write left in the repository
+(:meth:`tritonkit.repository.ModelRepository.remove_stale_staging`; Triton would try to load each
+as a model), waiting for a write in progress to finish.
 
 In NVIDIA's image under Kubernetes there is no such watcher, and ``/v2/health/ready`` stays 200
 with a dead stub: the readiness *and* liveness probes should then be an exec probe that runs one
@@ -23,6 +25,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+from tritonkit.errors import RepositoryError
+from tritonkit.repository import ModelRepository
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.options import (
     DEFAULT_LOG_MAX_BYTES,
@@ -65,15 +69,22 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         "--guard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put tritonkit's HTTP guard in front of Triton: body and shape limits, a drain that serves "
-        "nothing new, readiness false on a dead model stub (default on; about half the HTTP req/s "
-        "of a tiny model on 2 cores)",
+        help="put tritonkit's HTTP guard in front of Triton: default-deny routes, body, shape and memory limits, "
+        "a drain that serves nothing new, readiness false on a dead or stopped model stub (default on; its "
+        "cost in HTTP req/s: docs/reliability.md)",
     )
     parser.add_argument(
         "--max-body-mb",
         type=float,
         default=DEFAULT_MAX_BODY_BYTES / 2**20,
         help="largest HTTP request body the guard forwards, in MiB (default %(default)g)",
+    )
+    parser.add_argument(
+        "--max-inflight-mb",
+        type=float,
+        default=None,
+        help="request bodies the guard holds at once, all connections together, in MiB; past it new bodies are "
+        "answered 503 (default 4 x --max-body-mb)",
     )
     parser.add_argument(
         "--log-max-mb",
@@ -91,9 +102,25 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
     parser.set_defaults(func=run)
 
 
+#: How long ``serve`` waits for a repository write in progress before starting anyway.
+WRITE_WAIT_S = 60.0
+
+
+def _remove_leftovers(repo: str) -> None:
+    """Remove the staging folders of killed writers, saying so (a missing repository is the server's
+    to report)."""
+    try:
+        removed = ModelRepository(repo).remove_stale_staging(wait_s=WRITE_WAIT_S)
+    except RepositoryError:
+        return
+    for path in removed:
+        print(f"tritonkit serve: removed {path.name}, left in the repository by a killed writer", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
+    _remove_leftovers(args.repo)
     server = EmbeddedServer(
         args.repo,
         http_port=args.http_port,
@@ -112,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         extra_args=args.triton_arg,
         guard=args.guard,
         max_body_bytes=int(args.max_body_mb * 2**20),
+        max_inflight_bytes=int(args.max_inflight_mb * 2**20) if args.max_inflight_mb else None,
         log_max_bytes=int(args.log_max_mb * 2**20),
     )
     stop = threading.Event()
@@ -148,10 +176,7 @@ def run(args: argparse.Namespace) -> int:
             problems = server.problems()
             if not problems:
                 continue
-            if server.is_running():
-                detail = "; ".join(problems)
-            else:
-                detail = f"tritonserver exited unexpectedly: {' | '.join(server.tail(3))}"
+            detail = "; ".join(problems) if server.is_running() else server.exit_reason()
             if restarts >= args.max_restarts:
                 print(f"tritonkit serve: error: {detail}", file=sys.stderr, flush=True)
                 return 1
@@ -161,8 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            server.stop()
-            server.start()
+            server.restart()  # the guard stays up and answers 503 meanwhile
             print(f"tritonkit serve: ready again  http={server.http_url}", flush=True)
         print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
         code = server.stop()

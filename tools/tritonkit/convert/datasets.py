@@ -13,8 +13,8 @@ from typing import Any
 
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert import data
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import BuildSpec
 from tritonkit.errors import CalibrationError, SpecError
 
 __all__ = ["Datasets", "fixed_batch", "prepare_data"]

@@ -29,11 +29,11 @@ from typing import Any
 from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert import data
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.datasets import fixed_batch
 from tritonkit.convert.export import TorchSource, load_torch_source
 from tritonkit.convert.flagship import resnet
 from tritonkit.convert.source import spec_folder_importable
-from tritonkit.convert.spec import BuildSpec
 from tritonkit.errors import CalibrationError, ModelImportError, SpecError, TritonKitError
 from tritonkit.repository.onnx_io import read_io
 

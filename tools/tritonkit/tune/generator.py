@@ -37,6 +37,7 @@ import numpy as np
 
 from tritonkit.client import AsyncClient
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.input_data import requests
 from tritonkit.loadtest.payloads import sample_sentences
 from tritonkit.tune import eventloop
 
@@ -96,6 +97,8 @@ class Target:
     late_us: float = 1000.0
     max_in_flight: int = 4096
     seed: int = 0
+    #: a perf_analyzer ``--input-data`` JSON file: its entries are the requests (default: generated data)
+    input_data: str | None = None
 
 
 @dataclasses.dataclass
@@ -300,7 +303,13 @@ class _Session:
             )  # fmt: skip
         if self._inputs is None:
             metadata = await self._client.metadata(t.model, t.version or None)
-            self._inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
+            if t.input_data:
+                config = await self._client.config(t.model, t.version or None)
+                self._inputs = requests(
+                    t.input_data, metadata.inputs, int(config.max_batch_size), t.batch_size
+                )
+            else:
+                self._inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
             with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
                 await self._client.infer(
                     t.model, self._inputs[0], version=t.version or None, timeout=t.timeout_s
