@@ -8,10 +8,13 @@
 # Here (with network), once: scripts/gpu/pack.sh (the usual .whl/), then scripts/gpu/zoo.sh --pack,
 # which adds the dynamo exporter's onnxscript, onnx-ir and ml_dtypes (cp312) to .whl/.
 # There: carry .whl and the checkout (as for bench.sh), then
-#   scripts/gpu/zoo.sh [--only vit,convnext,...|onnx] [--merge FILE] [--samples N]
-# A full run takes longer than one device command may: split it, e.g.
+#   scripts/gpu/zoo.sh [--only vit,convnext,...|onnx] [--samples N]
+# A full run takes longer than one device command may: split it over calls on the same warm machine;
+# each call merges the rows of the calls before it (kept in /tmp/tritonkit-zoo.json), so the last
+# call's $OUT/zoo.md holds the whole table:
 #   scripts/gpu/zoo.sh --only vit,convnext,resnet,mobilenetv3,efficientnet
-#   OUT=/tmp/gpu-out2 scripts/gpu/zoo.sh --only bert,distilbert,transformer_encoder,onnx --merge /tmp/gpu-out/zoo.json
+#   scripts/gpu/zoo.sh --only bert,distilbert,transformer_encoder
+#   scripts/gpu/zoo.sh --only onnx
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -26,8 +29,17 @@ fi
 # shellcheck source=scripts/gpu/setup.sh
 source "$HERE/setup.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/machine.txt"
+if ! python3 -c "import onnxscript" 2>/dev/null; then
+  echo "zoo.sh: onnxscript (the dynamo exporter's) is not importable: run scripts/gpu/zoo.sh --pack where there is network and carry .whl" >&2
+  exit 2
+fi
 python3 -c "import torch, onnx, onnxruntime, onnxscript; print('torch', torch.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__, 'onnxscript', onnxscript.__version__)" | tee -a "$OUT/machine.txt"
 python3 -c "import torchvision; print('torchvision', torchvision.__version__)" 2>&1 | tail -1 | tee -a "$OUT/machine.txt"
-PYTHONUNBUFFERED=1 XDG_CACHE_HOME="$OUT/cache" python3 "$HERE/zoo.py" --out "$OUT/zoo.md" --raw "$OUT/zoo.json" "$@" \
-  2>&1 | tee "$OUT/zoo.log"
-exit "${PIPESTATUS[0]}"
+KEEP=/tmp/tritonkit-zoo.json
+MERGE=()
+[ -f "$KEEP" ] && MERGE=(--merge "$KEEP")
+PYTHONUNBUFFERED=1 XDG_CACHE_HOME="$OUT/cache" python3 "$HERE/zoo.py" --out "$OUT/zoo.md" --raw "$OUT/zoo.json" \
+  "${MERGE[@]}" "$@" 2>&1 | tee "$OUT/zoo.log"
+code=${PIPESTATUS[0]}
+[ -f "$OUT/zoo.json" ] && cp "$OUT/zoo.json" "$KEEP"
+exit "$code"
