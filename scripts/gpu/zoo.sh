@@ -29,6 +29,11 @@ fi
 # shellcheck source=scripts/gpu/setup.sh
 source "$HERE/setup.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/machine.txt"
+if ! python3 -c "import onnxscript" 2>/dev/null && ls "$WHL"/onnxscript-*.whl >/dev/null 2>&1; then
+  # setup.sh installed .whl on an earlier call, before these wheels were there
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
+    "$WHL"/onnxscript-*.whl "$WHL"/onnx_ir-*.whl "$WHL"/ml_dtypes-*.whl 2>&1 | tail -2
+fi
 if ! python3 -c "import onnxscript" 2>/dev/null; then
   echo "zoo.sh: onnxscript (the dynamo exporter's) is not importable: run scripts/gpu/zoo.sh --pack where there is network and carry .whl" >&2
   exit 2
