@@ -31,6 +31,7 @@ LAYERS: tuple[str, ...] = (
     "client",
     "loadtest",
     "tune",
+    "fleet",
     "commands",
     "cli",
     "demo",

@@ -1,11 +1,16 @@
-"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report.
+"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report,
+or, with ``--fleet FLEET.yaml``, the plan of a fleet of many models (:mod:`tritonkit.fleet`).
 
-Reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and ``capacity-plan.yaml``
-(a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only from a tune measured
-on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what was measured (the
-first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's t4 overlay and
-renders and validates it; ``--check-knee`` measures the priced config again with the tune's own method
-and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
+One model: reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and
+``capacity-plan.yaml`` (a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only
+from a tune measured on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what
+was measured (the first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's
+t4 overlay and renders and validates it; ``--check-knee`` measures the priced config again with the tune's
+own method and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
+
+A fleet: writes ``--out`` (the packing, placement, overlays per group, report and pictures) or nothing;
+every error of the fleet file is one line; ``--verify`` load-tests each group apart and exits 3 when one
+misses a budget or its planned throughput by more than ``--verify-tolerance``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from tritonkit import __version__
 from tritonkit.atomic import write_text
+from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
@@ -35,8 +41,8 @@ from tritonkit.tune.plan import (
 
 def register(subparsers: Any, *, name: str, help: str) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
-    parser.add_argument("--tune-report", type=Path, required=True, help="folder holding tune.json")
-    parser.add_argument("--target-rps", type=float, required=True, help="traffic to serve (req/s)")
+    parser.add_argument("--tune-report", type=Path, help="folder holding tune.json (one model)")
+    parser.add_argument("--target-rps", type=float, help="traffic to serve (req/s; one model)")
     parser.add_argument(
         "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
     )
@@ -52,7 +58,10 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         "--peak-factor", type=float, default=2.0, help="HPA max = replicas x this (default 2)"
     )
     parser.add_argument(
-        "--k8s-dir", type=Path, help="add the patch to this kustomize tree's t4 overlay and validate"
+        "--k8s-dir",
+        type=Path,
+        help="one model: add the patch to this kustomize tree's t4 overlay and validate; "
+        "--fleet: the tree the group overlays are built on (default ./k8s)",
     )
     parser.add_argument(
         "--check-knee",
@@ -67,10 +76,17 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         help="for --check-knee with --url: the statistics key (default $TRITONKIT_ADMIN_KEY)",
     )
     parser.add_argument("--knee-tolerance", type=float, default=0.15)
+    fleet_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        return run_fleet_command(args)
+    if args.tune_report is None or args.target_rps is None:
+        raise TritonKitError(
+            "expected --tune-report DIR and --target-rps N (one model), or --fleet FLEET.yaml"
+        )
 
     source = args.tune_report / "tune.json"
     try:
