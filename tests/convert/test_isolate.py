@@ -26,6 +26,7 @@ ROOT = Path(__file__).parents[2]
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), **extra)
+    env.pop(isolate.FAILURE_DIR_ENV, None)  # the default place: $XDG_CACHE_HOME/tritonkit/failures
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tools"), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
