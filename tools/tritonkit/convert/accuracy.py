@@ -80,7 +80,11 @@ def _non_finite(
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
             kinds = "/".join(k for k, f in (("NaN", np.isnan), ("inf", np.isinf)) if f(rows[bad]).any())
-            hint = " (float16 overflow?)" if side != "the fp32 reference" and precision != "fp32" else ""
+            hint = (
+                " (float16 overflow? `fp16.op_block_list` keeps op types in float32)"
+                if side != "the fp32 reference" and precision != "fp32"
+                else ""
+            )
             raise AccuracyError(
                 f"accuracy gate failed for `{model_name}` ({precision}): {side} answers {kinds} in "
                 f"`{output}` on {int(bad.sum())} of {rows.shape[0]} held-out samples (first: `{output}`[{first}])"
