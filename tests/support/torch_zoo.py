@@ -16,6 +16,8 @@ the CPU, scripts/gpu/zoo.py at full size. Weights are random (seeded); nothing i
 - An `nn.TransformerEncoder` text classifier (its eval fast path: `aten::_transformer_encoder_layer_fwd`).
 
 Each family has a `Config` with `small()` (tests) and `full()` (the reference model's size).
+At full size torchvision's own models are used where torchvision imports, with any all-zero `nn.Linear`
+redrawn (torchvision's ViT zero-initialises its head: a random-weight ViT would answer zeros everywhere).
 """
 
 from __future__ import annotations
