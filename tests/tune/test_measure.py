@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.cli_args import cuda_missing
-from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.stats import StabilityRule
 

@@ -13,7 +13,7 @@ from tritonkit.cli import main
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.generator import Target, WindowSpec
+from tritonkit.tune.loadgen import Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.plan import (
     PATCH_FILE,

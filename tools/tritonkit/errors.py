@@ -24,6 +24,7 @@ __all__ = [
     "LoadTestError",
     "ModelImportError",
     "ModelLoadError",
+    "OptionError",
     "PortInUseError",
     "RepositoryError",
     "ServerError",
@@ -40,6 +41,19 @@ class TritonKitError(Exception):
     """Root of every error raised by tritonkit."""
 
     exit_code: int = 1
+
+
+class OptionError(TritonKitError):
+    """A library call's option has a value it cannot take: ``option`` names the field, ``given`` the
+    value, ``expected`` what would do. A command names its own flag instead (:meth:`naming`)."""
+
+    def __init__(self, option: str, given: object, expected: str) -> None:
+        self.option, self.given, self.expected = option, given, expected
+        super().__init__(self.naming(f"`{option}`"))
+
+    def naming(self, name: str) -> str:
+        """The message with the option called ``name`` (e.g. its command-line flag)."""
+        return f"{name} {self.given}: expected {self.expected}"
 
 
 # --- model configuration and repository -------------------------------------------------

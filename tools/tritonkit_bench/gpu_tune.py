@@ -20,7 +20,7 @@ from typing import Any
 from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.tuner import TuneOptions, tune

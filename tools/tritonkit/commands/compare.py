@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target_of
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.cli_args import add_measure_args, connect, measure_options
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.export import write_text_atomic
-from tritonkit.tune.generator import Level
+from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, Measurer
 
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
         def measure(target: str, lvl: Level) -> LevelResult:
             model, _, version = target.partition(":")
-            with Measurer(conn.target(model, args, version), options) as measurer:
+            with Measurer(target_of(conn, model, args, version), options) as measurer:
                 result = measurer.measure(lvl)
             print(
                 f"{target}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tritonkit.client import Client, ModelMetadata
-from tritonkit.client.cli_args import add_client_arguments, client_of
+from tritonkit.commands.client_args import add_client_arguments, client_of
 from tritonkit.errors import ClientError
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from tritonkit.client import Client, ClientError, ModelNotFoundError, RestrictedApiError, TensorSpec
-from tritonkit.client.cli_args import CLI_RETRIES, add_client_arguments, headers_of
+from tritonkit.commands.client_args import CLI_RETRIES, add_client_arguments, headers_of
 from tritonkit.serve.options import ADMIN_HEADER
 
 #: where ``--admin-key`` is read from when not given

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonkit.errors import TritonKitError
-from tritonkit.tune.cli_args import add_measure_args, measure_options
+from tritonkit.commands.measure_args import add_measure_args, measure_options
+from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.tune.tuner import TuneOptions, tune
 
 
@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
         finalists=args.finalists,
         final_rounds=args.final_rounds,
     )
-    result = tune(options)
+    try:
+        result = tune(options)
+    except OptionError as exc:  # the library names the option; the user typed its flag
+        raise TritonKitError(exc.naming("--" + exc.option.replace("_", "-"))) from None
     print(
         f"tritonkit tune: {result.evaluations} configs, {result.measurements} load levels; report in {args.report}"
     )

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonkit.tune.generator import Level
+from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult
 
 __all__ = ["Comparison", "compare", "markdown", "summarize"]
