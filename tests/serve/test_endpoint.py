@@ -30,11 +30,13 @@ def test_a_given_url_names_the_other_endpoints_or_guesses_tritons_default_ports(
 
 
 def test_a_model_missing_from_the_repository_is_refused_before_a_server_starts(tmp_path: Path) -> None:
-    with pytest.raises(
-        ServerError, match=rf"model `ghost` not found in {tmp_path}; expected .*ghost/config.pbtxt"
+    with (
+        pytest.raises(
+            ServerError, match=rf"model `ghost` not found in {tmp_path}; expected .*ghost/config.pbtxt"
+        ),
+        endpoint(repo=tmp_path, load=["ghost"]),
     ):
-        with endpoint(repo=tmp_path, load=["ghost"]):
-            pass
+        pass
 
 
 def test_the_embedded_server_loads_only_the_models_asked_for_and_stops_after(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target_of
+from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.export import write_text_atomic
@@ -47,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
     options = measure_options(args)
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
 
-        def measure(target: str, lvl: Level) -> LevelResult:
-            model, _, version = target.partition(":")
-            with Measurer(target_of(conn, model, args, version), options) as measurer:
+        def measure(name: str, lvl: Level) -> LevelResult:
+            model, _, version = name.partition(":")
+            with Measurer(target(conn, model, args, version), options) as measurer:
                 result = measurer.measure(lvl)
             print(
-                f"{target}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
+                f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
                 file=sys.stderr,
                 flush=True,
             )

@@ -22,7 +22,7 @@ from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 
-__all__ = ["add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels", "target_of"]
+__all__ = ["add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels", "target"]
 
 SHARED_MEMORY = ("none", "system", "cuda")
 
@@ -120,7 +120,7 @@ def connect(args: argparse.Namespace, models: Sequence[str]) -> contextlib.Abstr
     )  # fmt: skip
 
 
-def target_of(where: Endpoint, model: str, args: argparse.Namespace, version: str = "") -> Target:
+def target(where: Endpoint, model: str, args: argparse.Namespace, version: str = "") -> Target:
     """The generator's target: ``model`` (at ``version``) on ``where``, as the flags ask."""
     return Target(
         where.url(args.protocol), model, args.protocol, version=version, headers=where.headers,

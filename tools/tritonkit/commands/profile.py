@@ -12,13 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonkit.commands.measure_args import (
-    add_measure_args,
-    connect,
-    measure_options,
-    parse_levels,
-    target_of,
-)
+from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, parse_levels, target
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
@@ -54,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     model, _, version = args.model.partition(":")
     results: list[Any] = []
     best = None
-    with connect(args, [model]) as conn, Measurer(target_of(conn, model, args, version), options) as measurer:
+    with connect(args, [model]) as conn, Measurer(target(conn, model, args, version), options) as measurer:
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)

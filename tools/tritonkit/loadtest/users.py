@@ -31,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_result
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS
 from tritonkit.loadtest.payloads import (
     BatchMix,
     ModelSpec,
@@ -57,10 +58,9 @@ __all__ = [
     "WrongAnswerError",
 ]
 
-#: gRPC transports a :class:`TritonGrpcUser` can use (one: the hand-framed HTTP/2 ``wire``)
-GRPC_TRANSPORTS = ("wire",)
-#: HTTP transports a :class:`TritonHttpUser` can use
-HTTP_TRANSPORTS = ("lean", "tritonclient")
+_PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+#: what builds a user's client: (Locust environment, ``host:port``, payloads, timeout) -> client
+ClientClass = Callable[[Any, str, "PayloadSet", float], "InferClient"]
 
 
 class TritonInferenceError(LoadTestError):
@@ -332,9 +332,20 @@ class TritonUser(User):
         self.request_name = self.spec.label
         self.client: InferClient = self.make_client()
 
+    #: transport name -> the client class that speaks it (each protocol's)
+    clients: ClassVar[Mapping[str, ClientClass]] = {}
+
     def make_client(self) -> InferClient:
-        """The user's client (each concrete protocol's)."""
-        raise NotImplementedError
+        """The user's client: the class of its protocol's transport (``http_transport``/``grpc_transport``)."""
+        transport = getattr(self, f"{self.protocol}_transport", "")
+        client = self.clients.get(transport)
+        if client is None:
+            raise LoadTestError(
+                f"{_PROTOCOL_NAMES.get(self.protocol, self.protocol)} transport {transport!r}: "
+                f"expected {' or '.join(self.clients)}"
+            )
+        url = self.grpc_url if self.protocol == "grpc" else self.http_url
+        return client(self.environment, url, self.payload_set, self.request_timeout)
 
     @classmethod
     def shared_payloads(cls) -> PayloadSet:
@@ -387,12 +398,9 @@ class TritonHttpUser(TritonUser):
     abstract = True
     protocol = "http"
     http_transport: ClassVar[str] = os.environ.get("TRITONKIT_HTTP_TRANSPORT", "lean")
-
-    def make_client(self) -> InferClient:
-        if self.http_transport not in HTTP_TRANSPORTS:
-            raise LoadTestError(f"HTTP transport {self.http_transport!r}: expected lean or tritonclient")
-        client = HttpLeanClient if self.http_transport == "lean" else HttpTritonClient
-        return client(self.environment, self.http_url, self.payload_set, self.request_timeout)
+    clients: ClassVar[Mapping[str, ClientClass]] = dict(
+        zip(HTTP_TRANSPORTS, (HttpLeanClient, HttpTritonClient), strict=True)
+    )
 
 
 class TritonGrpcUser(TritonUser):
@@ -407,11 +415,7 @@ class TritonGrpcUser(TritonUser):
     abstract = True
     protocol = "grpc"
     grpc_transport: ClassVar[str] = os.environ.get("TRITONKIT_GRPC_TRANSPORT", "wire")
-
-    def make_client(self) -> InferClient:
-        if self.grpc_transport not in GRPC_TRANSPORTS:
-            raise LoadTestError(f"gRPC transport {self.grpc_transport!r}: expected wire")
-        return GrpcClient(self.environment, self.grpc_url, self.payload_set, self.request_timeout)
+    clients: ClassVar[Mapping[str, ClientClass]] = dict(zip(GRPC_TRANSPORTS, (GrpcClient,), strict=True))
 
 
 def _wrong(

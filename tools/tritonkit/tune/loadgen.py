@@ -39,7 +39,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.payloads import make_payloads
 from tritonkit.tune import eventloop
 
-__all__ = ["Level", "LoadGenerator", "RawWindow", "Target", "WindowSpec"]
+__all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
 
 MODES = ("concurrency", "rate", "poisson")
 
@@ -79,6 +79,15 @@ class WindowSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpenLoop:
+    """How an open-loop level judges its own pace: a send that starts more than ``late_us`` after its
+    slot is late; one that finds ``max_in_flight`` requests outstanding is dropped."""
+
+    late_us: float = 1000.0
+    max_in_flight: int = 4096
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     """What the generator sends: one model of one server, the same request every time."""
 
@@ -92,8 +101,7 @@ class Target:
     #: size of every variable (-1) dimension other than the batch
     variable_dim: int = 16
     timeout_s: float = 30.0
-    late_us: float = 1000.0
-    max_in_flight: int = 4096
+    open_loop: OpenLoop = OpenLoop()
     seed: int = 0
 
 
@@ -162,7 +170,7 @@ class _Loop:
         rng = random.Random(self.target.seed)
         tasks: set[asyncio.Task[None]] = set()
         slot = time.perf_counter()
-        late_s = self.target.late_us / 1e6
+        late_s = self.target.open_loop.late_us / 1e6
         try:
             await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
         finally:
@@ -190,7 +198,7 @@ class _Loop:
                 await asyncio.sleep(delay)
             elif -delay > late_s:
                 self.late += 1
-            if self.in_flight >= self.target.max_in_flight:
+            if self.in_flight >= self.target.open_loop.max_in_flight:
                 self.dropped += 1
                 continue
             task = asyncio.create_task(self._one(client, inputs))
