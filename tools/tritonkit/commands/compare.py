@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
 from tritonkit.errors import TritonKitError
@@ -20,9 +19,7 @@ from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, Measurer
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", help="NAME[:VERSION], at least two; the first is the reference")
     add_measure_args(parser)
     parser.add_argument("--concurrency", type=int, help="closed-loop level (default 4)")

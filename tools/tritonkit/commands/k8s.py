@@ -13,7 +13,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from tritonkit import deploy
 from tritonkit.errors import DeployError
@@ -22,8 +21,7 @@ from tritonkit.loadtest.scenarios import SCENARIOS  # stdlib-only module, no Loc
 __all__ = ["register", "run_check", "run_package", "run_render"]
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="k8s_command", metavar="ACTION")
     overlays = ", ".join(deploy.OVERLAYS)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.options import LoadTestOptions, parse_model
@@ -32,8 +31,7 @@ def _number(name: str) -> Callable[[str], float]:
     return parse
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", help="Triton endpoint HOST:PORT of --protocol (default: start the embedded server)"
     )

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
@@ -27,8 +26,7 @@ from tritonkit.tune.plan import (
 )
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune-report", type=Path, required=True, help="folder holding tune.json")
     parser.add_argument("--target-rps", type=float, required=True, help="traffic to serve (req/s)")
     parser.add_argument(

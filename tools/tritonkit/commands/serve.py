@@ -21,7 +21,6 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
 
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.options import (
@@ -32,8 +31,7 @@ from tritonkit.serve.options import (
 )
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, help="model repository folder")
     parser.add_argument("--http-port", type=int, help="HTTP port (default: a free one)")
     parser.add_argument("--grpc-port", type=int, help="gRPC port (default: a free one)")

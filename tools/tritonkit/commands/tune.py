@@ -38,9 +38,7 @@ def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | N
     return out
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--latency-budget-ms", type=float, required=True, help="p99 budget (ms)")
     parser.add_argument("--min-throughput", type=float, default=0.0, help="req/s a winner must reach")
