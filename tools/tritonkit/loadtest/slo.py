@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from tritonkit.errors import LoadTestError
 
@@ -116,9 +117,9 @@ class Totals:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class Breach:
-    """One broken gate: ``gate`` is ``p95_ms``, ``p99_ms``, ``failure_ratio`` or ``min_rps``."""
+class Breach(NamedTuple):
+    """One broken gate (a plain record, printed as its one-line message): ``gate`` is ``p95_ms``,
+    ``p99_ms``, ``failure_ratio`` or ``min_rps``."""
 
     gate: str
     limit: float
