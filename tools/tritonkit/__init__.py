@@ -2,7 +2,7 @@
 
 Owns nothing itself; re-exports the exception root and the package version. Subpackages:
 ``config`` (model configuration), ``repository`` (versioned layout), ``serve`` (embedded Triton, runners),
-``client`` (tritonclient twins), ``build`` (ONNX/TensorRT builds), ``loadtest`` (Locust), ``deploy`` (Kubernetes), ``bench``.
+``client`` (HTTP/gRPC twins), ``build`` (ONNX/TensorRT builds), ``loadtest`` (Locust), ``tune`` (measure, tune, plan), ``deploy`` (Kubernetes), ``commands`` (the CLI).
 """
 
 from __future__ import annotations

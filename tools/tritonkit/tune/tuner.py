@@ -13,6 +13,7 @@ model again from its (new) ``config.pbtxt``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -24,7 +25,7 @@ from typing import IO, Any
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import OptionError, TritonKitError
-from tritonkit.serve.endpoint import endpoint
+from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
@@ -150,6 +151,15 @@ def _append(path: Path, row: dict[str, Any]) -> None:
         handle.flush()
 
 
+def _endpoint(options: TuneOptions) -> contextlib.AbstractContextManager[Endpoint]:
+    """The user's server, or the embedded one on ``repo`` in explicit model control (nothing loaded:
+    tune loads the model, then each config, through the repository API)."""
+    return endpoint(
+        options.url, protocol=options.protocol, repo=options.repo or ".", http_url=options.http_url,
+        admin_key=options.admin_key, load=(), exit_timeout=1,
+    )  # fmt: skip
+
+
 def _say(options: TuneOptions, text: str) -> None:
     print(text, file=options.stream or sys.stderr, flush=True)
 
@@ -172,10 +182,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             f"--resume: {log} was written for another tune ({header.get('model')}, "
             f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
         )
-    with endpoint(
-        options.url, protocol=options.protocol, repo=options.repo or ".", http_url=options.http_url,
-        admin_key=options.admin_key, load=(), exit_timeout=1,
-    ) as where:  # fmt: skip
+    with _endpoint(options) as where:
         url, headers, server = where.url(options.protocol), where.headers, where.server
         api = RepositoryApi(where.http, headers)
         try:
