@@ -165,9 +165,9 @@ class _Client:
 
 
 class HttpLeanClient(_Client):
-    """HTTP/REST requests encoded once per payload by ``tritonclient.http`` and posted with
+    """HTTP/REST requests encoded once per payload by the client's codec and posted with
     geventhttpclient (the HTTP library under ``tritonclient.http``) on one keep-alive connection;
-    answers are read as their JSON header plus raw output bytes."""
+    answers decoded by the codec (:func:`~tritonkit.client.codec.http_result`) and validated."""
 
     request_type = "http"
 
@@ -258,8 +258,8 @@ class HttpTritonClient(_Client):
 class GrpcClient(_Client):
     """Unary ``ModelInfer`` calls on the process's shared gRPC connection (a :class:`GrpcTransport`:
     :class:`~tritonkit.loadtest.transports.wire.WireGrpcConnection`, HTTP/2 framed by hand and
-    driven by the gevent hub); request bodies serialized once per payload, answers parsed and
-    validated here. The connection is taken on the first request (a connect failure is a failed
+    driven by the gevent hub); request bodies serialized once per payload, answers decoded by the
+    client's codec (:func:`~tritonkit.client.codec.grpc_answer`) and validated here. The connection is taken on the first request (a connect failure is a failed
     request) and replaced when it dies, wears out or drains after a GOAWAY."""
 
     request_type = "grpc"
