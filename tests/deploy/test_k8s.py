@@ -145,8 +145,8 @@ def _long_exit_timeout(o: list[Obj]) -> None:
     _server_args(o)["TRITON_EXIT_TIMEOUT_SECS"] = "55"  # read by the args through $(VAR): 10 + 55 > 60
 
 
-def _unrestricted_statistics(o: list[Obj]) -> None:
-    _server_args(o)["TRITON_RESTRICTED_APIS"] = "model-repository,shared-memory,trace,logging"
+def _unrestricted_trace(o: list[Obj]) -> None:
+    _server_args(o)["TRITON_RESTRICTED_APIS"] = "model-repository,shared-memory,logging"
 
 
 def _literal_key(o: list[Obj]) -> None:
@@ -278,7 +278,7 @@ T4_REGRESSIONS: list[tuple[Callable[[list[Obj]], None], str]] = [
         _long_exit_timeout,
         "terminationGracePeriodSeconds 60 must exceed preStop sleep 10 + --exit-timeout-secs 55",
     ),
-    (_unrestricted_statistics, "`--http-restricted-api` must restrict statistics"),
+    (_unrestricted_trace, "`--http-restricted-api` must restrict trace"),
     (_literal_key, "`--http-restricted-api` key must come from a Secret, found `hunter2`"),
     (_no_grpc_restriction, "expected `--grpc-restricted-protocol` once, found it 0 times"),
     (_disk_shm, "expected /dev/shm as emptyDir medium Memory"),
@@ -353,12 +353,12 @@ def test_triton_args_resolve_configmap_and_secret(rendered: Rendered) -> None:
     assert args[0] == "tritonserver"
     assert not [a for a in args if "$(" in a]
     assert f"--exit-timeout-secs={_server_args(objects)['TRITON_EXIT_TIMEOUT_SECS']}" in args
-    restricted = "model-repository,shared-memory,statistics,trace,logging:tritonkit-admin-key=k3y"
+    restricted = "model-repository,shared-memory,trace,logging:tritonkit-admin-key=k3y"
     assert f"--http-restricted-api={restricted}" in args
     assert f"--grpc-restricted-protocol={restricted}" in args
     # without the secret the key stays a placeholder, never an empty string
     assert (
-        "--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:tritonkit-admin-key=<secret tritonkit-admin-key/key>"
+        "--http-restricted-api=model-repository,shared-memory,trace,logging:tritonkit-admin-key=<secret tritonkit-admin-key/key>"
         in deploy.triton_args(objects)
     )
 
@@ -442,8 +442,9 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
         base = f"http://{server.http_url}"
         assert _status(f"{base}/v2/health/ready") == 200  # probes need no key
         assert _status(f"{base}/v2/health/live") == 200
+        # statistics are open: perf_analyzer, Model Analyzer and NVIDIA's examples read them
+        assert _status(f"{base}/v2/models/stats") == 200
         for path, method in (
-            ("/v2/models/stats", "GET"),
             ("/v2/repository/index", "POST"),
             ("/v2/systemsharedmemory/status", "GET"),
             ("/v2/trace/setting", "GET"),
@@ -453,15 +454,13 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
             assert _status(base + path, header, method=method) == 200, path
         client = grpcclient.InferenceServerClient(server.grpc_url)
         try:
-            with pytest.raises(InferenceServerException, match="restricted"):
-                client.get_inference_statistics()
+            assert client.get_inference_statistics() is not None
             with pytest.raises(InferenceServerException, match="restricted"):
                 client.get_model_repository_index()
             # gRPC metadata carries the header under Triton's prefix (seen on 2.51; docs/deploy.md)
             grpc_header = {f"triton-grpc-protocol-{name}": value for name, value in header.items()}
             with pytest.raises(InferenceServerException, match="restricted"):
-                client.get_inference_statistics(headers=header)
-            assert client.get_inference_statistics(headers=grpc_header) is not None
+                client.get_model_repository_index(headers=header)
             assert client.get_model_repository_index(headers=grpc_header) is not None
         finally:
             client.close()

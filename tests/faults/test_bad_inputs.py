@@ -171,7 +171,79 @@ def _http_cases() -> dict[str, Callable[[], bytes]]:
         "NUL in model name": lambda: http_request("POST", "/v2/models/add%00one/infer", GOOD_JSON),
         "GET on infer": lambda: http_request("GET", INFER),
         "not HTTP at all": lambda: b"\x16\x03\x01\x02\x00garbage-tls-hello\r\n\r\n",
+        **_round_three_cases(),
     }
+
+
+def _binary_size(value: object) -> tuple[bytes, dict[str, str]]:
+    header = {
+        "inputs": [
+            {"name": "X", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": value}}
+        ]
+    }
+    return _binary(header, b"\0" * 16)
+
+
+def _round_three_cases() -> dict[str, Callable[[], bytes]]:
+    """Issue 23: ways around the guard, and numbers Triton reads otherwise than Python."""
+    bomb = _infer_json(shape=[1_000_000_000_000, 4])
+    deep = b'{"text_input": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    smuggled = http_request("POST", INFER, bomb)
+    cases: dict[str, Callable[[], bytes]] = {
+        "absolute-form shape bomb": lambda: http_request("POST", f"http://127.0.0.1:1{INFER}", bomb),
+        "absolute-form deep JSON": lambda: http_request(
+            "POST", f"http://127.0.0.1:1{INFER}", b'{"inputs": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+        ),
+        "generate deep JSON (200,000 levels)": lambda: http_request(
+            "POST", "/v2/models/add_one/generate", deep
+        ),
+        "generate_stream deep JSON": lambda: http_request("POST", "/v2/models/add_one/generate_stream", deep),
+        "smuggled bomb (Content-Length : N)": lambda: (
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length : {len(smuggled)}\r\n\r\n".encode()
+            + smuggled
+        ),
+        "two different Content-Length": lambda: (
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(GOOD_JSON)}\r\n"
+            f"Content-Length: {len(GOOD_JSON) + len(smuggled)}\r\n\r\n".encode()
+            + GOOD_JSON
+            + smuggled
+        ),
+        "Transfer-Encoding and Content-Length": lambda: (
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(GOOD_JSON) + 5}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode()
+            + smuggled
+        ),
+        "obs-fold header": lambda: (
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\nContent-Length: {len(GOOD_JSON)}\r\n\r\n".encode()
+            + GOOD_JSON
+        ),
+        "two Host headers": lambda: http_request("POST", INFER, GOOD_JSON, {"Host": "a", "host": "b"}),
+        '"shape" twice (bomb first)': lambda: http_request(
+            "POST",
+            INFER,
+            b'{"inputs": [{"name": "X", "shape": [1000000000000, 4], "shape": [1, 4], '
+            b'"datatype": "FP32", "data": [1, 2, 3, 4]}]}',
+        ),
+        "binary_data_size -1": lambda: http_request("POST", INFER, *_binary_size(-1)),
+        "binary_data_size 2^64": lambda: http_request("POST", INFER, *_binary_size(2**64)),
+        'binary_data_size "64"': lambda: http_request("POST", INFER, *_binary_size("64")),
+        "Inference-Header-Content-Length 1_05": lambda: http_request(
+            "POST", INFER, GOOD_JSON, {"Inference-Header-Content-Length": "1_05"}
+        ),
+        "priority -1": lambda: http_request(
+            "POST", INFER, json.dumps({**json.loads(_infer_json()), "parameters": {"priority": -1}}).encode()
+        ),
+        "request id not a string": lambda: http_request(
+            "POST", INFER, json.dumps({**json.loads(_infer_json()), "id": 5}).encode()
+        ),
+        "output name not a string": lambda: http_request(
+            "POST", INFER, json.dumps({**json.loads(_infer_json()), "outputs": [{"name": 5}]}).encode()
+        ),
+        "model name of 12 KB": lambda: http_request("POST", f"/v2/models/{'a' * 12_000}/infer", GOOD_JSON),
+        "model name of 40 KB": lambda: http_request("POST", f"/v2/models/{'a' * 40_000}/infer", GOOD_JSON),
+        "unknown route": lambda: http_request("GET", "/v2/anything/else"),
+    }
+    return cases
 
 
 def _grpc_cases() -> dict[str, Callable[[], service_pb2.ModelInferRequest]]:

@@ -24,7 +24,6 @@ pytestmark = pytest.mark.faults
 HTTP_APIS = {
     "model-repository": ("POST", "/v2/repository/index"),
     "shared-memory": ("GET", "/v2/systemsharedmemory/status"),
-    "statistics": ("GET", "/v2/models/stats"),
     "trace": ("GET", "/v2/trace/setting"),
     "logging": ("GET", "/v2/logging"),
 }
@@ -34,7 +33,6 @@ GRPC_APIS: dict[str, Callable[[object], Callable[..., object]]] = {
     "shared-memory": lambda s: (
         lambda **kw: s.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest(), **kw)
     ),  # type: ignore[attr-defined]
-    "statistics": lambda s: lambda **kw: s.ModelStatistics(service_pb2.ModelStatisticsRequest(), **kw),  # type: ignore[attr-defined]
     "trace": lambda s: lambda **kw: s.TraceSetting(service_pb2.TraceSettingRequest(), **kw),  # type: ignore[attr-defined]
     "logging": lambda s: lambda **kw: s.LogSettings(service_pb2.LogSettingsRequest(), **kw),  # type: ignore[attr-defined]
 }
@@ -164,3 +162,10 @@ def test_no_path_escape_through_model_names(served: EmbeddedServer, record: Reco
         repository_load=load[0],
     )
     assert passed, (status, message, load)
+
+
+def test_statistics_open_without_the_key(served: EmbeddedServer, record: Record) -> None:
+    """NVIDIA's tools read statistics; ``/metrics`` publishes the same counts without a key."""
+    status, message = raw_http(served.http_port, http_request("GET", "/v2/models/stats"))
+    record("security", "HTTP statistics without key (open by default)", status == 200, status=status)
+    assert status == 200, message

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tritonclient.http as httpclient
 
 from tritonkit.client import ModelStatistics
 from tritonkit.loadtest.report.metrics import Counters, batch_stats, increase
@@ -81,6 +82,20 @@ def test_throughput_is_successes_per_second() -> None:
 DEAD_ERRORS_PER_USER = 25
 
 
+def _wait_for_requests(server: EmbeddedServer, model: str, *, deadline_s: float) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            stats = client.get_inference_statistics(model)["model_stats"]
+            if any(int(s["inference_stats"]["success"]["count"]) for s in stats):
+                return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise AssertionError(f"{model} answered no request within {deadline_s} s")
+
+
 def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
     """A server that dies 1 s into a 4 s run: the users' connection errors over the ~3 s left stay
     within what the back-off allows."""
@@ -105,7 +120,10 @@ def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
         )
         thread = threading.Thread(target=lambda: result.update(summary=run(options)))
         thread.start()
-        time.sleep(2.0)  # Locust's start, then about a second of load
+        # Kill once the server has answered some of the load (Locust's start takes longer on a loaded
+        # machine): Triton's own request counter, read through the open statistics API.
+        _wait_for_requests(doomed, "probe_add", deadline_s=60.0)
+        time.sleep(0.5)
         # Gone at once (a graceful stop drains for seconds on a loaded machine and may outlast the run).
         assert doomed.pid is not None
         os.kill(doomed.pid, signal.SIGKILL)

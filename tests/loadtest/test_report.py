@@ -34,7 +34,17 @@ def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     assert server["avg_batch"] >= 1
     assert data["models"]["probe_add:1"]["batch_stats"]["inferences"] == server["inferences"]
     md = (report / "summary.md").read_text()
-    assert "| model | precision | batch | p50 ms | p95 ms | p99 ms | throughput (req/s) |" in md
+    assert (
+        "| model | precision | batch | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | throughput (req/s) |" in md
+    )
+    # the p99 comes with the number of requests it was read from and its order-statistic interval
+    model = data["models"]["probe_add:1"]
+    assert model["p99_samples"] == model["requests"] and len(model["p99_ci_ms"]) == 2
+    # provenance: the device, Triton, the model version's engine, precision and instances
+    provenance = data["provenance"]
+    assert provenance["triton_version"] == "2.51.0" and provenance["device"]["cores"] > 0
+    assert [(m["name"], m["version"]) for m in provenance["models"]] == [("probe_add", "1")]
+    assert md.splitlines()[2].startswith("Measured on: CPU ") and "- `probe_add` version 1: engine" in md
     assert "| probe_add:1 |" in md and "Accounting:" in md and ": match." in md and "PASSED" in md
     assert set(data["plots"]) == {"latency_over_time.png", "server_queue_compute.png"}
     for name in data["plots"]:
@@ -62,7 +72,8 @@ def test_ramp_records_steps_and_plots_the_knee(loadtest: Callable[..., Any], tmp
         assert (summary["knee"], summary["knee_rule"]) == (None, "not reached")
         assert "Knee: not reached; throughput still rose at the last step" in md
     assert _valid_png(report / "ramp_throughput_p99.png")
-    assert "Ramp steps:" in md
+    assert "Ramp steps (each from the requests completed inside the step, after a settling period" in md
+    assert all(s["samples"] == s["requests"] and s["settle_s"] > 0 for s in steps)
 
 
 def test_workers_mode_smoke(loadtest: Callable[..., Any], tmp_path: Path) -> None:

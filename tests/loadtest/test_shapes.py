@@ -45,6 +45,10 @@ def test_ramp_shape_measures_steps_and_stops_at_the_knee() -> None:
     assert ticks[4] is None
     steps = data["steps"]
     assert [s["users"] for s in steps] == [4, 8]
-    assert steps[0]["breaches"] == [] and steps[0]["requests"] == 200
+    # a step is measured after its settling period (2 s of 10: from the tick at 5 s on), so the 100
+    # requests the listener saw at 0 s belong to no step; its p99 comes with its sample count and interval
+    assert steps[0]["breaches"] == [] and steps[0]["requests"] == 100 and steps[0]["settle_s"] == 5.0
+    assert steps[0]["samples"] == 100 and steps[0]["p99_ci_ms"] == [5.0, None]
+    assert steps[0]["settle_requests"] == 100
     assert steps[1]["breaches"] and "p95 latency 20.40 ms exceeds 20.00" in steps[1]["breaches"][0]
     assert data["steady"] == [[3, 3.0], None]

@@ -40,7 +40,7 @@ def _stub_path(server: EmbeddedServer) -> Path:
     return server._stub_path()
 
 
-# --- 1. shared memory and statistics are restricted -----------------------------------------
+# --- 1. shared memory is restricted, statistics are open -----------------------------------------------
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_shared_memory_registration_needs_the_admin_key(served: EmbeddedServer, protocol: str) -> None:
     name = f"/tritonkit-test-{os.getpid()}-{protocol}"
@@ -53,8 +53,9 @@ def test_shared_memory_registration_needs_the_admin_key(served: EmbeddedServer, 
             raw.register_system_shared_memory(f"r-{protocol}", name, 64)
         with pytest.raises(InferenceServerException, match="restricted"):
             raw.get_system_shared_memory_status()
-        with pytest.raises(InferenceServerException, match="restricted"):
-            raw.get_inference_statistics("add_one")
+        # Statistics are open by default (NVIDIA's tools and examples read them); the counts are
+        # public on /metrics anyway.
+        assert raw.get_inference_statistics("add_one") is not None
         # Over gRPC, Triton reads the key under a prefix; grpc_headers adds it (HTTP ignores the twin).
         keyed = grpc_headers(served.admin_headers)
         raw.register_system_shared_memory(f"r-{protocol}", name, 64, headers=keyed)
@@ -267,7 +268,10 @@ def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
         assert process.stdout.readline().startswith("tritonkit serve: restricted APIs need header")
         (triton,) = children(process.pid)
         os.kill(triton, signal.SIGKILL)  # as a hostile body that crashes Triton's parser would
-        assert "restarting (1/1): tritonserver exited unexpectedly" in process.stderr.readline()
+        assert (
+            "restarting (1/1): tritonserver died of SIGKILL (signal 9, exit code -9)"
+            in process.stderr.readline()
+        )
         assert process.stdout.readline().startswith("tritonkit serve: ready again")
         assert_adds_one(f"127.0.0.1:{port}")
         process.send_signal(signal.SIGTERM)

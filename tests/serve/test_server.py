@@ -93,7 +93,7 @@ def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:
     ):
         assert flag in command
     restricted = next(arg for arg in command if arg.startswith("--http-restricted-api="))
-    apis = "model-repository,shared-memory,statistics,trace,logging"
+    apis = "model-repository,shared-memory,trace,logging"
     assert restricted.startswith(f"--http-restricted-api={apis}:{ADMIN_HEADER}")
     assert any(arg.startswith(f"--grpc-restricted-protocol={apis}:") for arg in command)
     overridden = EmbeddedServer(

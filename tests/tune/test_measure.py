@@ -50,8 +50,9 @@ def test_failures_are_never_throughput(server: EmbeddedServer) -> None:
     ) as measurer:
         result = measurer.measure(Level("rate", 300.0))
     assert result.failures > 0 and result.successes > 0
-    assert result.throughput == pytest.approx(150.0, rel=0.3)  # half of 300 requests/s succeed
-    assert abs(result.failure_ratio - 0.5) < 0.1  # every second request fails
+    # every second request fails (the model's rule, not the machine's speed): successes and failures
+    # differ by the requests in flight when the windows were cut, whatever rate was reached
+    assert abs(result.successes - result.failures) <= 2 + 2 * len(result.windows[-3:])
     wall = sum(w.wall_s for w in result.windows[-3:])
     assert result.throughput == pytest.approx(result.successes / wall)
     assert "odd request refused" in result.error
@@ -74,10 +75,14 @@ def test_request_rate_counts_late_sends_and_generator_cpu(server: EmbeddedServer
     with Measurer(Target(server.http_url, "add", headers=server.admin_headers), QUICK) as measurer:
         result = measurer.measure(Level("poisson", 200.0))
         constant = measurer.measure(Level("rate", 100.0))
-    assert 100 < result.throughput < 300
+    # what the generator computed from what it sent, never how fast the machine was: throughput is
+    # successes over the windows' time; a constant rate never sends ahead of its slots
+    for level in (result, constant):
+        wall = sum(w.wall_s for w in level.windows[-3:])
+        assert level.throughput == pytest.approx(level.successes / wall)
+        assert sum(w.sent for w in level.windows) >= sum(w.successes + w.failures for w in level.windows)
+    assert all(w.sent <= 100.0 * w.wall_s + 2 for w in constant.windows)
     assert 0 <= result.late_share <= 1 and 0 < result.generator_cpu < 2
-    assert constant.throughput == pytest.approx(100.0, rel=0.3)
-    assert all(w.sent >= w.successes for w in result.windows)
 
 
 def test_count_windows_system_shared_memory_and_worker_processes(server: EmbeddedServer) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.search import Axis, Outcome, SearchResult, brute, finals, grid, quick, snap
+from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finals, grid, quick, snap
 from tritonkit.tune.space import axes_for
 from tritonkit.tune.synthetic import AXES, noisy_surface, surface
 
@@ -169,3 +169,20 @@ def test_on_a_noisy_surface_brute_forces_crowned_winner_serves_more_than_its_luc
             plain.append(surface(result.best, budget).throughput / true_best.throughput)
             crowned.append(surface(best, budget).throughput / true_best.throughput)
     assert sum(crowned) > sum(plain) and min(crowned) >= min(plain)
+
+
+def test_the_model_s_own_config_is_measured_in_the_same_rounds_and_never_crowned() -> None:
+    # one finalist is enough when the reference (the model's own config) stands beside it
+    one = SearchResult({"x": "a"}, Outcome(100.0, 5.0, True), [({"x": "a"}, Outcome(100.0, 5.0, True))])
+    own = Final({"x": "own"}, Outcome(150.0, 5.0, True))
+    calls: list[tuple[str, int]] = []
+
+    def remeasure(point: dict[str, object], round_: int) -> Outcome:
+        calls.append((str(point["x"]), round_))
+        return Outcome(200.0 if point["x"] == "own" else 90.0 + round_, 5.0, True)
+
+    best, chosen = finals(one, remeasure, rounds=3, reference=own)
+    assert best == {"x": "a"}  # the reference is never the winner, however much it serves
+    assert own.figures == [200.0, 200.0, 200.0] and chosen[0].figures == [90.0, 91.0, 92.0]
+    assert calls == [("own", 0), ("a", 0), ("a", 1), ("own", 1), ("own", 2), ("a", 2)]
+    assert finals(one, remeasure, rounds=0, reference=own)[1][0].figures == []  # no rounds: nothing measured

@@ -59,11 +59,18 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
     assert len(trials) == 4 == result.evaluations  # the two finished trials were not measured again
     assert [t["key"] for t in trials[:2]] == [t["key"] for t in done]
     assert result.winner is not None and result.winner["concurrency"] == 1
-    # the winner is the model's config now, and the diff says what changed
-    expected = apply_point(read_config_from_text(before), result.winner["point"])
-    assert config_path.read_text() == to_pbtxt(expected)
-    assert (result.diff == "") == (config_path.read_text() == before)
+    # the winner is the model's config now when it beat the model's own config beyond the spread of
+    # their windows (what the verdict computed from them), and the diff says what changed
     data = json.loads((report / "tune.json").read_text())
+    verdict = data["verdict"]
+    assert verdict == result.verdict and verdict["method"] == "windows"  # no finals in this test
+    assert verdict["write"] == (
+        verdict["winner"]["min"] > verdict["baseline"]["max"]
+        and not verdict["reason"].startswith("the winner is the model's own")
+    )
+    expected = apply_point(read_config_from_text(before), result.winner["point"])
+    assert config_path.read_text() == (to_pbtxt(expected) if verdict["write"] else before)
+    assert (result.diff == "") == (config_path.read_text() == before)
     assert len(data["trials"]) == 4 and data["winner"]["key"] == result.winner["key"]
     assert all(
         {"config", "throughput", "p50_ms", "p99_ms", "stable", "levels"} <= set(t) for t in data["trials"]

@@ -1,13 +1,21 @@
-"""What machine this is, for the pages that publish measurements (benchmarks, accuracy reports)."""
+"""What machine this is, for the pages that publish measurements (benchmarks, accuracy reports, provenance).
+
+Owns the raw facts: the CPU's name and core count, the GPUs NVIDIA's driver lists (``nvidia-smi``; none
+where it is absent or lists none), the host name, and the one-line description benchmark pages print.
+What a measurement was taken on as a whole (these facts plus the server and the model versions) is
+:mod:`tritonkit.loadtest.provenance`'s.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 
-__all__ = ["cpu_model", "description"]
+__all__ = ["cpu_model", "description", "gpu_names", "host_name"]
 
 
 @functools.cache
@@ -21,6 +29,33 @@ def cpu_model() -> str | None:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return None
+
+
+def gpu_names() -> list[str]:
+    """The name of every GPU ``nvidia-smi`` lists ("NVIDIA H100 80GB HBM3", "Tesla T4"), in index order;
+    empty where the driver's tool is absent, fails or lists none (read each call: cheap, and a test may put
+    another ``nvidia-smi`` on PATH)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        result = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if result.returncode != 0:
+        return []
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def host_name() -> str:
+    """This machine's network name (``platform.node()``), or ``unknown`` where it has none."""
+    return platform.node() or "unknown"
 
 
 def description() -> str:

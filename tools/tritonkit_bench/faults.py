@@ -31,6 +31,11 @@ TITLES: dict[str, str] = {
     "connections": "Slow and idle connections",
     "orphans": "Orphans after kills",
     "security": "Security defaults",
+    "guard": "The HTTP guard: compressed requests and the body budget",
+    "readiness": "Readiness with a stopped stub",
+    "restart": "Restarts and crash lines",
+    "client": "Client errors",
+    "guard-cost": "The guard's cost",
 }
 
 

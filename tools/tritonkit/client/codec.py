@@ -112,6 +112,33 @@ def _dtype(datatype: str) -> np.dtype[Any]:
     return dtype
 
 
+#: The most bytes one tensor may declare. Triton 2.51 does not check a declared shape against the data
+#: on gRPC: it sizes tensors in 32 bits, so ``[2**32 + 1, 16]`` FP32 with one row of data is served as
+#: that one row, silently; its HTTP endpoint reads lengths as int32. Refused here, before sending.
+MAX_TENSOR_BYTES = 2**31 - 1
+
+
+class RequestError(ValueError):
+    """A request the client will not send (the client reports it as ``InvalidInputError``)."""
+
+
+def checked_bytes(name: str, datatype: str, array: NDArray[Any]) -> bytes:
+    """:func:`tensor_bytes` after checking that the shape declares what the bytes hold, within
+    :data:`MAX_TENSOR_BYTES` (a broadcast view can declare terabytes over one row of memory)."""
+    declared = array.size * (4 if datatype == "BYTES" else array.itemsize)  # BYTES: at least its lengths
+    if declared > MAX_TENSOR_BYTES:
+        raise RequestError(
+            f"input `{name}`: shape {list(array.shape)} declares {declared} bytes; Triton takes at most "
+            f"{MAX_TENSOR_BYTES} per tensor (its gRPC endpoint truncates larger shapes silently)"
+        )
+    data = tensor_bytes(datatype, array)
+    if datatype != "BYTES" and len(data) != declared:
+        raise RequestError(
+            f"input `{name}`: shape {list(array.shape)} needs {declared} bytes; got {len(data)}"
+        )
+    return data
+
+
 def tensor_bytes(datatype: str, array: NDArray[Any]) -> bytes:
     """The raw bytes of a validated tensor: row-major elements, or length-prefixed items for BYTES."""
     if datatype == "BYTES":
@@ -170,7 +197,7 @@ def http_body(
     described = []
     chunks: list[bytes] = [b""]
     for name, datatype, array in inputs:
-        data = tensor_bytes(datatype, array)
+        data = checked_bytes(name, datatype, array)
         described.append(
             {
                 "name": name,
@@ -276,7 +303,7 @@ def grpc_request(
         tensor.name = name
         tensor.datatype = datatype
         tensor.shape[:] = array.shape
-        raw.append(tensor_bytes(datatype, array))
+        raw.append(checked_bytes(name, datatype, array))
     if outputs is not None:
         for name in outputs:
             request.outputs.add(name=name)

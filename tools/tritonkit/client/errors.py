@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import socket
 
+import rapidjson
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.client.codec import AnswerError
+from tritonkit.client.codec import AnswerError, RequestError
 from tritonkit.errors import ClientError
 
 __all__ = [
@@ -193,8 +195,17 @@ def map_error(exc: BaseException, what: str) -> _CallError | None:
         return exc
     if isinstance(exc, InferenceServerException):
         return _from_server(exc, what)
+    if isinstance(exc, RequestError):  # refused before sending, like the spec's checks
+        return InvalidInputError(f"{what}: {exc}")
     if isinstance(exc, AnswerError):  # the server's answer cannot be read: its fault, not the caller's
         return UnexpectedAnswerError(f"{what}: {exc}")
+    if isinstance(exc, rapidjson.JSONDecodeError | json.JSONDecodeError | UnicodeDecodeError):
+        # tritonclient reads every HTTP answer as JSON: an empty or HTML body (the metrics port, a
+        # proxy's page) is no Triton answer.
+        return UnexpectedAnswerError(
+            f"{what}: the answer is not Triton's JSON ({exc}); expected Triton's HTTP port (the metrics "
+            "port serves only /metrics)"
+        )
     # A closed connection comes first: geventhttpclient's HTTPConnectionClosed subclasses its
     # HTTPParseError, and a server killed mid-call is a connection failure, not a protocol mix-up.
     if isinstance(exc, _CLOSED):

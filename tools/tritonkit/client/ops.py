@@ -23,6 +23,7 @@ from typing import Any, ClassVar, TypeVar
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.client.codec import RequestError
 from tritonkit.client.core import (
     ClientCore,
     Op,
@@ -37,6 +38,7 @@ from tritonkit.client.core import (
 from tritonkit.client.errors import (
     InferenceTimeoutError,
     InvalidArgumentError,
+    InvalidInputError,
     ModelNotFoundError,
     ServerUnavailableError,
     UnexpectedAnswerError,
@@ -260,8 +262,11 @@ class ClientOps:
             out = yield from self._shm.infer(self._call, core, model, v, spec, prepared, names, timeout)
             return out
         t = self._transport
-        request = t.encode(model, v, prepared, requested)
         where = ("infer", model, v)
+        try:
+            request = t.encode(model, v, prepared, requested)
+        except RequestError as exc:  # a shape that declares more than the bytes Triton can take
+            raise InvalidInputError(f"{core.describe(where)}: {exc}") from None
         try:
             if timeout is not None or core.timeout is not None or self._closed:
                 out = yield from self._call(where, timeout, send, t.infer, request, names)

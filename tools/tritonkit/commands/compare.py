@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.loadgen import Level
@@ -43,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
     )
     options = measure_options(args)
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
+        provenance = collect(
+            conn.url(args.protocol),
+            args.protocol,
+            [(m.partition(":")[0], m.partition(":")[2]) for m in args.models],
+            repo=args.repo if conn.server is not None else None,
+        )
 
         def measure(name: str, lvl: Level) -> LevelResult:
             model, _, version = name.partition(":")
@@ -56,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             return result
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
+    summary["provenance"] = provenance.as_dict()
     text = markdown(summary)
     sys.stdout.write(text)
     if args.json:

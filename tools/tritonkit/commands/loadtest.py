@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.input_data import read_entries
 from tritonkit.loadtest.options import LoadTestOptions, parse_model
-from tritonkit.loadtest.payloads import SOURCES
+from tritonkit.loadtest.payloads import INPUT_DATA, SOURCES
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
 
@@ -66,6 +68,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto (default: sentences for BYTES inputs, image-like data for N,C,H,W inputs), random, text or image",
     )
+    parser.add_argument(
+        "--input-data",
+        help='perf_analyzer\'s JSON file of real requests ({"data": [{INPUT: [...]}, ...]}) instead of --payload',
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slo-p95-ms", type=_number("--slo-p95-ms"), help="p95 latency budget (ms)")
     parser.add_argument("--slo-p99-ms", type=_number("--slo-p99-ms"), help="p99 latency budget (ms)")
@@ -95,8 +101,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.payload not in SOURCES:
         raise LoadTestError(f"--payload {args.payload!r}: expected one of {', '.join(SOURCES)}")
+    source = args.payload
+    if args.input_data is not None:
+        if args.payload != "auto":
+            raise LoadTestError(f"--input-data and --payload {args.payload}: expected one of them")
+        read_entries(args.input_data)  # a bad file is one line, before any server starts
+        source = INPUT_DATA + str(Path(args.input_data).resolve())
     options = LoadTestOptions(
-        models=[parse_model(m, args.batch_mix, args.payload) for m in args.model],
+        models=[parse_model(m, args.batch_mix, source) for m in args.model],
         report_dir=args.report,
         url=args.url,
         protocol=args.protocol,

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Sequence
 
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.input_data import read_entries
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.options import ADMIN_HEADER
 from tritonkit.tune.loadgen import Level, Target, WindowSpec
@@ -41,6 +42,10 @@ def add_measure_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default="http", choices=("http", "grpc"), help="default %(default)s")
     parser.add_argument("--shared-memory", default="none", choices=SHARED_MEMORY, help="tensor transport")
     parser.add_argument("--batch-size", type=int, default=1, help="rows per request (default 1)")
+    parser.add_argument(
+        "--input-data",
+        help='perf_analyzer\'s JSON file of real requests ({"data": [{INPUT: [...]}, ...]}; default: generated)',
+    )
     parser.add_argument("--window-s", type=float, default=1.0, help="window length in seconds (default 1)")
     parser.add_argument("--window-count", type=int, help="end a window after this many completions instead")
     parser.add_argument("--stability-pct", type=float, default=10.0, help="agreement of windows (default 10)")
@@ -69,6 +74,8 @@ def measure_options(args: argparse.Namespace) -> MeasureOptions:
         raise TritonKitError(f"--workers {args.workers}: expected a whole number >= 1")
     if args.batch_size < 1:
         raise TritonKitError(f"--batch-size {args.batch_size}: expected a whole number >= 1")
+    if args.input_data is not None:
+        read_entries(args.input_data)  # a bad file is one line, before any server starts
     if args.shared_memory == "cuda" and (reason := cuda_missing()):
         raise TritonKitError(
             f"--shared-memory cuda: {reason}; expected a GPU host (or --shared-memory system)"
@@ -125,4 +132,5 @@ def target(where: Endpoint, model: str, args: argparse.Namespace, version: str =
     return Target(
         where.url(args.protocol), model, args.protocol, version=version, headers=where.headers,
         shared_memory=args.shared_memory, batch_size=args.batch_size, timeout_s=args.timeout_s,
+        input_data=args.input_data,
     )  # fmt: skip

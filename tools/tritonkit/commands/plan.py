@@ -1,20 +1,26 @@
 """``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report.
 
 Reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and ``capacity-plan.yaml``
-(a kustomize patch of the t4 overlay) next to it; ``--k8s-dir`` also adds the patch to that tree's t4
-overlay and renders and validates it; ``--check-knee`` runs ``tritonkit loadtest``'s ramp and exits 3
-when its knee is not within ``--knee-tolerance`` of the plan's per-replica throughput.
+(a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only from a tune measured
+on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what was measured (the
+first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's t4 overlay and
+renders and validates it; ``--check-knee`` measures the priced config again with the tune's own method
+and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import sys
 from pathlib import Path
 
+from tritonkit import __version__
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.scenarios import SCENARIOS
+from tritonkit.machine import host_name
 from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.plan import (
     PATCH_FILE,
@@ -32,6 +38,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
     )
+    parser.add_argument("--gpu", default="T4", help="the GPU type the price is for (default T4)")
+    parser.add_argument(
+        "--capacity-ratio",
+        type=float,
+        help="one --gpu replica serves R x the throughput the tune measured; required when the tune ran on "
+        "another device (a CPU, another GPU): 1 assumes the same capacity",
+    )
     parser.add_argument("--headroom", type=float, default=0.3, help="spare capacity share (default 0.3)")
     parser.add_argument(
         "--peak-factor", type=float, default=2.0, help="HPA max = replicas x this (default 2)"
@@ -39,10 +52,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k8s-dir", type=Path, help="add the patch to this kustomize tree's t4 overlay and validate"
     )
-    parser.add_argument("--check-knee", action="store_true", help="run a loadtest ramp and compare its knee")
+    parser.add_argument(
+        "--check-knee",
+        action="store_true",
+        help="measure the priced config again as the tune did and compare",
+    )
     parser.add_argument("--repo", default="model_repository", help="for --check-knee without --url")
-    parser.add_argument("--url", help="for --check-knee: the server to ramp (default: embedded on --repo)")
-    parser.add_argument("--ramp-duration-s", type=float, default=60.0)
+    parser.add_argument("--url", help="for --check-knee: the server to measure (default: embedded on --repo)")
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("TRITONKIT_ADMIN_KEY") or None,
+        help="for --check-knee with --url: the statistics key (default $TRITONKIT_ADMIN_KEY)",
+    )
     parser.add_argument("--knee-tolerance", type=float, default=0.15)
     parser.set_defaults(func=run)
 
@@ -64,12 +85,24 @@ def run(args: argparse.Namespace) -> int:
         price_per_gpu_hour=args.gpu_hour_price,
         headroom=args.headroom,
         peak_factor=args.peak_factor,
+        gpu=args.gpu,
+        capacity_ratio=args.capacity_ratio,
     )
     patch = kustomize_patch(plan)
+    made = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": host_name(),
+        "tritonkit_version": __version__,
+    }
     write_text_atomic(args.tune_report / PATCH_FILE, patch)
-    write_text_atomic(args.tune_report / "plan.json", json.dumps(plan.as_dict(), indent=2) + "\n")
-    write_text_atomic(args.tune_report / "plan.md", plan.markdown())
-    sys.stdout.write(plan.markdown())
+    write_text_atomic(
+        args.tune_report / "plan.json", json.dumps({**plan.as_dict(), "made": made}, indent=2) + "\n"
+    )
+    text = (
+        plan.markdown() + f"\nPlan made {made['date']} on host `{made['host']}` by tritonkit {__version__}.\n"
+    )
+    write_text_atomic(args.tune_report / "plan.md", text)
+    sys.stdout.write(text)
     code = 0
     if args.k8s_dir is not None:
         written = apply_patch(args.k8s_dir, patch)
@@ -81,16 +114,18 @@ def run(args: argparse.Namespace) -> int:
     if args.check_knee:
         result = check_knee(
             plan,
+            method=data.get("method") or {},
             repo=args.repo,
             url=args.url,
             report_dir=args.tune_report / "knee",
-            duration_s=args.ramp_duration_s,
             tolerance=args.knee_tolerance,
+            admin_key=args.admin_key,
         )
         verdict = "within" if result["ok"] else "NOT within"
         print(
-            f"knee: {result['knee_rps']:.1f} req/s at {result['knee_users']} users ({result['knee_rule']}); plan "
-            f"{result['planned_rps']:.1f} req/s: ratio {result['ratio']:.3f}, {verdict} ±{args.knee_tolerance:.0%}"
+            f"knee (measured as the tune did): {result['knee_rps']:.1f} req/s at concurrency "
+            f"{result['knee_concurrency']}; the tune measured {result['planned_rps']:.1f} req/s: ratio "
+            f"{result['ratio']:.3f}, {verdict} ±{args.knee_tolerance:.0%}"
         )
         code = code or (0 if result["ok"] else 3)
     return code

@@ -14,6 +14,7 @@ from typing import Any
 
 from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, parse_levels, target
 from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
 
@@ -47,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     results: list[Any] = []
     best = None
     with connect(args, [model]) as conn, Measurer(target(conn, model, args, version), options) as measurer:
+        provenance = collect(
+            conn.url(args.protocol), args.protocol, [(model, version)],
+            repo=args.repo if conn.server is not None else None,
+        )  # fmt: skip
+        print(markdown_lines(provenance)[0], flush=True)
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
@@ -66,7 +72,12 @@ def run(args: argparse.Namespace) -> int:
             for result in sweep(measurer, levels):
                 show(result)
                 results.append(result)
-    extra = {"model": args.model, "protocol": args.protocol, "shared_memory": args.shared_memory}
+    extra = {
+        "model": args.model,
+        "protocol": args.protocol,
+        "shared_memory": args.shared_memory,
+        "provenance": provenance.as_dict(),
+    }
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None

@@ -63,15 +63,22 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--guard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put tritonkit's HTTP guard in front of Triton: body and shape limits, a drain that serves "
-        "nothing new, readiness false on a dead model stub (default on; about half the HTTP req/s "
-        "of a tiny model on 2 cores)",
+        help="put tritonkit's HTTP guard in front of Triton: default-deny routes, body, shape and memory limits, "
+        "a drain that serves nothing new, readiness false on a dead or stopped model stub (default on; its "
+        "cost in HTTP req/s: docs/reliability.md)",
     )
     parser.add_argument(
         "--max-body-mb",
         type=float,
         default=DEFAULT_MAX_BODY_BYTES / 2**20,
         help="largest HTTP request body the guard forwards, in MiB (default %(default)g)",
+    )
+    parser.add_argument(
+        "--max-inflight-mb",
+        type=float,
+        default=None,
+        help="request bodies the guard holds at once, all connections together, in MiB; past it new bodies are "
+        "answered 503 (default 4 x --max-body-mb)",
     )
     parser.add_argument(
         "--log-max-mb",
@@ -110,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         extra_args=args.triton_arg,
         guard=args.guard,
         max_body_bytes=int(args.max_body_mb * 2**20),
+        max_inflight_bytes=int(args.max_inflight_mb * 2**20) if args.max_inflight_mb else None,
         log_max_bytes=int(args.log_max_mb * 2**20),
     )
     stop = threading.Event()
@@ -146,10 +154,7 @@ def run(args: argparse.Namespace) -> int:
             problems = server.problems()
             if not problems:
                 continue
-            if server.is_running():
-                detail = "; ".join(problems)
-            else:
-                detail = f"tritonserver exited unexpectedly: {' | '.join(server.tail(3))}"
+            detail = "; ".join(problems) if server.is_running() else server.exit_reason()
             if restarts >= args.max_restarts:
                 print(f"tritonkit serve: error: {detail}", file=sys.stderr, flush=True)
                 return 1
@@ -159,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            server.stop()
-            server.start()
+            server.restart()  # the guard stays up and answers 503 meanwhile
             print(f"tritonkit serve: ready again  http={server.http_url}", flush=True)
         print("tritonkit serve: stopping (in-flight requests may finish)", flush=True)
         code = server.stop()

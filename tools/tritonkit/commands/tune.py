@@ -5,9 +5,11 @@ key), never by restarting the server; its highest concurrency within the budget 
 force tries the whole grid, quick search a fraction of it; then the configs within 10 % of the best
 are measured again in alternating rounds and the best median wins (``--finalists``). ``--report DIR`` gets ``trials.jsonl`` (one
 line per finished trial: ``--resume`` goes on from it), ``tune.json``, ``report.md`` and ``pareto.png``;
-the winner replaces the model's ``config.pbtxt`` atomically (``--write none`` keeps it, ``--write
-model:NAME`` writes a new model beside it) and the diff is printed. Exit code 0, 3 when no config met
-the budget.
+the model's own config is measured as the baseline (in the finals rounds too) and the winner replaces the
+model's ``config.pbtxt`` atomically only when it beats the baseline beyond the spread of their repeated
+measurements (``--write none`` keeps it, ``--write model:NAME`` writes a new model beside it, ``--write
+spec[:PATH]`` also writes the build spec) and the diff is printed. Exit code 0, 3 when no config met the
+budget.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from tritonkit.commands.measure_args import add_measure_args, measure_options
 from tritonkit.errors import OptionError, TritonKitError
-from tritonkit.tune.tuner import TuneOptions, tune
+from tritonkit.tune.tuner import TuneOptions, TuneResult, tune
 
 
 def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | None:
@@ -66,7 +68,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="configs within 10%% of the best measured again in rounds; the best median wins (default 4; 0: off)",
     )
     parser.add_argument("--final-rounds", type=int, default=3, help="rounds of the finals (default 3)")
-    parser.add_argument("--write", default="config", help="config (default), none, or model:NAME")
+    parser.add_argument(
+        "--write",
+        default="config",
+        help="config (default), none, model:NAME, or spec / spec:PATH (config.pbtxt and the build spec's "
+        "batching and instances); only a winner that beats the model's own config beyond the spread is written",
+    )
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)
     parser.set_defaults(func=run)
@@ -102,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         warm_start=not args.no_warm_start,
         finalists=args.finalists,
         final_rounds=args.final_rounds,
+        input_data=args.input_data,
     )
     try:
         result = tune(options)
@@ -113,17 +121,37 @@ def run(args: argparse.Namespace) -> int:
     if result.winner is None:
         print(f"tritonkit tune: no config met p99 <= {args.latency_budget_ms:g} ms", file=sys.stderr)
         return 3
-    w = result.winner
-    print(
-        f"winner: {w['key']}: {w['throughput']:.1f} req/s at concurrency {w['concurrency']}, p99 {w['p99_ms']:.2f} ms"
-    )
-    if "confirmed_throughput" in w:
-        figures = ", ".join(f"{x:.1f}" for x in w["final_figures"])
-        print(
-            f"finals: median {w['confirmed_throughput']:.1f} req/s over {len(w['final_figures'])} rounds ({figures})"
+    _print_result(result)
+    return 0
+
+
+def _figure(row: dict[str, Any]) -> str:
+    if "confirmed_throughput" in row:
+        figures = row["final_figures"]
+        return (
+            f"{row['confirmed_throughput']:.1f} req/s (finals median of {len(figures)} rounds, "
+            f"{min(figures):.1f}-{max(figures):.1f})"
         )
-    if result.baseline is not None:
-        print(f"the model's own config: {result.baseline['throughput']:.1f} req/s")
+    return f"{row['throughput']:.1f} req/s (one search measurement)"
+
+
+def _print_result(result: TuneResult) -> None:
+    """The headline (finals medians), the baseline, the verdict and what was written."""
+    w, base, verdict = result.winner or {}, result.baseline, result.verdict or {}
+    print(f"winner: {w['key']}: {_figure(w)} at concurrency {w['concurrency']}, p99 {w['p99_ms']:.2f} ms")
+    if base is not None:
+        own = _figure(base) if base.get("feasible") else "no load level within the budget"
+        print(f"the model's own config ({base['key']}): {own}")
+    gain = verdict.get("gain")
+    ahead = f"{gain:+.1%} against the model's own config; " if gain is not None else ""
+    if verdict.get("write"):
+        where = result.written_to or "not written (--write none)"
+        print(f"{ahead}written to {where}: {verdict['reason']}")
+    else:
+        print(f"{ahead}NOT written, config.pbtxt unchanged: {verdict.get('reason', '')}")
+    for note in result.notes:
+        print(f"note: {note}")
     if result.diff:
         sys.stdout.write(result.diff)
-    return 0
+    if result.spec_diff:
+        sys.stdout.write(result.spec_diff)

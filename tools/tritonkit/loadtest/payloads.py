@@ -32,9 +32,11 @@ from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.data import synthetic_images
 from tritonkit.errors import ConfigError, LoadTestError
+from tritonkit.loadtest.input_data import requests
 from tritonkit.loadtest.validation import OutputCheck, dtype_of
 
 __all__ = [
+    "INPUT_DATA",
     "SOURCES",
     "BatchMix",
     "ModelSpec",
@@ -193,6 +195,8 @@ class PayloadSet:
 
 
 SOURCES = ("auto", "random", "text", "image")
+#: a payload source naming a perf_analyzer ``--input-data`` file: ``input-data:PATH``
+INPUT_DATA = "input-data:"
 
 
 def _random_tensor(
@@ -251,8 +255,11 @@ def make_payloads(
     ``source``: ``random`` (seeded data of each input's dtype), ``text`` (real English sentences
     for ``BYTES`` inputs), ``image`` (seeded image-like pictures for ``N, C, H, W`` float inputs),
     or ``auto`` (text for ``BYTES``, images for image-shaped inputs, random elsewhere; the
-    default). ``variable_dim`` fills non-batch ``-1`` axes.
+    default), or ``input-data:PATH`` (the requests of a perf_analyzer ``--input-data`` file, see
+    :mod:`tritonkit.loadtest.input_data`). ``variable_dim`` fills non-batch ``-1`` axes.
     """
+    if source.startswith(INPUT_DATA):
+        return _from_file(spec, dict(batch_mix or {1: 1.0}), source.removeprefix(INPUT_DATA))
     if source not in SOURCES:
         raise LoadTestError(f"payload source {source!r}: expected one of {', '.join(SOURCES)}")
     mix = dict(batch_mix or {1: 1.0})
@@ -281,6 +288,24 @@ def make_payloads(
                 inputs[tensor.name] = _random_tensor(tensor, shape, rng, source)
             payloads.append(Payload(inputs, batch, tuple(output_checks(spec, batch))))
             weights.append(weight / total / per_batch)
+    return PayloadSet(spec, payloads, weights)
+
+
+def _from_file(spec: ModelSpec, mix: dict[int, float], path: str) -> PayloadSet:
+    """Every request of an input-data file once per batch size of the mix, weighted by the mix."""
+    payloads: list[Payload] = []
+    weights: list[float] = []
+    total = sum(mix.values())
+    for batch, weight in sorted(mix.items()):
+        if spec.max_batch_size and batch > spec.max_batch_size:
+            raise LoadTestError(
+                f"batch {batch} exceeds model `{spec.name}`'s max_batch_size {spec.max_batch_size}; "
+                f"expected a batch mix within 1..{spec.max_batch_size}"
+            )
+        found = requests(path, spec.metadata.inputs, spec.max_batch_size, batch)
+        checks = tuple(output_checks(spec, batch))
+        payloads += [Payload(inputs, batch, checks) for inputs in found]
+        weights += [weight / total / len(found)] * len(found)
     return PayloadSet(spec, payloads, weights)
 
 

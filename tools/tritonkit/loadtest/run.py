@@ -24,6 +24,7 @@ from typing import Any
 from tritonkit.errors import LoadTestError, TritonKitError
 from tritonkit.loadtest.options import ADMIN_KEY_ENV, LoadTestOptions, ModelTarget, parse_model
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
+from tritonkit.loadtest.provenance import collect as collect_provenance
 from tritonkit.loadtest.report import summary as reporting
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_stats, server_statistics
 from tritonkit.loadtest.scenarios import make_plan
@@ -75,6 +76,12 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
         for target, spec in zip(options.models, specs, strict=True):
             make_payloads(spec, target.batch_mix, per_batch=1, source=target.source)  # mix vs model
         plan = make_plan(options.scenario, options.users, options.duration, ramp_steps=options.ramp_steps)
+        provenance = collect_provenance(
+            url,
+            options.protocol,
+            [(m.name, s.version) for m, s in zip(options.models, specs, strict=True)],
+            repo=Path(options.repo) if options.url is None else None,
+        )
         for stale in _STALE:
             (report / stale).unlink(missing_ok=True)
         shutil.rmtree(report / ".latency", ignore_errors=True)
@@ -116,6 +123,7 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             wrk=wrk_result,
             notes=[n for n in (scrape_note, stats_note, after_note) if n],
             batch_stats=batches,
+            provenance=provenance.as_dict(),
         )
         reporting.write(summary, report, plots=options.plots)
         return summary

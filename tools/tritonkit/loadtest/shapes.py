@@ -1,10 +1,12 @@
 """Locust ``LoadTestShape`` wrappers around the plans of :mod:`.scenarios`.
 
 :class:`PlanShape` replays any plan. :class:`RampShape` also measures each step (requests,
-failures, µs latency percentiles, throughput) from what the locustfile's listeners collect
-(:class:`Live`), stops the ramp at the end of the
-first step that breaks the SLO (the knee is the step before), and keeps the steps for the report's
-"throughput vs p99" plot. Importing this module imports Locust.
+failures, µs latency percentiles with the p99's sample count and 95 % interval, throughput) from the
+per-request records the locustfile's listeners collect (:class:`Live`), never from Locust's 10 s rolling
+window (which smears one step into the next), and only after the step's settling period (the users just
+added, their connections opening: :func:`settle_seconds`), stops the ramp at the end of the first step
+that breaks the SLO (the knee is the step before), and keeps the steps for the report's "throughput vs
+p99" plot. Importing this module imports Locust.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from locust import LoadTestShape
 from tritonkit.loadtest.scenarios import Plan, Ramp
 from tritonkit.loadtest.slo import SLO, Histogram, Totals, check_slo
 
-__all__ = ["Live", "PlanShape", "RampShape", "shape_for"]
+__all__ = ["Live", "PlanShape", "RampShape", "settle_seconds", "shape_for"]
+
+
+def settle_seconds(step_duration: float) -> float:
+    """How long a ramp step runs before it is measured: a fifth of it, at most 5 s (Locust's shape ticks
+    once a second, so the measured part starts at the first tick after this)."""
+    return min(5.0, 0.2 * step_duration)
 
 
 class PlanShape(LoadTestShape):
@@ -87,6 +95,11 @@ class RampShape(PlanShape):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._step = -1
         self._mark: tuple[float, int, int, Histogram] | None = None
+        #: run time at which the running step's measurement starts (after its settling period), and the
+        #: requests completed when the step began (those of the settling period are counted apart)
+        self._measure_from: float | None = None
+        self._step_start_requests = 0
+        self._settle_requests = 0
 
     def _snapshot(self, t: float) -> tuple[float, int, int, Histogram]:
         live = self.live
@@ -95,6 +108,7 @@ class RampShape(PlanShape):
     def finish_step(self, t: float) -> None:
         """Close the running step: measure it and gate it."""
         if self._mark is None:
+            self._measure_from = None
             return
         start, requests0, failures0, hist0 = self._mark
         _, requests1, failures1, hist1 = self._snapshot(t)
@@ -112,12 +126,16 @@ class RampShape(PlanShape):
                 "p50_ms": totals.p50_ms,
                 "p95_ms": totals.p95_ms,
                 "p99_ms": totals.p99_ms,
+                "p99_ci_ms": list(totals.p99_ci_ms),
+                "samples": totals.samples,
+                "settle_s": round(start - self.plan.step_duration * self._step, 3),
+                "settle_requests": self._settle_requests,
                 "breaches": [str(b) for b in breaches],
             }
         )
         if breaches:
             self.plan.breach(self._step)
-        self._mark = None
+        self._mark = self._measure_from = None
 
     def tick(self) -> tuple[int, float] | None:
         t = self.get_run_time()  # type: ignore[no-untyped-call]
@@ -126,7 +144,11 @@ class RampShape(PlanShape):
             self.finish_step(t)
             self._step = step
             if self.plan.tick(t) is not None:
-                self._mark = self._snapshot(t)
+                self._measure_from = step * self.plan.step_duration + settle_seconds(self.plan.step_duration)
+                self._step_start_requests = self.live.requests
+        if self._measure_from is not None and self._mark is None and t >= self._measure_from:
+            self._mark = self._snapshot(t)
+            self._settle_requests = self.live.requests - self._step_start_requests
         return self.plan.tick(t)
 
 

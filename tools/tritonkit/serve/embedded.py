@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -35,6 +35,7 @@ from tritonkit.errors import (
     ServerStartTimeoutError,
 )
 from tritonkit.serve.guard import Guard
+from tritonkit.serve.health import HealthMonitor
 from tritonkit.serve.install import (
     TritonInstall,
     check_port,
@@ -61,7 +62,7 @@ from tritonkit.serve.process import (
     spawn,
     stubs_of,
 )
-from tritonkit.serve.tritonlog import load_failures, startup_failure, stub_failures
+from tritonkit.serve.tritonlog import describe_exit, load_failures, startup_failure, stub_failures
 
 __all__ = ["STUB_PYTHON_ENV", "EmbeddedServer", "TritonInstall", "find_triton", "free_port"]
 
@@ -111,7 +112,10 @@ class EmbeddedServer:
         extra_args: Sequence[str] = (),
         guard: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_inflight_bytes: int | None = None,
+        request_timeout: float = 60.0,
         log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
+        health_probes: bool | None = None,
     ) -> None:
         check_options(
             {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
@@ -138,6 +142,17 @@ class EmbeddedServer:
         #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
         self.guard = guard
         self.max_body_bytes = max_body_bytes
+        #: Body bytes the guard holds across all connections at once (default 4 × ``max_body_bytes``).
+        self.max_inflight_bytes = max_inflight_bytes or 4 * max_body_bytes
+        #: Seconds the guard gives a request (head and body) from its first byte.
+        self.request_timeout = request_timeout
+        #: Probe each python model with a tiny infer (:mod:`tritonkit.serve.health`) so that the guard's
+        #: readiness tells a stopped or hung stub; default: with the guard, in model control mode ``none``.
+        self.health_probes = (
+            guard and model_control_mode == "none" if health_probes is None else health_probes
+        )
+        self._health: HealthMonitor | None = None
+        self._problems: tuple[float, list[str]] = (0.0, [])
         #: The log keeps at most this many bytes in ``log_file`` and as many in ``log_file.1``.
         self.log_max_bytes = log_max_bytes
         self._log_pump: LogPump | None = None
@@ -275,40 +290,76 @@ class EmbeddedServer:
             self._log_dir = weakref.finalize(self, shutil.rmtree, log_dir, ignore_errors=True)
             self.log_file = Path(log_dir) / "tritonserver.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        command = self.command()
-        self.reap()
-        self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
-        assert self._process.stdout is not None
-        self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
         try:
-            if self.restricted_apis:
-                log_file = self.log_file
-                # Triton logs its first line after parsing its options: the key bytes are unused then.
-                process = self._process
-                self.key_hidden = hide_in_cmdline(
-                    self._process.pid,
-                    self.admin_key,
-                    ready=lambda: (
-                        process.poll() is not None or (log_file.exists() and log_file.stat().st_size > 0)
-                    ),
-                )
-            self._wait_ready()
+            self._launch()
             if self.guard:
                 self._guard = Guard(
                     self.host,
                     self.http_port,
                     self._port_of_triton_http(),
                     max_body_bytes=self.max_body_bytes,
-                    healthy=lambda: not self.problems(),
+                    max_inflight_bytes=self.max_inflight_bytes,
+                    request_timeout=self.request_timeout,
+                    unready=self.unready,
                 )
                 self._guard.start()
+            self._start_health()
         except BaseException:
+            self._stop_health()
             self._close_guard()
             self._terminate(grace=5.0)
             raise
+        return self
+
+    def _launch(self) -> None:
+        """Spawn tritonserver, hide the admin key, wait until it is ready, note its stubs."""
+        assert self.log_file is not None
+        command = self.command()
+        self.reap()
+        self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
+        assert self._process.stdout is not None
+        self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
+        if self.restricted_apis:
+            log_file = self.log_file
+            # Triton logs its first line after parsing its options: the key bytes are unused then.
+            process = self._process
+            self.key_hidden = hide_in_cmdline(
+                self._process.pid,
+                self.admin_key,
+                ready=lambda: (
+                    process.poll() is not None or (log_file.exists() and log_file.stat().st_size > 0)
+                ),
+            )
+        self._wait_ready()
         self._stubs = stubs_of(self._process.pid, self._stub_path())
         record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
-        return self
+
+    def _start_health(self) -> None:
+        if self.health_probes:
+            self._health = HealthMonitor(self._port_of_triton_http(), headers=self.admin_headers)
+            self._health.start()
+
+    def _stop_health(self) -> None:
+        if self._health is not None:
+            self._health.stop()
+            self._health = None
+
+    def restart(self) -> None:
+        """Stop tritonserver and start it again on the same ports (a dead stub, a crash).
+
+        The guard stays up meanwhile and answers every HTTP request 503 with ``Retry-After``; a request
+        Triton took but did not answer is answered 503 too.
+        """
+        if self._guard is not None:
+            self._guard.hold("the server is restarting; retry shortly")
+        self._stop_health()
+        self._stop_triton(grace=self.exit_timeout + 10.0)
+        if self.guard:
+            self._triton_http_port = free_port()
+        self._launch()
+        self._start_health()
+        if self._guard is not None:
+            self._guard.release(self._port_of_triton_http())
 
     def _port_of_triton_http(self) -> int:
         return self._triton_http_port or self.http_port
@@ -337,6 +388,28 @@ class EmbeddedServer:
         orphans = reap_orphan_stubs(self._stub_path())
         regions = remove_stale_regions(state_dir())
         return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
+
+    def unready(self, model: str | None = None) -> str | None:
+        """Why the server (or ``model``) cannot serve now: a dead or unresponsive stub, an exit; None if it can.
+
+        What the guard answers readiness from; dead stubs are looked up at most every 0.2 s.
+        """
+        now = time.monotonic()
+        if now - self._problems[0] > 0.2:
+            self._problems = (now, self.problems())
+        problems = self._problems[1]
+        if model is not None:
+            problems = [
+                p for p in problems if f"model `{model}`" in p or "tritonserver" in p or "not running" in p
+            ]
+        if problems:
+            return problems[0]
+        return self._health.reason(model) if self._health is not None else None
+
+    def exit_reason(self) -> str:
+        """One line on how tritonserver ended: the signal or exit code and the log line that tells why."""
+        code = self._process.poll() if self._process is not None else None
+        return describe_exit(code, self._log_lines())
 
     def problems(self) -> list[str]:
         """What makes the running server unable to serve: an exit, or a model's dead python stub.
@@ -425,12 +498,17 @@ class EmbeddedServer:
 
         A server that crashed leaves its python stubs running; they are reaped here.
         """
-        pid = self.pid
         if self._guard is not None and self.is_running():
             # Triton keeps serving open keep-alive connections while it drains; the guard does not.
             self._guard.drain(self.exit_timeout)
-        code = self._terminate(grace=self.exit_timeout + 10.0)
+        self._stop_health()
+        code = self._stop_triton(grace=self.exit_timeout + 10.0)
         self._close_guard()
+        return code
+
+    def _stop_triton(self, grace: float) -> int | None:
+        pid = self.pid
+        code = self._terminate(grace=grace)
         self._process = None
         self._stubs = []
         if pid is not None:
@@ -468,11 +546,3 @@ class EmbeddedServer:
         with contextlib.suppress(Exception):
             if self._process is not None and self._process.poll() is None:
                 self._process.kill()
-
-
-@contextlib.contextmanager
-def serving(repo: str | os.PathLike[str], **options: object) -> Iterator[EmbeddedServer]:
-    """Functional twin of ``with EmbeddedServer(repo, **options) as server``."""
-    server = EmbeddedServer(repo, **options)  # type: ignore[arg-type]
-    with server:
-        yield server

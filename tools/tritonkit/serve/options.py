@@ -19,11 +19,11 @@ __all__ = [
 #: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
 #: ``shared-memory``: a caller could register any ``/dev/shm`` region of this user as an output (the
 #: python stubs' own regions included, whose names ``ps`` shows) and have Triton overwrite it.
-#: ``statistics``: per-model traffic and timings; tritonkit's load-test report reads Prometheus metrics.
+#: ``statistics`` stays open: NVIDIA's tools read it (the tritonclient infer examples, perf_analyzer,
+#: Model Analyzer) and ``/metrics`` publishes the same counts without a key.
 DEFAULT_RESTRICTED_APIS: tuple[str, ...] = (
     "model-repository",
     "shared-memory",
-    "statistics",
     "trace",
     "logging",
 )

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from tritonkit.errors import ModelLoadError, PortInUseError, ServerError
 
-__all__ = ["load_failures", "startup_failure", "stub_failures"]
+__all__ = ["describe_exit", "load_failures", "startup_failure", "stub_failures"]
 
 _LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<reason>.*)$")
 _POLL_FAILURE = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$")
 #: Start-up noise on machines without a GPU or DCGM; never the reason a start failed.
 _NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")
+#: Lines that never say why a server ended: its own "Signal (N) received.", stack frames of the trace
+#: it prints on SIGSEGV/SIGABRT ("6# __libc_start_main in ..."), and blank lines.
+_NOT_A_REASON = re.compile(r"^\s*(?:\d+# |Signal \(\d+\) received|$)")
 #: The python backend logs this and then waits for a stub that already exited (a hang, not an exit).
 _STUB_FAILURE = re.compile(
     r"Failed to preinitialize Python stub: (?P<reason>.*?)(?: in '(?P<path>[^']+)')?\s*$"
@@ -77,3 +81,29 @@ def startup_failure(code: int, lines: Sequence[str], log_file: Path | None) -> S
     ]
     detail = errors[-1] if errors else "no error line in the log"
     return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
+
+
+def describe_exit(code: int | None, lines: Sequence[str]) -> str:
+    """One line on how tritonserver ended: the signal (by name) or exit code, then the log line before
+    its crash trace that tells why (``terminate called after ... std::bad_alloc``), when there is one."""
+    if code is None:
+        how = "tritonserver is still running"
+    elif code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"tritonserver died of {name} (signal {-code}, exit code {code})"
+    else:
+        how = f"tritonserver exited with code {code}"
+    cut = next(
+        (i for i, line in enumerate(lines) if re.match(r"\s*Signal \(\d+\) received", line)), len(lines)
+    )
+    reasons = [
+        line.strip()
+        for line in lines[max(0, cut - 20) : cut]
+        if not _NOT_A_REASON.match(line)
+        and not any(noise in line for noise in _NOISE)
+        and (cut < len(lines) or line.startswith("E"))  # no crash trace: only an error line tells why
+    ]
+    return f"{how}; last log line: {reasons[-1][:200]}" if reasons else how

@@ -8,9 +8,13 @@ open loop at a constant or Poisson request rate, with its own CPU share and late
 a load level measured in windows until stable, sweeps and the search for the highest load within a
 latency budget), the config search (:mod:`.space` axes from a model's config and engine profiles,
 :mod:`.search` brute force and coordinate ascent, :mod:`.apply` configs through the model-repository API
-and the winner written back atomically, :mod:`.tuner` the resumable trial log, :mod:`.report` its
-files), :mod:`.compare` (interleaved rounds of several models) and :mod:`.plan` (replicas, cost, HPA
-target and the kustomize patch of the t4 overlay, and the ramp check of the knee).
+and the winner written back atomically, :mod:`.tuner` the tune with the model's own config as its
+baseline, :mod:`.trial_log` the resumable trial log, :mod:`.verdict` whether the winner beats the
+baseline beyond the spread, :mod:`.spec_file` the winner written into the build spec, :mod:`.report`
+its files), :mod:`.compare` (interleaved rounds of several models) and :mod:`.plan` (replicas, cost, HPA
+target and the kustomize patch of the t4 overlay, refused for a device the tune did not measure unless
+translated, and the check of the knee with the tune's own method).
 
-Sits above :mod:`tritonkit.loadtest` (the knee check runs its ramp) and below ``commands``.
+Sits above :mod:`tritonkit.loadtest` (provenance, payloads and percentile intervals come from there) and
+below ``commands``.
 """

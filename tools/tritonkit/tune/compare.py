@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tritonkit.loadtest.provenance import markdown_lines
 from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult
 
@@ -78,12 +79,27 @@ def summarize(comparison: Comparison) -> dict[str, Any]:
         "level": {"mode": comparison.level.mode, "value": comparison.level.value},
         "rounds": len(comparison.rounds),
         "targets": rows,
+        # what every figure above is computed from: each round's result per target
+        "per_round": [
+            {
+                name: {
+                    "throughput": r[name].throughput,
+                    "p99_ms": r[name].p99_ms,
+                    "p99_samples": r[name].successes,
+                    "failures": r[name].failures,
+                    "stable": r[name].stable,
+                }
+                for name in comparison.names
+            }
+            for r in comparison.rounds
+        ],
     }
 
 
 def markdown(summary: dict[str, Any]) -> str:
     ref = summary["reference"]
     lines = [
+        *(markdown_lines(summary["provenance"]) if "provenance" in summary else []),
         f"Compared at {summary['level']['mode']} {summary['level']['value']:g}, {summary['rounds']} interleaved rounds; "
         f"ratios to `{ref}` per round: median [Q1, Q3].",
         "",

@@ -21,7 +21,8 @@ from tritonkit.tune.measure import LevelResult
 __all__ = ["COLUMNS", "table", "write_csv", "write_json", "write_text_atomic"]
 
 COLUMNS: tuple[str, ...] = (
-    "mode", "level", "stable", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "successes", "failures",
+    "mode", "level", "stable", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99_samples", "p99_ci_ms",
+    "successes", "failures",
     "failure_ratio", "windows", "generator_cpu", "late_share", "generator_limited", "queue_us",
     "compute_input_us", "compute_infer_us", "compute_output_us", "server_total_us", "average_batch", "batches",
 )  # fmt: skip
@@ -47,7 +48,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 def _cell(value: Any) -> Any:
     if isinstance(value, Mapping):
         return " ".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list):
+        return " ".join("-" if v is None else str(v) for v in value)
     return value
+
+
+def _ci(ci: Sequence[float | None]) -> str:
+    low, high = ci
+    return f"[{'<min' if low is None else f'{low:.3f}'}, {'>max' if high is None else f'{high:.3f}'}]"
 
 
 def write_csv(path: str | os.PathLike[str], results: Sequence[LevelResult]) -> Path:
@@ -75,15 +83,16 @@ def write_json(
 def table(results: Sequence[LevelResult]) -> str:
     """A plain-text table of levels for the terminal."""
     lines = [
-        f"{'level':>10} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'fail':>6} {'queue µs':>9} "
-        f"{'infer µs':>9} {'batch':>6}  verdict"
+        f"{'level':>10} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'p99 95% CI (n)':>24} {'fail':>6} "
+        f"{'queue µs':>9} {'infer µs':>9} {'batch':>6}  verdict"
     ]
     for r in results:
         verdict = "stable" if r.stable else "UNSTABLE"
         if r.generator_limited:
             verdict += f", GENERATOR-LIMITED (cpu {r.generator_cpu:.0%}, late {r.late_share:.0%})"
+        ci = f"{_ci(r.p99_ci_ms)} ({r.successes})"
         lines.append(
-            f"{r.level.label():>10} {r.throughput:>10.1f} {r.p50_ms:>9.3f} {r.p99_ms:>9.3f} {r.failures:>6} "
+            f"{r.level.label():>10} {r.throughput:>10.1f} {r.p50_ms:>9.3f} {r.p99_ms:>9.3f} {ci:>24} {r.failures:>6} "
             f"{r.server.queue_us:>9.0f} {r.server.compute_infer_us:>9.0f} {r.server.average_batch:>6.2f}  {verdict}"
         )
     return "\n".join(lines)

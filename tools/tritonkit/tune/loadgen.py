@@ -36,7 +36,7 @@ from typing import Any
 from tritonkit.client import AsyncClient
 from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.payloads import make_payloads
+from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
 from tritonkit.tune import eventloop
 
 __all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
@@ -103,6 +103,8 @@ class Target:
     timeout_s: float = 30.0
     open_loop: OpenLoop = OpenLoop()
     seed: int = 0
+    #: a perf_analyzer ``--input-data`` JSON file: its entries are the requests (default: generated data)
+    input_data: str | None = None
 
 
 @dataclasses.dataclass
@@ -267,7 +269,10 @@ class _Session:
             spec = ModelSpec(
                 await self._client.metadata(t.model, version), await self._client.config(t.model, version)
             )
-            pool = make_payloads(spec, {t.batch_size: 1.0}, seed=t.seed, variable_dim=t.variable_dim)
+            source = f"{INPUT_DATA}{t.input_data}" if t.input_data else "auto"
+            pool = make_payloads(
+                spec, {t.batch_size: 1.0}, seed=t.seed, source=source, variable_dim=t.variable_dim
+            )
             self._inputs = [p.inputs for p in pool.payloads]
             with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
                 await self._client.infer(

@@ -26,6 +26,7 @@ from tritonkit.tune.stats import (
     StabilityRule,
     latency_percentiles,
     merge_splits,
+    quantile_interval_us,
     server_split,
 )
 
@@ -121,10 +122,16 @@ class LevelResult:
     late_share: float
     server: ServerSplit
     error: str = ""
+    #: the 95 % confidence interval of the p99 (µs) from the ``successes`` it was computed from
+    p99_ci_us: tuple[float | None, float | None] = (None, None)
 
     @property
     def p99_ms(self) -> float:
         return self.percentiles["p99_us"] / 1000.0
+
+    @property
+    def p99_ci_ms(self) -> list[float | None]:
+        return [None if v is None else round(v / 1000.0, 4) for v in self.p99_ci_us]
 
     @property
     def p50_ms(self) -> float:
@@ -158,6 +165,9 @@ class LevelResult:
             "p90_ms": round(self.percentiles["p90_us"] / 1000.0, 4),
             "p95_ms": round(self.percentiles["p95_us"] / 1000.0, 4),
             "p99_ms": round(self.p99_ms, 4),
+            "p99_samples": self.successes,
+            "p99_ci_ms": self.p99_ci_ms,
+            "window_throughputs": [round(w.throughput, 3) for w in self.windows],
             "successes": self.successes,
             "failures": self.failures,
             "failure_ratio": round(self.failure_ratio, 5),
@@ -196,6 +206,7 @@ def _verdict(level: Level, windows: list[Window], stable: bool, options: Measure
         late_share=late,
         server=merge_splits([w.server for w in used]),
         error=next((w.error for w in used if w.error), ""),
+        p99_ci_us=quantile_interval_us(latencies),
     )
 
 

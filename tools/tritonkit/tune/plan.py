@@ -1,7 +1,8 @@
 """A capacity plan from a tune: replicas, cost, the HPA target, the t4 overlay's patch, and the knee check.
 
-Owns the arithmetic (:func:`make_plan`): one replica sustains the winner's throughput within the
-budget; the fleet for a target rate with headroom is ``ceil(rate * (1 + headroom) / per_replica)``
+Owns the arithmetic (:func:`make_plan`): one replica sustains what the config the tune chose sustained
+within the budget (its winner, or the model's own config when the winner did not beat it beyond the
+spread; the finals median where there were finals); the fleet for a target rate with headroom is ``ceil(rate * (1 + headroom) / per_replica)``
 (at least two: one pod may be disrupted); cost per million inferences is the fleet's GPU-hours per
 second of traffic at that rate; the HPA target is Triton's queue time per request at the load each
 replica carries when the fleet runs at the planned rate, read off the tuned curve (linear between
@@ -9,7 +10,12 @@ measured levels). :func:`kustomize_patch` turns it into a patch of the t4 overla
 and target on ``triton_queue_time_us_per_request``; the tuned instance count as a pod-template
 annotation, so a new plan rolls the pods that load the new ``config.pbtxt``), :func:`apply_patch` adds
 it to a kustomize tree and :func:`check_patch` renders and validates the result. :func:`check_knee`
-runs ``tritonkit loadtest``'s ramp and says whether the knee lies where the plan says.
+measures the priced config again with the tune's own method (generator, protocol, windows, stability)
+and says whether its highest load within the budget lies where the plan says.
+
+A plan prices replicas of one GPU type; the tune's provenance says what it was measured on, and a plan
+for another device (T4 replicas from CPU measurements) is refused unless ``capacity_ratio`` translates
+it, which the first line of ``plan.md`` then says.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import yaml
 
 from tritonkit import deploy
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.run import LoadTestOptions, parse_model
-from tritonkit.loadtest.run import run as run_loadtest
-from tritonkit.loadtest.slo import SLO
+from tritonkit.loadtest.provenance import Provenance, markdown_lines
+from tritonkit.serve.endpoint import endpoint
+from tritonkit.tune.loadgen import Target, WindowSpec
+from tritonkit.tune.measure import MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.stats import StabilityRule
 
 __all__ = ["PATCH_FILE", "Plan", "apply_patch", "check_knee", "check_patch", "kustomize_patch", "make_plan"]
 
@@ -54,17 +62,48 @@ class Plan:
     price_per_gpu_hour: float
     cost_per_million: float
     cost_per_million_at_capacity: float
+    #: the GPU type priced, what the figure was measured on, and the user's translation between them
+    gpu: str = "T4"
+    measured_rps: float = 0.0
+    measured_on: str = ""
+    capacity_ratio: float | None = None
+    #: the config priced: the tune's winner, or the model's own config when the winner did not beat it
+    config_key: str = ""
+    own_config: bool = False
+    provenance: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["provenance"] = dict(self.provenance) if self.provenance is not None else None
+        return out
+
+    def translation_line(self) -> str | None:
+        """The first line of ``plan.md`` when the capacity was translated from another device."""
+        if self.capacity_ratio is None:
+            return None
+        return (
+            f"> **Translated, not measured**: one {self.gpu} replica is taken to serve {self.capacity_ratio:g} x the "
+            f"{self.measured_rps:,.1f} req/s measured on {self.measured_on} (--capacity-ratio, the user's figure)."
+        )
 
     def markdown(self) -> str:
+        which = (
+            f"the model's own config `{self.config_key}` (the tune's winner did not beat it beyond the spread)"
+            if self.own_config
+            else f"the tuned config `{self.config_key}`"
+        )
+        head = [line for line in (self.translation_line(),) if line]
         return "\n".join(
             [
+                *([*head, ""] if head else []),
                 f"# Capacity plan: `{self.model}` (p99 <= {self.budget_ms:g} ms)",
                 "",
+                *markdown_lines(self.provenance),
+                f"- Priced: {which}.",
                 f"- One replica sustains {self.per_replica_rps:,.1f} req/s within the budget "
-                f"(concurrency {self.concurrency}, {self.instances} instance(s)).",
+                f"(concurrency {self.concurrency}, {self.instances} instance(s)"
+                + (f"; {self.measured_rps:,.1f} req/s measured on {self.measured_on}" if head else "")
+                + ").",
                 f"- Target {self.target_rps:,.1f} req/s with {self.headroom:.0%} headroom: **{self.replicas} replicas** "
                 f"({self.load_per_replica_rps:,.1f} req/s each); HPA min {self.min_replicas}, max {self.max_replicas}.",
                 f"- HPA target: {self.hpa_queue_us} µs queue time per request "
@@ -98,6 +137,49 @@ def queue_at(curve: Sequence[tuple[float, float]], rps: float) -> float:
     return curve[-1][1]
 
 
+def _chosen(tune_result: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """(the config to price, whether it is the model's own): the winner, unless the tune kept the own config
+    (its winner did not beat it beyond the spread; ``chosen`` in ``tune.json``)."""
+    winner, baseline = tune_result.get("winner"), tune_result.get("baseline")
+    if not winner or not winner.get("throughput"):
+        raise TritonKitError(
+            "the tune has no winner (no config met the budget); expected a tune.json with one"
+        )
+    chosen = tune_result.get("chosen") or {}
+    if chosen.get("own_config") and baseline and baseline.get("feasible"):
+        return baseline, True
+    return winner, False
+
+
+def measured_device(tune_result: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str]:
+    """(cpu | gpu | unknown, the device's name) the priced config was measured on (tune.json's provenance)."""
+    data = tune_result.get("provenance")
+    if not data:
+        return "unknown", "a device the tune did not record (a tune.json written before provenance)"
+    kind = (row.get("point") or {}).get("kind")
+    return Provenance.from_dict(data).measured_on(str(tune_result.get("model", "")) or None, kind)
+
+
+def _per_replica(
+    tune_result: Mapping[str, Any], row: Mapping[str, Any], gpu: str, capacity_ratio: float | None
+) -> tuple[float, str]:
+    """(one replica's capacity on ``gpu``, what it was measured on): the measured figure itself when the
+    tune ran on that GPU; else the user's translation, or a refusal naming both devices."""
+    # The finals' median when the tune had finals: the search's figure is the best of many noisy ones.
+    measured = float(row.get("confirmed_throughput") or row["throughput"])
+    kind, name = measured_device(tune_result, row)
+    if capacity_ratio is not None:
+        if not capacity_ratio > 0:
+            raise TritonKitError(f"--capacity-ratio {capacity_ratio}: expected a positive number")
+        return measured * capacity_ratio, name
+    if kind == "gpu" and gpu.upper() in name.upper():
+        return measured, name
+    raise TritonKitError(
+        f"the tune measured `{tune_result.get('model')}` on {name}, not on a {gpu}; pricing {gpu} replicas "
+        f"needs --capacity-ratio R (one {gpu} replica serves R x the measured throughput; 1 assumes the same)"
+    )
+
+
 def make_plan(
     tune_result: Mapping[str, Any],
     *,
@@ -105,8 +187,12 @@ def make_plan(
     price_per_gpu_hour: float,
     headroom: float = 0.3,
     peak_factor: float = 2.0,
+    gpu: str = "T4",
+    capacity_ratio: float | None = None,
 ) -> Plan:
-    """The plan for ``target_rps`` from a ``tune.json`` (its winner and the winner's curve)."""
+    """The plan for ``target_rps`` from a ``tune.json`` (the config it chose and that config's curve), for
+    replicas on ``gpu``: refused when the tune measured another device, unless ``capacity_ratio`` says how
+    one ``gpu`` replica compares with what was measured."""
     if not target_rps > 0:
         raise TritonKitError(f"target rate {target_rps}: expected requests/s > 0")
     if price_per_gpu_hour < 0 or not 0 <= headroom < 10 or peak_factor < 1:
@@ -114,32 +200,35 @@ def make_plan(
             f"price {price_per_gpu_hour}, headroom {headroom}, peak factor {peak_factor}: "
             "expected price >= 0, 0 <= headroom < 10 and peak factor >= 1"
         )
-    winner = tune_result.get("winner")
-    if not winner or not winner.get("throughput"):
-        raise TritonKitError(
-            "the tune has no winner (no config met the budget); expected a tune.json with one"
-        )
-    # The finals' median when the tune had finals: the search's figure is the best of many noisy ones.
-    per_replica = float(winner.get("confirmed_throughput") or winner["throughput"])
+    row, own = _chosen(tune_result)
+    per_replica, measured_on = _per_replica(tune_result, row, gpu, capacity_ratio)
     replicas = max(2, math.ceil(target_rps * (1 + headroom) / per_replica))
     load = target_rps / replicas
     gpu_hours_per_s = replicas / 3600.0
+    ratio = capacity_ratio or 1.0
     return Plan(
         model=str(tune_result.get("model", "")),
         budget_ms=float(tune_result.get("latency_budget_ms", 0.0)),
-        per_replica_rps=per_replica,
-        concurrency=int(winner.get("concurrency") or 0),
+        per_replica_rps=round(per_replica, 3),
+        concurrency=int(row.get("concurrency") or 0),
         target_rps=target_rps,
         headroom=headroom,
         replicas=replicas,
         min_replicas=replicas,
         max_replicas=max(replicas + 1, math.ceil(replicas * peak_factor)),
         load_per_replica_rps=round(load, 3),
-        hpa_queue_us=max(1, round(queue_at(_curve(winner), load))),
-        instances=int(winner.get("point", {}).get("instances", 1)),
+        hpa_queue_us=max(1, round(queue_at(_curve(row), load / ratio))),
+        instances=int((row.get("point") or {}).get("instances", 1)),
         price_per_gpu_hour=price_per_gpu_hour,
         cost_per_million=round(price_per_gpu_hour * gpu_hours_per_s / target_rps * 1e6, 6),
         cost_per_million_at_capacity=round(price_per_gpu_hour / 3600.0 / per_replica * 1e6, 6),
+        gpu=gpu,
+        measured_rps=round(float(row.get("confirmed_throughput") or row["throughput"]), 3),
+        measured_on=measured_on,
+        capacity_ratio=capacity_ratio,
+        config_key=str(row.get("key", "")),
+        own_config=own,
+        provenance=tune_result.get("provenance"),
     )
 
 
@@ -221,55 +310,70 @@ def check_patch(
     return objects, problems
 
 
+def _measure_options(method: Mapping[str, Any]) -> tuple[MeasureOptions, bool]:
+    """The tune's measurement settings (``tune.json``'s ``method``), and whether it required stability."""
+    count = method.get("window_count")
+    options = MeasureOptions(
+        window=WindowSpec(float(method.get("window_s", 1.0)), int(count) if count else None),
+        stability=StabilityRule(
+            int(method.get("stability_windows", 3)), float(method.get("stability_pct", 10.0)) / 100.0
+        ),
+        max_windows=int(method.get("max_windows", 10)),
+        workers=int(method.get("workers", 1)),
+    )
+    return options, bool(method.get("require_stable", True))
+
+
 def check_knee(
     plan: Plan,
     *,
+    method: Mapping[str, Any],
     repo: str | os.PathLike[str] | None,
     url: str | None,
     report_dir: str | os.PathLike[str],
-    duration_s: float = 30.0,
-    steps: int = 5,
     tolerance: float = 0.15,
-    protocol: str = "http",
-    metrics_url: str | None = None,
-    http_url: str | None = None,
+    admin_key: str | None = None,
 ) -> dict[str, Any]:
-    """Ramp ``tritonkit loadtest`` up to twice the plan's concurrency and compare its knee with the plan.
+    """Measure the planned config again the way the tune measured it and compare with the plan.
 
-    The knee (the last ramp step within p99 <= budget, or where throughput stopped growing) should carry
-    the plan's per-replica throughput within ``tolerance``.
-    """
-
-    users = max(steps, 2 * max(plan.concurrency, 1))
-    options = LoadTestOptions(
-        models=[parse_model(plan.model)],
-        report_dir=Path(report_dir),
-        url=url,
-        http_url=http_url,
-        metrics_url=metrics_url,
-        protocol=protocol,
-        scenario="ramp",
-        users=users,
-        ramp_steps=steps,
-        duration=duration_s,
-        slo=SLO(p99_ms=plan.budget_ms),
-        repo=Path(repo) if repo is not None else "model_repository",
-        plots=False,
-        progress=False,
-    )
-    summary = run_loadtest(options)
-    knee = summary["knee"]
-    measured = float(knee["rps"]) if knee else 0.0
-    ratio = measured / plan.per_replica_rps if plan.per_replica_rps else 0.0
+    Like with like: the tune's generator, protocol, batch size, windows and stability rule (``method``,
+    from ``tune.json``), the highest concurrency within the budget searched from the plan's concurrency up
+    to twice it (halved when it breaks the budget), against the figure the tune measured (before any
+    ``--capacity-ratio``). A Locust ramp measures with other users and another clock, so its knee is a
+    different figure (``tritonkit loadtest --scenario ramp`` reports it)."""
+    options, require_stable = _measure_options(method)
+    protocol = str(method.get("protocol", "http"))
+    start = max(1, plan.concurrency)
+    where = endpoint(
+        url, protocol=protocol, repo=repo or "model_repository", admin_key=admin_key, load=[plan.model],
+        exit_timeout=1,
+    )  # fmt: skip
+    with where as server:
+        wait_ready(server.url(protocol), protocol, plan.model, server.headers)
+        target = Target(
+            server.url(protocol), plan.model, protocol, headers=server.headers,
+            shared_memory=str(method.get("shared_memory", "none")), batch_size=int(method.get("batch_size", 1)),
+        )  # fmt: skip
+        with Measurer(target, options) as measurer:
+            best, levels = find_max(
+                measurer.measure, plan.budget_ms, start=start, limit=2 * start, refine=1,
+                require_stable=require_stable,
+            )  # fmt: skip
+    measured = best.throughput if best is not None else 0.0
+    planned = plan.measured_rps or plan.per_replica_rps
+    ratio = measured / planned if planned else 0.0
     result = {
-        "planned_rps": plan.per_replica_rps,
+        "method": dict(method),
+        "planned_rps": planned,
         "planned_concurrency": plan.concurrency,
-        "knee_rps": measured,
-        "knee_users": knee["users"] if knee else None,
-        "knee_rule": summary["knee_rule"],
+        "knee_rps": round(measured, 3),
+        "knee_concurrency": int(best.level.value) if best is not None else None,
+        "levels": [r.summary() for r in levels],
         "ratio": round(ratio, 4),
         "tolerance": tolerance,
-        "ok": bool(knee) and abs(ratio - 1) <= tolerance,
+        "ok": best is not None and abs(ratio - 1) <= tolerance,
     }
-    (Path(report_dir) / "knee_check.json").write_text(json.dumps(result, indent=2) + "\n")
+    folder = Path(report_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "knee_check.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

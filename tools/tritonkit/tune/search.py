@@ -13,7 +13,8 @@ throughput) beat infeasible ones; among infeasible, a lower p99 is better, so th
 feasible region.
 
 ``finals``: after either search, the configs measured within a share of the best are measured again in
-alternating rounds and the winner is the one with the highest median of those fresh figures. A
+alternating rounds (with the model's own config beside them when given, never crowned) and the winner is
+the one with the highest median of those fresh figures. A
 search's best is the maximum of many noisy measurements: on a flat top the config that measured
 highest once is often not the one that serves most (the winner's curse).
 """
@@ -241,17 +242,21 @@ def finals(
     top: int = 4,
     within: float = 0.10,
     rounds: int = 3,
+    reference: Final | None = None,
 ) -> tuple[Point | None, list[Final]]:
     """(the winner, the finalists with their figures): the :func:`finalists` of ``result`` measured again
     ``rounds`` times, in alternating order round after round (a drift of the machine falls on all of
     them alike), by ``remeasure(point, round)``; the winner has the highest median of its fresh figures
-    (ties: the search's order). With fewer than two finalists or no rounds nothing is measured again
-    and the search's best stands."""
+    (ties: the search's order). ``reference`` (the model's own config) is measured in the same rounds,
+    first in even rounds and last in odd ones, its figures appended to it; it is never crowned, and it
+    makes one finalist worth measuring again (to set against it). With no finalist to compare, or no
+    rounds, nothing is measured again and the search's best stands."""
     chosen = [Final(dict(p), o) for p, o in finalists(result, top=top, within=within)]
-    if len(chosen) < 2 or rounds < 1:
+    if top < 1 or rounds < 1 or not chosen or (len(chosen) < 2 and reference is None):
         return result.best, chosen
     for r in range(rounds):
-        for final in chosen if r % 2 == 0 else chosen[::-1]:
+        order: list[Final] = ([reference] if reference is not None else []) + chosen
+        for final in order if r % 2 == 0 else order[::-1]:
             outcome = remeasure(dict(final.point), r)
             final.figures.append(outcome.throughput if outcome.feasible else 0.0)
     best = max(chosen, key=lambda f: f.median)  # max keeps the first of equals: the search's order

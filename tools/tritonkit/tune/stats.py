@@ -3,8 +3,10 @@
 Owns: client latency percentiles at microsecond resolution (from nanosecond timings, never rounded to
 whole milliseconds); Triton's server-side split of a window (queue, compute input, compute infer,
 compute output, per request, from the difference of two statistics snapshots, and the batch sizes the
-server formed from ``batch_stats``); and perf_analyzer's stability rule: the last ``count`` windows
-agree within ``tolerance`` on throughput and p99.
+server formed from ``batch_stats``); the confidence interval of a percentile from the latencies it was
+computed from (:func:`quantile_interval_us`: order statistics, so a p99 of a few hundred requests shows
+how loose it is); and perf_analyzer's stability rule: the last ``count`` windows agree within
+``tolerance`` on throughput and p99.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from tritonkit.loadtest.slo import quantile_ci_ranks
+
 __all__ = [
     "PERCENTILES",
     "ServerSplit",
     "StabilityRule",
     "latency_percentiles",
     "merge_splits",
+    "quantile_interval_us",
     "server_split",
 ]
 
@@ -41,6 +46,19 @@ def latency_percentiles(latencies_ns: Sequence[int] | np.ndarray[Any, Any]) -> d
     out["mean_us"] = round(float(values.mean()), 1)
     out["max_us"] = round(float(values.max()), 1)
     return out
+
+
+def quantile_interval_us(
+    latencies_ns: Sequence[int] | np.ndarray[Any, Any], q: float = 0.99, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """The ``confidence`` interval (µs) of the ``q`` quantile of these latencies: the order statistics
+    :func:`~tritonkit.loadtest.slo.quantile_ci_ranks` names (None: the bound lies outside the sample)."""
+    values = np.sort(np.asarray(latencies_ns, dtype=np.float64)) / 1000.0
+    lower, upper = quantile_ci_ranks(int(values.size), q, confidence)
+    return (
+        None if lower is None else round(float(values[lower - 1]), 1),
+        None if upper is None else round(float(values[upper - 1]), 1),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,14 +1,14 @@
-"""``tritonkit tune`` as a function: every config of the search measured live, logged, ranked, written back.
+"""``tritonkit tune`` as a function: every config of the search measured live, logged, ranked, judged, written.
 
-Owns :class:`TuneOptions`, the trial log (``trials.jsonl`` in the report folder: a header line naming
-the model, budget and grid, then one line per finished trial, appended and flushed as it finishes, so an
-interrupted tune keeps every finished measurement and ``resume`` replays them instead of measuring
-again; the finals' re-measurements are logged the same way, one line per config and round), and
-:func:`tune`: start the embedded server in explicit model-control mode (or use the user's, with its
-admin key), apply each config through the model-repository API, find the highest concurrency whose p99
-fits the budget, search (brute or quick), measure the configs near the top again in alternating rounds
-and crown the best median (finals), write the report, write the winner back atomically, and load the
-model again from its (new) ``config.pbtxt``.
+Owns :class:`TuneOptions` and :func:`tune`: start the embedded server in explicit model-control mode (or
+use the user's, with its admin key), apply each config through the model-repository API, find the
+highest concurrency whose p99 fits the budget, search (brute or quick), measure the model's own config as
+the baseline exactly as it stands (inside the grid or not: a narrowed grid never replaces it by its nearest
+point), measure the configs near the top again in alternating rounds with the baseline beside them and
+crown the best median (finals), judge whether that winner beats the baseline beyond the spread of their
+repeated measurements (:mod:`.verdict`), write the report, write the winner back atomically only when it
+does (config.pbtxt, and with ``--write spec`` the build spec too: :mod:`.spec_file`), and load the model
+again from its ``config.pbtxt``. The trial log that makes it resumable is :mod:`.trial_log`'s.
 """
 
 from __future__ import annotations
@@ -16,26 +16,32 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import statistics
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import OptionError, TritonKitError
+from tritonkit.loadtest.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.measure import MeasureOptions, wait_ready
 from tritonkit.tune.report import write_report
-from tritonkit.tune.search import Final, Outcome, brute, finals, quick, snap
-from tritonkit.tune.space import apply_point, axes_for, base_point, describe
+from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
+from tritonkit.tune.space import DEFAULT_DELAYS_US, apply_point, axes_for, base_point, describe
+from tritonkit.tune.spec_file import find_spec, write_spec
+from tritonkit.tune.trial import measure_config, progress_line, start_level
+from tritonkit.tune.trial_log import LOG, append, load_baselines, load_finals, load_trials
+from tritonkit.tune.verdict import Verdict, decide
 
 __all__ = ["TuneOptions", "TuneResult", "load_finals", "load_trials", "tune"]
 
-LOG = "trials.jsonl"
+#: marks the model's own config in a finals point when the grid does not hold it
+OWN = "__own_config__"
 
 
 @dataclasses.dataclass
@@ -62,7 +68,7 @@ class TuneOptions:
     preferred: bool = True
     queue: bool = True
     gpu: bool = False
-    write: str = "config"  # config | none | model:NAME
+    write: str = "config"  # config | none | model:NAME | spec | spec:PATH (spec: config.pbtxt and the spec)
     shared_memory: str = "none"
     batch_size: int = 1
     plots: bool = True
@@ -78,6 +84,36 @@ class TuneOptions:
     #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
     require_stable: bool = True
     stream: IO[str] | None = None
+    #: a perf_analyzer ``--input-data`` JSON file of real requests (default: generated data)
+    input_data: str | None = None
+
+    @property
+    def writes_spec(self) -> bool:
+        return self.write == "spec" or self.write.startswith("spec:")
+
+    def grid_delays(self) -> Sequence[int | str] | None:
+        """The delays to try: as given, else the default (without `off` when the spec is written)."""
+        if self.delays_us is not None or not self.writes_spec:
+            return self.delays_us
+        return [d for d in DEFAULT_DELAYS_US if d != "off"]
+
+    def method(self) -> dict[str, Any]:
+        """How every figure of this tune was measured (``tritonkit plan --check-knee`` measures the same way)."""
+        m = self.measure
+        return {
+            "generator": "tritonkit (asyncio AsyncClient, closed loop)",
+            "protocol": self.protocol,
+            "shared_memory": self.shared_memory,
+            "batch_size": self.batch_size,
+            "window_s": m.window.seconds,
+            "window_count": m.window.count,
+            "stability_windows": m.stability.count,
+            "stability_pct": round(m.stability.tolerance * 100, 3),
+            "max_windows": m.max_windows,
+            "workers": m.workers,
+            "require_stable": self.require_stable,
+            "max_concurrency": self.max_concurrency,
+        }
 
     def validate(self) -> None:
         """Raise :class:`OptionError` naming the first option whose value cannot work."""
@@ -87,8 +123,14 @@ class TuneOptions:
             raise OptionError("search", repr(self.search), "quick or brute")
         if self.protocol not in ("http", "grpc"):
             raise OptionError("protocol", repr(self.protocol), "http or grpc")
-        if self.write not in {"config", "none"} and not self.write.startswith("model:"):
-            raise OptionError("write", repr(self.write), "config, none or model:NAME")
+        if self.write not in {"config", "none", "spec"} and not self.write.startswith(("model:", "spec:")):
+            raise OptionError("write", repr(self.write), "config, none, model:NAME, spec or spec:PATH")
+        if self.writes_spec and "off" in (self.delays_us or ()):
+            raise OptionError(
+                "delays_us",
+                "with `off`",
+                "no `off` with the build spec written: a build spec cannot say 'no dynamic batcher'",
+            )
         if self.url is None and (self.repo is None or not (Path(self.repo) / self.model).is_dir()):
             raise OptionError("repo", self.repo, f"a model repository holding a folder `{self.model}`")
         if self.url is not None and self.protocol == "grpc" and not self.http_url:
@@ -108,47 +150,21 @@ class TuneOptions:
 
 @dataclasses.dataclass
 class TuneResult:
+    """What a tune found: ``winner`` (the best grid config, its finals median as ``confirmed_throughput``),
+    ``baseline`` (the model's own config as measured), ``verdict`` (written or not, and why), the diffs."""
+
     winner: dict[str, Any] | None
     baseline: dict[str, Any] | None
     trials: list[dict[str, Any]]
     evaluations: int
     measurements: int
     diff: str = ""
-
-
-def load_trials(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(header, finished trials) of a trial log; a cut-off last line (interrupted write) is dropped."""
-    header, rows = _rows(report_dir)
-    return header, [row for row in rows if row.get("kind") == "trial"]
-
-
-def load_finals(report_dir: Path) -> list[dict[str, Any]]:
-    """The finals' re-measurements of a trial log (one row per config and round), in the order taken."""
-    return [row for row in _rows(report_dir)[1] if row.get("kind") == "final"]
-
-
-def _rows(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    path = Path(report_dir) / LOG
-    if not path.exists():
-        return None, []
-    header: dict[str, Any] | None = None
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get("kind") == "header":
-            header = row
-        elif isinstance(row, dict):
-            rows.append(row)
-    return header, rows
-
-
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
+    verdict: dict[str, Any] | None = None
+    spec_diff: str = ""
+    spec_path: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    #: where the winner was written ("" when it was not)
+    written_to: str = ""
 
 
 def _endpoint(options: TuneOptions) -> contextlib.AbstractContextManager[Endpoint]:
@@ -164,24 +180,116 @@ def _say(options: TuneOptions, text: str) -> None:
     print(text, file=options.stream or sys.stderr, flush=True)
 
 
+class _Run:
+    """One tune's live state: the configs measured so far (cached by key, logged as they finish), the
+    finals' rounds, and the model's own config; ``evaluate``/``remeasure`` are the search's callbacks."""
+
+    def __init__(
+        self,
+        options: TuneOptions,
+        api: RepositoryApi,
+        target: Target,
+        base: ModelConfig,
+        report: Path,
+        interrupt_after: int | None,
+    ) -> None:
+        self.options, self.api, self.target, self.base = options, api, target, base
+        self.log = report / LOG
+        self.interrupt_after = interrupt_after
+        done = load_trials(report)[1] if options.resume else []
+        self.cached: dict[str, dict[str, Any]] = {t["key"]: t for t in done}
+        self.trials: list[dict[str, Any]] = list(done)
+        self.old_baseline = next(iter(load_baselines(report)), None) if options.resume else None
+        self.finals_cached = {
+            (f["key"], f["round"]): f for f in (load_finals(report) if options.resume else [])
+        }
+        self.final_rows: list[dict[str, Any]] = []
+        self.new = self.levels = 0
+        self.own = base_point(base)
+        self.own_key = describe(self.own)
+        self.baseline: dict[str, Any] | None = None
+
+    def _tick(self) -> None:
+        if self.interrupt_after is not None and self.new >= self.interrupt_after:
+            raise KeyboardInterrupt
+
+    def _measured(self, row: dict[str, Any]) -> None:
+        self.new += 1
+        self.levels += len(row["levels"])
+        append(self.log, row)
+
+    def evaluate(self, point: dict[str, Any]) -> Outcome:
+        key = describe(point)
+        t = self.cached.get(key)
+        if t is None:
+            self._tick()
+            cfg = apply_point(self.base, point)
+            t = measure_config(
+                self.options, self.api, self.target, cfg, point, key, start_level(self.options, self.trials)
+            )
+            self._measured(t)
+            self.trials.append(t)
+            self.cached[key] = t
+            _say(self.options, progress_line(t, len(self.trials)))
+        return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
+
+    def measure_baseline(self, axes: Sequence[Axis]) -> dict[str, Any]:
+        """The model's own config as it stands: the grid's trial when the grid holds exactly it (its
+        point on the grid's axes makes the same config), else a trial of its own (``kind: baseline``,
+        measured from concurrency 1 like a brute-force trial, labelled with every setting it has)."""
+        names = {a.name for a in axes}
+        projected = {k: v for k, v in self.own.items() if k in names}
+        on_grid = snap(axes, projected) == projected and to_dict(
+            apply_point(self.base, projected)
+        ) == to_dict(self.base)
+        if on_grid:
+            self.own, self.own_key = projected, describe(projected)
+            self.evaluate(self.own)
+            self.baseline = {**self.cached[self.own_key], "on_grid": True}
+        else:
+            row = self.old_baseline
+            if row is None:
+                self._tick()
+                row = measure_config(
+                    self.options, self.api, self.target, self.base, self.own, self.own_key, 1
+                )
+                row["kind"] = "baseline"
+                self._measured(row)
+                _say(self.options, "the model's own config: " + progress_line(row, 0).split(": ", 1)[1])
+            self.baseline = {**row, "on_grid": False}
+        self.baseline["own_config"] = True
+        return self.baseline
+
+    def remeasure(self, point: dict[str, Any], round_: int) -> Outcome:
+        own = bool(point.pop(OWN, False))
+        key = self.own_key if own else describe(point)
+        f = self.finals_cached.get((("own: " if own else "") + key, round_))
+        if f is None:
+            self._tick()
+            source = self.baseline if own else self.cached[key]
+            assert source is not None
+            c = int(source["concurrency"])
+            cfg = self.base if own else apply_point(self.base, point)
+            f = measure_config(self.options, self.api, self.target, cfg, point, key, c, final=(round_, c))
+            if own:
+                f["key"] = "own: " + key
+            self._measured(f)
+            _say(self.options, f"final round {round_ + 1}: {f['key']}: {f['throughput']:.1f} req/s")
+        self.final_rows.append(f)
+        return Outcome(f["throughput"], f["p99_ms"], f["feasible"])
+
+
 def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneResult:
-    """Run the search; ``interrupt_after`` (tests) stops with KeyboardInterrupt after that many new trials."""
+    """Run the search; ``interrupt_after`` (tests) stops with KeyboardInterrupt after that many new
+    measurements (trials, the baseline and finals rounds alike)."""
     options.validate()
+    spec_path = _spec_path(options)  # refused before anything is written or measured
     report = Path(options.report_dir)
+    header = load_trials(report)[0] if options.resume else None
+    _check_header(options, header, None)
     report.mkdir(parents=True, exist_ok=True)
-    log = report / LOG
-    header, done = load_trials(report) if options.resume else (None, [])
-    done_finals = load_finals(report) if options.resume else []
-    if not options.resume and log.exists():
-        log.unlink()
-    if header is not None and (header.get("model"), header.get("budget_ms")) != (
-        options.model,
-        options.latency_budget_ms,
-    ):
-        raise TritonKitError(
-            f"--resume: {log} was written for another tune ({header.get('model')}, "
-            f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
-        )
+    if not options.resume and (report / LOG).exists():
+        (report / LOG).unlink()
     with _endpoint(options) as where:
         url, headers, server = where.url(options.protocol), where.headers, where.server
         api = RepositoryApi(where.http, headers)
@@ -190,99 +298,113 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 api.load(options.model)
             wait_ready(url, options.protocol, options.model, headers)
             base = _base_config(options, url, headers)
-            axes = axes_for(
-                base,
-                model_dir=(Path(options.repo) / options.model) if options.repo else None,
-                gpu=options.gpu,
-                max_batch_sizes=options.max_batch_sizes,
-                delays_us=options.delays_us,
-                instances=options.instances,
-                queue=options.queue,
-            )
-            if not options.preferred:
-                axes = [a for a in axes if a.name != "preferred"]
-            grid = {a.name: list(a.values) for a in axes}
-            wanted = {"model": options.model, "budget_ms": options.latency_budget_ms, "grid": grid}
-            if header is not None and {k: header.get(k) for k in wanted} != json.loads(json.dumps(wanted)):
-                raise TritonKitError(
-                    f"--resume: {log} was written for another tune ({header.get('model')}, "
-                    f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
-                )
+            provenance = collect(url, options.protocol, [(options.model, "")], repo=options.repo).as_dict()
+            axes = _axes(options, base)
+            _check_header(options, header, axes)
             if header is None:
-                _append(log, {"kind": "header", **wanted, "search": options.search, "base": base_point(base)})
-            cached = {t["key"]: t for t in done}
-            trials: list[dict[str, Any]] = list(done)
-            counter = {"new": 0, "levels": 0}
+                grid = {a.name: list(a.values) for a in axes}
+                append(report / LOG, {"kind": "header", **_wanted(options, grid), "search": options.search,
+                                      "base": base_point(base)})  # fmt: skip
             target = Target(
                 url, options.model, options.protocol, headers=headers,
                 shared_memory=options.shared_memory, batch_size=options.batch_size,
+                input_data=options.input_data,
             )  # fmt: skip
-
-            def evaluate(point: dict[str, Any]) -> Outcome:
-                key = describe(point)
-                if key in cached:
-                    t = cached[key]
-                else:
-                    if interrupt_after is not None and counter["new"] >= interrupt_after:
-                        raise KeyboardInterrupt
-                    t = _trial(options, api, target, base, point, key, url, headers, _start(options, trials))
-                    counter["new"] += 1
-                    counter["levels"] += len(t["levels"])
-                    _append(log, t)
-                    trials.append(t)
-                    cached[key] = t
-                    _say(options, _line(t, len(trials)))
-                return Outcome(t["throughput"], t["p99_ms"], t["feasible"])
-
-            finals_cached = {(f["key"], f["round"]): f for f in done_finals}
-            final_rows: list[dict[str, Any]] = []
-
-            def remeasure(point: dict[str, Any], round_: int) -> Outcome:
-                key = describe(point)
-                f = finals_cached.get((key, round_))
-                if f is None:
-                    if interrupt_after is not None and counter["new"] >= interrupt_after:
-                        raise KeyboardInterrupt
-                    c = int(cached[key]["concurrency"])
-                    f = _trial(options, api, target, base, point, key, url, headers, c, final=(round_, c))
-                    counter["new"] += 1
-                    counter["levels"] += len(f["levels"])
-                    _append(log, f)
-                    _say(options, f"final round {round_ + 1}: {key}: {f['throughput']:.1f} req/s")
-                final_rows.append(f)
-                return Outcome(f["throughput"], f["p99_ms"], f["feasible"])
-
-            search: Callable[..., Any] = brute if options.search == "brute" else quick
-            result = (
-                search(axes, evaluate)
-                if search is brute
-                else quick(axes, evaluate, base_point(base), min_gain=options.min_gain)
-            )
-            best, final_list = finals(
-                result, remeasure, top=options.finalists, within=options.finals_within,
-                rounds=options.final_rounds,
-            )  # fmt: skip
-            baseline = cached.get(describe(snap(axes, base_point(base))))
-            winner = _crowned(cached[describe(best)], final_list) if best is not None else None
-            diff = _write_back(options, base, winner)
-            if server is not None or diff or winner is not None:
+            run = _Run(options, api, target, base, report, interrupt_after)
+            result = _search(options, run, axes)
+            baseline = run.measure_baseline(axes)
+            winner, final_list, verdict = _finals_and_verdict(options, run, result)
+            written = _write_back(options, base, winner, verdict, spec_path)
+            if server is not None or written.where or winner is not None:
                 api.load(options.model)  # back to what config.pbtxt says (the winner, once written)
         finally:
             api.close()
-    used = [t for t in trials if t["key"] in {describe(p) for p, _ in result.trials}]
-    measurements = sum(len(t["levels"]) for t in used) + sum(len(f["levels"]) for f in final_rows)
-    summary = {
-        "model": options.model,
-        "latency_budget_ms": options.latency_budget_ms,
-        "search": options.search,
-        "measurements": measurements,
-        "winner": winner,
-        "baseline": baseline,
-        "trials": used,
-        "finals": _finals_summary(final_list, final_rows),
-    }
+    summary = _summary(options, run, result, winner, baseline, final_list, verdict, provenance, written)
     write_report(report, summary, plots=options.plots)
-    return TuneResult(winner, baseline, used, result.evaluations, measurements, diff)
+    return TuneResult(
+        winner, baseline, summary["trials"], result.evaluations, summary["measurements"], written.diff,
+        verdict.as_dict() if verdict is not None else None, written.spec_diff, written.spec, written.notes,
+        written.where,
+    )  # fmt: skip
+
+
+def _wanted(options: TuneOptions, grid: dict[str, list[Any]] | None) -> dict[str, Any]:
+    return {"model": options.model, "budget_ms": options.latency_budget_ms, "grid": grid}
+
+
+def _check_header(options: TuneOptions, header: dict[str, Any] | None, axes: Sequence[Axis] | None) -> None:
+    """A resumed log must be of the same model and budget (and, once the grid is known, the same grid)."""
+    if header is None:
+        return
+    keys = ["model", "budget_ms"] + (["grid"] if axes is not None else [])
+    grid = {a.name: list(a.values) for a in axes} if axes is not None else None
+    wanted = json.loads(json.dumps(_wanted(options, grid)))
+    if {k: header.get(k) for k in keys} != {k: wanted[k] for k in keys}:
+        raise TritonKitError(
+            f"--resume: {Path(options.report_dir) / LOG} was written for another tune ({header.get('model')}, "
+            f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
+        )
+
+
+def _axes(options: TuneOptions, base: ModelConfig) -> list[Axis]:
+    axes = axes_for(
+        base,
+        model_dir=(Path(options.repo) / options.model) if options.repo else None,
+        gpu=options.gpu,
+        max_batch_sizes=options.max_batch_sizes,
+        delays_us=options.grid_delays(),
+        instances=options.instances,
+        queue=options.queue,
+    )
+    return axes if options.preferred else [a for a in axes if a.name != "preferred"]
+
+
+def _search(options: TuneOptions, run: _Run, axes: Sequence[Axis]) -> SearchResult:
+    if options.search == "brute":
+        return brute(axes, run.evaluate)
+    return quick(axes, run.evaluate, base_point(run.base), min_gain=options.min_gain)
+
+
+def _finals_and_verdict(
+    options: TuneOptions, run: _Run, result: SearchResult
+) -> tuple[dict[str, Any] | None, list[Final], Verdict | None]:
+    """Finals (the baseline measured in the same rounds unless it is a finalist itself), the crowned
+    winner, and whether it beats the baseline beyond the spread of their repeated figures."""
+    baseline = run.baseline
+    assert baseline is not None
+    leaders = {describe(p) for p, _ in finalists(result, top=options.finalists, within=options.finals_within)}
+    own = Final(
+        {**run.own, **({} if baseline["on_grid"] else {OWN: True})},
+        Outcome(baseline["throughput"], baseline["p99_ms"] or 0.0, baseline["feasible"]),
+    )
+    among = baseline["on_grid"] and run.own_key in leaders
+    reference = own if baseline["feasible"] and not among else None
+    best, final_list = finals(
+        result, run.remeasure, top=options.finalists, within=options.finals_within, rounds=options.final_rounds,
+        reference=reference,
+    )  # fmt: skip
+    if best is None:
+        return None, final_list, None
+    winner = _crowned(run.cached[describe(best)], final_list)
+    mine = next((f for f in final_list if among and describe(f.point) == run.own_key), None)
+    own_figures = own.figures if reference is not None else (mine.figures if mine is not None else [])
+    if own_figures:
+        baseline["final_figures"] = list(own_figures)
+        baseline["confirmed_throughput"] = round(statistics.median(own_figures), 3)
+    same = baseline["on_grid"] and winner["key"] == run.own_key
+    if "final_figures" in winner and (own_figures or not baseline["feasible"]):
+        ours, theirs, method = list(winner["final_figures"]), list(own_figures), "finals"
+    else:
+        count = options.measure.stability.count
+        ours, theirs, method = _window_figures(winner, count), _window_figures(baseline, count), "windows"
+    verdict = decide(ours, theirs, same=same, method=method, baseline_feasible=baseline["feasible"])
+    return winner, final_list, verdict
+
+
+def _window_figures(trial: dict[str, Any], count: int) -> list[float]:
+    """The throughput of each window of a trial's best level that made its figure (the last ``count``)."""
+    best = trial.get("best") or {}
+    return [float(x) for x in (best.get("window_throughputs") or [])[-count:]]
 
 
 def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> ModelConfig:
@@ -293,59 +415,6 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
         return from_proto(client.config(options.model))
 
 
-def _trial(
-    options: TuneOptions,
-    api: RepositoryApi,
-    target: Target,
-    base: ModelConfig,
-    point: dict[str, Any],
-    key: str,
-    url: str,
-    headers: dict[str, str],
-    start: int = 1,
-    final: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
-    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
-    highest level below it that fits (halved, then bisected once), stability not required (the rounds
-    are the averaging)."""
-    cfg = apply_point(base, point)
-    row: dict[str, Any] = {
-        "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
-    }  # fmt: skip
-    limit, refine, require_stable = options.max_concurrency, options.refine, options.require_stable
-    if final is not None:
-        row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
-        limit, refine, require_stable = final[1], 1, False
-    started = time.monotonic()
-    levels: list[LevelResult] = []
-    best: LevelResult | None = None
-    try:
-        api.load(options.model, cfg)
-        wait_ready(url, options.protocol, options.model, headers)
-        with Measurer(target, options.measure) as measurer:
-            best, levels = find_max(
-                measurer.measure,
-                options.latency_budget_ms,
-                start=start,
-                limit=limit,
-                refine=refine,
-                require_stable=require_stable,
-            )
-    except TritonKitError as exc:
-        row["error"] = " ".join(str(exc).split())
-    row["levels"] = [r.summary() for r in levels]
-    row["best"] = best.summary() if best is not None else None
-    row["concurrency"] = int(best.level.value) if best is not None else None
-    row["throughput"] = best.throughput if best is not None else 0.0
-    row["p50_ms"] = best.p50_ms if best is not None else None
-    row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
-    row["stable"] = best.stable if best is not None else False
-    row["feasible"] = best is not None and best.throughput >= options.min_throughput
-    row["seconds"] = round(time.monotonic() - started, 2)
-    return row
-
-
 def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, Any]:
     """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any."""
     mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
@@ -354,48 +423,129 @@ def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, An
     return {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
 
 
-def _finals_summary(final_list: Sequence[Final], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per finalist: the search's figure, each round's figure and concurrency, and their median."""
+def _finals_summary(
+    final_list: Sequence[Final], rows: Sequence[dict[str, Any]], baseline: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Per finalist (and the model's own config when it was measured beside them): the search's figure,
+    each round's figure and concurrency, their median and spread."""
     out = []
-    for f in final_list:
-        key = describe(f.point)
+    entries = [(describe(f.point), f.searched.throughput, list(f.figures), False) for f in final_list]
+    if not baseline["on_grid"] and baseline.get("final_figures"):
+        own = "own: " + baseline["key"]
+        entries.append((own, baseline["throughput"], list(baseline["final_figures"]), True))
+    elif (
+        baseline["on_grid"]
+        and baseline.get("final_figures")
+        and baseline["key"] not in {e[0] for e in entries}
+    ):
+        entries.append((baseline["key"], baseline["throughput"], list(baseline["final_figures"]), True))
+    for key, searched, figures, own_only in entries:
         mine = sorted((r for r in rows if r["key"] == key), key=lambda r: r["round"])
         out.append({
-            "key": key, "searched": f.searched.throughput, "figures": list(f.figures),
-            "concurrencies": [r["concurrency"] for r in mine], "median": round(f.median, 3),
+            "key": key.removeprefix("own: "), "searched": searched, "figures": figures,
+            "concurrencies": [r["concurrency"] for r in mine],
+            "median": round(statistics.median(figures), 3) if figures else searched,
+            "min": min(figures, default=searched), "max": max(figures, default=searched),
+            "own_config": own_only or key.removeprefix("own: ") == baseline["key"],
+            "finalist": not own_only,
         })  # fmt: skip
     return out
 
 
-def _start(options: TuneOptions, trials: Sequence[dict[str, Any]]) -> int:
-    """The concurrency a new trial's load search starts from: brute force measures every config from 1;
-    quick search from the concurrency at which the best config so far peaked (its neighbours peak near
-    it), so a config costs about three levels instead of a doubling from 1."""
-    feasible = [t for t in trials if t.get("feasible") and t.get("concurrency")]
-    if options.search != "quick" or not options.warm_start or not feasible:
-        return 1
-    best = max(feasible, key=lambda t: (t["throughput"], -t["p99_ms"]))
-    return max(1, min(int(best["concurrency"]), options.max_concurrency))
+def _spec_path(options: TuneOptions) -> Path | None:
+    """The build spec ``--write spec[:PATH]`` names (found beside the repository's models), or None."""
+    if not options.writes_spec:
+        return None
+    given = options.write.split(":", 1)[1] if ":" in options.write else None
+    return find_spec(Path(options.repo or "."), options.model, given)
 
 
-def _line(t: dict[str, Any], n: int) -> str:
-    where = f"c={t['concurrency']}" if t["concurrency"] else "no level within budget"
-    return (
-        f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
-        + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
-        + (f" [{t['error']}]" if t.get("error") else "")
-    )
+@dataclasses.dataclass
+class _Written:
+    """What the tune wrote: ``where`` (``config.pbtxt``, a new model's folder, or nothing), the diffs."""
+
+    where: str = ""
+    diff: str = ""
+    spec: str | None = None
+    spec_diff: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
-def _write_back(options: TuneOptions, base: ModelConfig, winner: dict[str, Any] | None) -> str:
-    if winner is None or options.write == "none" or options.repo is None:
-        return ""
+def _write_back(
+    options: TuneOptions,
+    base: ModelConfig,
+    winner: dict[str, Any] | None,
+    verdict: Verdict | None,
+    spec_path: Path | None,
+) -> _Written:
+    """The winner written only when the verdict says so (and ``--write`` is not ``none``)."""
+    if (
+        winner is None
+        or verdict is None
+        or not verdict.write
+        or options.write == "none"
+        or options.repo is None
+    ):
+        return _Written()
     model_dir = Path(options.repo) / options.model
     if not (model_dir / "config.pbtxt").exists():
         _say(options, f"tritonkit tune: {model_dir}/config.pbtxt not found; the winner is in the report only")
-        return ""
+        return _Written()
     cfg = apply_point(base, winner["point"])
     if options.write.startswith("model:"):
-        _, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
-        return diff
-    return write_config(model_dir, cfg)
+        folder, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
+        return _Written(str(folder), diff)
+    out = _Written(str(model_dir / "config.pbtxt"))
+    if spec_path is not None:
+        out.spec_diff, note = write_spec(spec_path, cfg)
+        out.spec = str(spec_path)
+        out.notes += [note] if note else []
+        if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
+            out.notes.append(
+                "target tensorrt: the build takes max_batch_size from the engine's optimization profiles, "
+                "not from batching.max_batch_size; narrow tensorrt.profiles[].batch to change it"
+            )
+    out.diff = write_config(model_dir, cfg)
+    return out
+
+
+def _summary(
+    options: TuneOptions,
+    run: _Run,
+    result: SearchResult,
+    winner: dict[str, Any] | None,
+    baseline: dict[str, Any],
+    final_list: Sequence[Final],
+    verdict: Verdict | None,
+    provenance: dict[str, Any],
+    written: _Written,
+) -> dict[str, Any]:
+    """What ``tune.json`` holds (``report.md`` is written from it)."""
+    used = [t for t in run.trials if t["key"] in {describe(p) for p, _ in result.trials}]
+    own_levels = 0 if baseline["on_grid"] else len(baseline["levels"])
+    measurements = (
+        sum(len(t["levels"]) for t in used) + own_levels + sum(len(f["levels"]) for f in run.final_rows)
+    )
+    # the config to serve: the winner when it beat the model's own config (written or, with --write none,
+    # recommended), else the own config (tritonkit plan prices this one)
+    chosen = winner if winner is not None and verdict is not None and verdict.write else baseline
+    return {
+        "model": options.model,
+        "latency_budget_ms": options.latency_budget_ms,
+        "search": options.search,
+        "measurements": measurements,
+        "winner": winner,
+        "baseline": baseline,
+        "verdict": verdict.as_dict() if verdict is not None else None,
+        "written": {
+            "mode": options.write,
+            "where": written.where,
+            "spec": written.spec,
+            "notes": written.notes,
+        },
+        "chosen": {"key": chosen["key"], "own_config": chosen is baseline},
+        "trials": used,
+        "finals": _finals_summary(final_list, run.final_rows, baseline),
+        "method": options.method(),
+        "provenance": provenance,
+    }

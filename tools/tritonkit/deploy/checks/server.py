@@ -22,7 +22,7 @@ from tritonkit.serve import ADMIN_HEADER
 __all__ = ["REQUIRED_FLAGS", "REQUIRED_RESTRICTED_APIS", "TRITON_UID", "check_triton"]
 
 #: API groups that need the admin header (Triton's secure deployment guide).
-REQUIRED_RESTRICTED_APIS = frozenset({"model-repository", "shared-memory", "statistics", "trace", "logging"})
+REQUIRED_RESTRICTED_APIS = frozenset({"model-repository", "shared-memory", "trace", "logging"})
 #: Flags the server must run with, each exactly once with this value.
 REQUIRED_FLAGS = {
     "--model-control-mode": "none",

@@ -103,11 +103,20 @@ def ramp_throughput_p99(steps: list[dict[str, Any]], slo: dict[str, Any] | None 
     x = [s["rps"] for s in points]
     y = [s["p99_ms"] for s in points]
     ax.plot(x, y, "o-")
+    middle = (min(x) + max(x)) / 2
     for s in points:
         marker = " x" if s["breaches"] else ""
+        right = (
+            s["rps"] > middle and len(points) > 1
+        )  # labels right of the middle grow leftwards: none is cut off
         ax.annotate(
-            f"{s['users']} users{marker}", (s["rps"], s["p99_ms"]), textcoords="offset points", xytext=(4, 4)
+            f"{s['users']} users{marker}",
+            (s["rps"], s["p99_ms"]),
+            textcoords="offset points",
+            xytext=(-4, 4) if right else (4, 4),
+            ha="right" if right else "left",
         )
+    ax.margins(x=0.1, y=0.15)
     _slo_lines(ax, slo or {}, ("p99_ms",))
     if (slo or {}).get("p99_ms") is not None:
         ax.legend(loc="upper left")

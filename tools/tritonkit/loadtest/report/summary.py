@@ -4,9 +4,10 @@ Client view (counts, throughput and p50/p95/p99 from the fine histograms the loc
 :mod:`tritonkit.loadtest.locustfile` writes under ``.latency/``; error texts from Locust's
 failures CSV through :mod:`.locust_csv`), server view (Triton's counters from :mod:`.metrics`), the
 accounting check (requests Locust sent vs requests Triton counted), SLO gates per model and
-overall, the ramp's steps and knee, and the wrk cross-check, all in one place. The Markdown
-table follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99, throughput,
-failures.
+overall, the ramp's steps and knee, the wrk cross-check and the run's provenance (device, engines,
+Triton, host, date: :mod:`tritonkit.loadtest.provenance`), all in one place. The Markdown table
+follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99 (the p99 with its sample
+count and 95 % interval), throughput, failures.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.loadtest.payloads import ModelSpec
+from tritonkit.loadtest.provenance import markdown_lines
 from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.report.plots import draw_all
-from tritonkit.loadtest.slo import EXIT_SLO_BREACH, SLO, Breach, Histogram, Totals, check_slo
+from tritonkit.loadtest.slo import EXIT_SLO_BREACH, Breach, Histogram, Totals, check_slo
 
 __all__ = ["Summary", "collect", "markdown", "write"]
 
@@ -115,6 +117,8 @@ def _scope(totals: Totals) -> dict[str, Any]:
         "p50_ms": _round(totals.p50_ms),
         "p95_ms": _round(totals.p95_ms),
         "p99_ms": _round(totals.p99_ms),
+        "p99_ci_ms": [_round(v) for v in totals.p99_ci_ms],
+        "p99_samples": totals.samples,
     }
 
 
@@ -122,41 +126,24 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def collect(
-    report: Path,
-    *,
+def _model_entries(
     options: Any,
     specs: Sequence[ModelSpec],
     precisions: Sequence[str],
-    scraper: MetricsScraper | None,
-    started_at: float,
-    wall_seconds: float,
-    machine: str,
-    wrk: Mapping[str, Any] | None = None,
-    notes: Sequence[str] = (),
-    batch_stats: Mapping[str, Mapping[str, Any]] | None = None,
-) -> Summary:
-    """Read a finished run's files into a :class:`Summary` and check the SLO gates."""
-    # Counts and percentiles come from the locustfile's own listener, which sees every request
-    # event (Locust's final CSV can miss the answers that arrive while users stop); rates are
-    # over the span from the first to the last answer.
-    counts = _read_counts(report / ".latency")
-    client_cpu_s = _read_cpu(report / ".latency")
-    failures = read_failures(report / "locust_failures.csv")
-    slo: SLO = options.slo
-    overall_counted = _Counted()
-    for counted in counts.values():
-        overall_counted.add(counted)
-    seconds = overall_counted.seconds or wall_seconds
-    server = scraper.total() if scraper is not None else {}
-    series = scraper.series([s.label for s in specs]) if scraper is not None else {}
+    counts: Mapping[str, _Counted],
+    seconds: float,
+    server: Mapping[str, Any],
+    batch_stats: Mapping[str, Mapping[str, Any]] | None,
+    failures: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[Breach]]:
+    """Per model: its client figures, SLO verdict, errors, server view and batch sizes formed."""
     breaches: list[Breach] = []
     models: dict[str, Any] = {}
     for target, spec, precision in zip(options.models, specs, precisions, strict=True):
         label = spec.label
         counted = counts.get(label, _Counted())
         totals = Totals.from_histogram(counted.hist, counted.failures, seconds, requests=counted.requests)
-        model_breaches = check_slo(slo, totals, scope=label)
+        model_breaches = check_slo(options.slo, totals, scope=label)
         breaches += model_breaches
         entry: dict[str, Any] = {
             "model": spec.name,
@@ -175,30 +162,69 @@ def collect(
         # executions per batch size from Triton's statistics API (None: not readable, see notes)
         entry["batch_stats"] = dict(batch_stats[label]) if batch_stats and label in batch_stats else None
         models[label] = entry
-    overall = Totals.from_histogram(
-        overall_counted.hist, overall_counted.failures, seconds, requests=overall_counted.requests
-    )
-    overall_breaches = check_slo(slo, overall, scope="overall")
-    breaches = overall_breaches + breaches
-    aggregated = {"requests": overall.requests, "failures": overall.failures}
-    triton_requests = sum(server[s.label].requests for s in specs if s.label in server) if server else None
+    return models, breaches
+
+
+def _accounting(
+    overall: Totals,
+    specs: Sequence[ModelSpec],
+    server: Mapping[str, Any],
+    batch_stats: Mapping[str, Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Requests the load generator sent against the requests Triton counted (and its restarts)."""
+    labels = [s.label for s in specs if s.label in server]
+    triton_requests = sum(server[label].requests for label in labels) if server else None
     accounting: dict[str, Any] = {
-        "sent": aggregated["requests"],
-        "succeeded": aggregated["requests"] - aggregated["failures"],
-        "failed": aggregated["failures"],
+        "sent": overall.requests,
+        "succeeded": overall.requests - overall.failures,
+        "failed": overall.failures,
         "triton_requests": triton_requests,
-        "triton_success": sum(int(server[s.label].get("success")) for s in specs if s.label in server)
-        if server
-        else None,
-        "triton_failure": sum(int(server[s.label].get("failure")) for s in specs if s.label in server)
-        if server
-        else None,
+        "triton_success": sum(int(server[label].get("success")) for label in labels) if server else None,
+        "triton_failure": sum(int(server[label].get("failure")) for label in labels) if server else None,
     }
-    accounting["matched"] = triton_requests == aggregated["requests"] if triton_requests is not None else None
+    accounting["matched"] = triton_requests == overall.requests if triton_requests is not None else None
     # Triton's counters start from 0 when the server restarts: sums are per segment (metrics.increase)
     restarts = max((d.restarts for d in server.values()), default=0)
     restarts = max(restarts, int(any((b or {}).get("restarted") for b in (batch_stats or {}).values())))
     accounting["server_restarts"] = restarts
+    return accounting
+
+
+def collect(
+    report: Path,
+    *,
+    options: Any,
+    specs: Sequence[ModelSpec],
+    precisions: Sequence[str],
+    scraper: MetricsScraper | None,
+    started_at: float,
+    wall_seconds: float,
+    machine: str,
+    wrk: Mapping[str, Any] | None = None,
+    notes: Sequence[str] = (),
+    batch_stats: Mapping[str, Mapping[str, Any]] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Summary:
+    """Read a finished run's files into a :class:`Summary` and check the SLO gates."""
+    # Counts and percentiles come from the locustfile's own listener, which sees every request
+    # event (Locust's final CSV can miss the answers that arrive while users stop); rates are
+    # over the span from the first to the last answer.
+    counts = _read_counts(report / ".latency")
+    client_cpu_s = _read_cpu(report / ".latency")
+    overall_counted = _Counted()
+    for counted in counts.values():
+        overall_counted.add(counted)
+    seconds = overall_counted.seconds or wall_seconds
+    server = scraper.total() if scraper is not None else {}
+    series = scraper.series([s.label for s in specs]) if scraper is not None else {}
+    failures = read_failures(report / "locust_failures.csv")
+    models, breaches = _model_entries(
+        options, specs, precisions, counts, seconds, server, batch_stats, failures
+    )
+    overall = Totals.from_histogram(
+        overall_counted.hist, overall_counted.failures, seconds, requests=overall_counted.requests
+    )
+    breaches = check_slo(options.slo, overall, scope="overall") + breaches
     ramp_path = report / "ramp_steps.json"
     ramp_steps = json.loads(ramp_path.read_text()) if ramp_path.exists() else []
     knee, knee_rule = _knee(ramp_steps)
@@ -212,12 +238,13 @@ def collect(
         "duration_s": round(float(options.duration), 3),
         "measured_s": round(seconds, 3),
         "machine": machine,
+        "provenance": dict(provenance) if provenance is not None else None,
         "started": datetime.datetime.fromtimestamp(started_at, datetime.UTC).isoformat(timespec="seconds"),
         **_scope(overall),
         "slo_passed": not breaches,
-        "slo": {**slo.to_json(), "breaches": [str(b) for b in breaches]},
+        "slo": {**options.slo.to_json(), "breaches": [str(b) for b in breaches]},
         "models": models,
-        "accounting": accounting,
+        "accounting": _accounting(overall, specs, server, batch_stats),
         # CPU seconds of the load generator's processes (Locust, workers, gRPC engines) per request:
         # what a load generator costs, less sensitive than req/s to neighbours on a shared machine.
         "client_cpu_s": None if client_cpu_s is None else round(client_cpu_s, 3),
@@ -266,28 +293,40 @@ def _sizes(formed: Mapping[str, int]) -> str:
     return ", ".join(f"{b}: {n:,}" for b, n in formed.items()) or "-"
 
 
-def markdown(summary: Summary) -> str:
-    """``summary.md``: the capacity table, server view, accounting, SLO verdict, ramp, wrk."""
-    d = summary.data
+def _ci(values: Sequence[float | None] | None, samples: int | None) -> str:
+    """``[low, high] (n)`` of a p99: ``<min``/``>max`` where the bound lies outside the sample."""
+    low, high = values or (None, None)
+    return (
+        f"[{'<min' if low is None else f'{low:.2f}'}, {'>max' if high is None else f'{high:.2f}'}] "
+        f"({samples or 0:,})"
+    )
+
+
+def _capacity_lines(d: Mapping[str, Any]) -> list[str]:
+    """The T4 guide's table: model, precision, batch, percentiles (p99 with its interval), throughput."""
     lines = [
-        f"# Load test: {d['scenario']} over {d['protocol']}, {d['users']} users"
-        + (f", {d['workers']} workers" if d["workers"] else ""),
-        "",
-        f"Machine: {d['machine']}. Started {d['started']}, {d['measured_s']:.1f} s measured.",
-        "",
-        "| model | precision | batch | p50 ms | p95 ms | p99 ms | throughput (req/s) | samples/s | failures |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | precision | batch | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | throughput (req/s) | "
+        "samples/s | failures |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for label, m in d["models"].items():
         lines.append(
             f"| {label} | {m['precision']} | {m['batch']} | {_ms(m['p50_ms'])} | {_ms(m['p95_ms'])} | "
-            f"{_ms(m['p99_ms'])} | {m['rps']:,.1f} | {m['samples_per_s']:,.1f} | {m['failures']:,} / {m['requests']:,} |"
+            f"{_ms(m['p99_ms'])} | {_ci(m.get('p99_ci_ms'), m.get('p99_samples'))} | {m['rps']:,.1f} | "
+            f"{m['samples_per_s']:,.1f} | {m['failures']:,} / {m['requests']:,} |"
         )
     if len(d["models"]) > 1:
         lines.append(
-            f"| **all** | | | {_ms(d['p50_ms'])} | {_ms(d['p95_ms'])} | {_ms(d['p99_ms'])} | {d['rps']:,.1f} | | "
+            f"| **all** | | | {_ms(d['p50_ms'])} | {_ms(d['p95_ms'])} | {_ms(d['p99_ms'])} | "
+            f"{_ci(d.get('p99_ci_ms'), d.get('p99_samples'))} | {d['rps']:,.1f} | | "
             f"{d['failures']:,} / {d['requests']:,} |"
         )
+    return lines
+
+
+def _server_lines(d: Mapping[str, Any]) -> list[str]:
+    """Triton's view: requests, queue and compute per request, batches formed."""
+    lines: list[str] = []
     servers = {k: m["server"] for k, m in d["models"].items() if "server" in m}
     if servers:
         lines += [
@@ -310,19 +349,19 @@ def markdown(summary: Summary) -> str:
     if formed:  # no /metrics view: the statistics API's batch sizes on their own
         lines += ["", "Batch sizes formed (Triton's statistics, executions):"]
         lines += [f"- {label}: {_sizes(b['batch_sizes'])}" for label, b in formed.items()]
+    return lines
+
+
+def _accounting_lines(d: Mapping[str, Any]) -> list[str]:
     acc = d["accounting"]
+    head = f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
     if acc["triton_requests"] is None:
-        lines += [
-            "",
-            f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
-            "Triton's counters were not available.",
-        ]
+        lines = ["", head + "Triton's counters were not available."]
     else:
         verdict = "match" if acc["matched"] else f"DIFFER by {acc['sent'] - acc['triton_requests']:+,}"
-        lines += [
+        lines = [
             "",
-            f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
-            f"Triton counted {acc['triton_requests']:,} ({acc['triton_success']:,} success + "
+            head + f"Triton counted {acc['triton_requests']:,} ({acc['triton_success']:,} success + "
             f"{acc['triton_failure']:,} failure): {verdict}.",
         ]
     if acc.get("server_restarts"):
@@ -339,50 +378,81 @@ def markdown(summary: Summary) -> str:
             f"Load generator{transport}: {d['client_cpu_s']:.2f} CPU-seconds while load was on, "
             f"{d['client_cpu_us_per_request']:,.0f} µs per request.",
         ]
+    return lines
+
+
+def _ramp_lines(d: Mapping[str, Any]) -> list[str]:
+    """The ramp's steps (each measured inside itself, after its settling period) and the knee."""
+    if not d["ramp_steps"]:
+        return []
+    settle = max((s.get("settle_s") or 0.0 for s in d["ramp_steps"]), default=0.0)
+    lines = [
+        "",
+        "Ramp steps (each from the requests completed inside the step, after a settling period of up to "
+        f"{settle:g} s; never Locust's 10 s rolling window, which smears one step into the next):",
+        "",
+        "| step | users | req/s | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | failures | SLO |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for s in d["ramp_steps"]:
+        lines.append(
+            f"| {s['step']} | {s['users']} | {s['rps']:,.1f} | {_ms(s['p50_ms'])} | {_ms(s['p95_ms'])} | "
+            f"{_ms(s['p99_ms'])} | {_ci(s.get('p99_ci_ms'), s.get('samples'))} | {s['failures']:,} | "
+            f"{'; '.join(s['breaches']) or 'ok'} |"
+        )
+    knee, rule = d["knee"], d["knee_rule"]
+    if rule == "slo":
+        text = (
+            f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s, the last step within the SLO."
+            if knee
+            else "Knee: the first step already broke the SLO."
+        )
+    elif rule == "saturation":
+        text = (
+            f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s: more users added under "
+            f"{SATURATION_GAIN:.0%} throughput, only latency (no SLO gate broke)."
+        )
+    else:
+        text = "Knee: not reached; throughput still rose at the last step and no SLO gate broke."
+    return [*lines, "", text]
+
+
+def _wrk_lines(d: Mapping[str, Any]) -> list[str]:
+    if not d["wrk"]:
+        return []
+    w = d["wrk"]
+    ratio = d["rps"] / w["rps"] if w.get("rps") else None
+    return [
+        "",
+        "Cross-check with wrk (same body, same endpoint, HTTP/1.1 JSON):",
+        "",
+        "| generator | connections | req/s | Locust / wrk |",
+        "|---|---:|---:|---:|",
+        f"| wrk | {w['connections']} | {w['rps']:,.1f} | |",
+        f"| Locust ({d['protocol']}) | {d['users']} | {d['rps']:,.1f} | {ratio:.2f} |" if ratio else "",
+    ]
+
+
+def markdown(summary: Summary) -> str:
+    """``summary.md``: provenance, the capacity table, server view, accounting, SLO verdict, ramp, wrk."""
+    d = summary.data
+    provenance = markdown_lines(d["provenance"]) if d.get("provenance") else [f"Machine: {d['machine']}.", ""]
+    lines = [
+        f"# Load test: {d['scenario']} over {d['protocol']}, {d['users']} users"
+        + (f", {d['workers']} workers" if d["workers"] else ""),
+        "",
+        *provenance,
+        f"Started {d['started']}, {d['measured_s']:.1f} s measured.",
+        "",
+        *_capacity_lines(d),
+        *_server_lines(d),
+        *_accounting_lines(d),
+    ]
     slo = d["slo"]
     gates = ", ".join(f"{k} {v:g}" for k, v in slo.items() if k != "breaches" and v is not None) or "none"
     lines += ["", f"SLO ({gates}): **{'PASSED' if d['slo_passed'] else 'BREACHED'}**"]
     lines += [f"- {b}" for b in slo["breaches"]]
-    if d["ramp_steps"]:
-        lines += [
-            "",
-            "Ramp steps:",
-            "",
-            "| step | users | req/s | p50 ms | p95 ms | p99 ms | failures | SLO |",
-            "|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for s in d["ramp_steps"]:
-            lines.append(
-                f"| {s['step']} | {s['users']} | {s['rps']:,.1f} | {_ms(s['p50_ms'])} | {_ms(s['p95_ms'])} | "
-                f"{_ms(s['p99_ms'])} | {s['failures']:,} | {'; '.join(s['breaches']) or 'ok'} |"
-            )
-        knee, rule = d["knee"], d["knee_rule"]
-        if rule == "slo":
-            text = (
-                f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s, the last step within the SLO."
-                if knee
-                else "Knee: the first step already broke the SLO."
-            )
-        elif rule == "saturation":
-            text = (
-                f"Knee: {knee['users']} users, {knee['rps']:,.1f} req/s: more users added under "
-                f"{SATURATION_GAIN:.0%} throughput, only latency (no SLO gate broke)."
-            )
-        else:
-            text = "Knee: not reached; throughput still rose at the last step and no SLO gate broke."
-        lines += ["", text]
-    if d["wrk"]:
-        w = d["wrk"]
-        ratio = d["rps"] / w["rps"] if w.get("rps") else None
-        lines += [
-            "",
-            "Cross-check with wrk (same body, same endpoint, HTTP/1.1 JSON):",
-            "",
-            "| generator | connections | req/s | Locust / wrk |",
-            "|---|---:|---:|---:|",
-            f"| wrk | {w['connections']} | {w['rps']:,.1f} | |",
-            f"| Locust ({d['protocol']}) | {d['users']} | {d['rps']:,.1f} | {ratio:.2f} |" if ratio else "",
-        ]
+    lines += _ramp_lines(d) + _wrk_lines(d)
     for note in d["notes"]:
         lines += ["", f"Note: {note}"]
     plots = [

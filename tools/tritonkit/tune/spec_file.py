@@ -1,0 +1,207 @@
+"""A tuned config written back into the build spec it came from (``tritonkit tune --write spec[:PATH]``).
+
+Owns :func:`find_spec` (the ``*.yaml`` beside the repository's models whose build names the tuned model),
+:func:`spec_values` (what of a config a spec can say: ``batching.max_batch_size``,
+``batching.max_queue_delay_us``, ``batching.preferred_batch_sizes``, ``batching.queue.max_size``,
+``instances.count`` and ``instances.kind``, and ``serving.instances.count`` where the spec has a
+``serving`` section) and :func:`write_spec`: the values set in place in the YAML text, so its comments and
+key order stay (block-style mappings; a spec in flow style is rewritten whole, and then says so), the
+result checked to load as exactly the intended data and to parse as a build spec, then written through
+a temporary file and a rename. A spec has no way to say "no dynamic batcher": a config without one is
+refused with one line, before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tritonkit.config import ModelConfig
+from tritonkit.convert.spec import load_spec, parse_spec
+from tritonkit.errors import TritonKitError
+
+__all__ = ["find_spec", "spec_values", "write_spec"]
+
+Path_ = tuple[str, ...]
+
+
+def builds(spec_path: Path, model: str) -> bool:
+    """True when the spec at ``spec_path`` builds a model named ``model`` (any of its precisions)."""
+    spec = load_spec(spec_path)
+    return spec.name == model or any(spec.model_name(p) == model for p in spec.precisions)
+
+
+def find_spec(repo: Path, model: str, given: str | None = None) -> Path:
+    """The build spec of ``model``: ``given`` (checked to build it), else the one ``*.yaml`` in ``repo``
+    that does; one line naming what was expected otherwise."""
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise TritonKitError(f"--write spec:{given}: no such file; expected the build spec of `{model}`")
+        if not builds(path, model):
+            raise TritonKitError(
+                f"--write spec:{given}: that spec does not build `{model}`; expected the spec whose "
+                "name and precisions make that model"
+            )
+        return path
+    found = []
+    for path in sorted(Path(repo).glob("*.yaml")):
+        try:
+            if builds(path, model):
+                found.append(path)
+        except TritonKitError:
+            continue
+    if len(found) != 1:
+        what = "none" if not found else ", ".join(str(p) for p in found)
+        raise TritonKitError(
+            f"--write spec: build specs in {repo} that build `{model}`: {what}; expected one "
+            "(name it with --write spec:PATH)"
+        )
+    return found[0]
+
+
+def spec_values(cfg: ModelConfig, data: Mapping[str, Any]) -> dict[Path_, Any]:
+    """The spec keys that make ``cfg``'s batching and instances (``data``: the spec as loaded)."""
+    dyn = cfg.dynamic_batching
+    if cfg.max_batch_size > 0 and dyn is None:
+        raise TritonKitError(
+            f"the tuned config of `{cfg.name}` has no dynamic batcher (delay `off`), which a build spec cannot "
+            "say; expected --delays-us without `off` for --write spec"
+        )
+    groups = cfg.instance_groups
+    count = sum(g.count for g in groups) if groups else 1
+    values: dict[Path_, Any] = {
+        ("instances", "count"): count,
+        ("instances", "kind"): groups[0].kind if groups else "KIND_CPU",
+    }
+    if cfg.max_batch_size > 0 and dyn is not None:
+        policy = dyn.default_queue_policy
+        values[("batching", "max_batch_size")] = cfg.max_batch_size
+        values[("batching", "max_queue_delay_us")] = dyn.max_queue_delay_microseconds
+        values[("batching", "preferred_batch_sizes")] = list(dyn.preferred_batch_size)
+        values[("batching", "queue", "max_size")] = policy.max_queue_size if policy is not None else 0
+    if isinstance(data.get("serving"), Mapping):
+        values[("serving", "instances", "count")] = count
+    return values
+
+
+def _flow(value: Any) -> str:
+    return (
+        str(yaml.safe_dump(value, default_flow_style=True, width=10_000)).strip().removesuffix("...").strip()
+    )
+
+
+def _block(lines: list[str], start: int, end: int) -> tuple[int, int, int] | None:
+    """(first, last + 1, indent) of the children of the mapping key at ``start`` (its block ends at
+    ``end``); None when it has none yet."""
+    children = [
+        i for i in range(start + 1, end) if lines[i].strip() and not lines[i].lstrip().startswith("#")
+    ]
+    if not children:
+        return None
+    indent = len(lines[children[0]]) - len(lines[children[0]].lstrip())
+    return children[0], children[-1] + 1, indent
+
+
+def _set(lines: list[str], path: Path_, value: Any, start: int, end: int, indent: int) -> None:
+    """Set ``path`` (relative to the block ``lines[start:end]`` at ``indent``) to ``value`` in place."""
+    key, rest = path[0], path[1:]
+    pattern = re.compile(rf"^{' ' * indent}{re.escape(key)}:(?P<value>[^#]*?)(?P<comment>\s+#.*)?$")
+    at = next((i for i in range(start, end) if pattern.match(lines[i])), None)
+    if at is None:
+        last = max(
+            (i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#")),
+            default=start - 1,
+        )
+        new = [f"{' ' * indent}{key}: {_flow(value)}"] if not rest else [f"{' ' * indent}{key}:"]
+        lines[last + 1 : last + 1] = new
+        if rest:
+            _set(lines, rest, value, last + 2, last + 2, indent + 2)
+        return
+    match = pattern.match(lines[at])
+    assert match is not None
+    if not rest:
+        comment = match.group("comment") or ""
+        lines[at] = f"{' ' * indent}{key}: {_flow(value)}{comment}"
+        return
+    if match.group("value").strip():
+        raise ValueError(f"`{key}` is written in flow style")
+    stop = next(
+        (
+            i
+            for i in range(at + 1, end)
+            if lines[i].strip()
+            and not lines[i].lstrip().startswith("#")
+            and len(lines[i]) - len(lines[i].lstrip()) <= indent
+        ),
+        end,
+    )
+    block = _block(lines, at, stop)
+    if block is None:
+        _set(lines, rest, value, at + 1, at + 1, indent + 2)
+    else:
+        _set(lines, rest, value, block[0], block[1], block[2])
+
+
+def _wanted(data: Mapping[str, Any], values: Mapping[Path_, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = copy.deepcopy(dict(data))
+    for path, value in values.items():
+        node = out
+        for key in path[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[path[-1]] = value
+    return out
+
+
+def edited_text(text: str, values: Mapping[Path_, Any]) -> tuple[str, str]:
+    """(the spec's text with ``values`` set, a note: empty when comments and order were kept)."""
+    data = yaml.safe_load(text) or {}
+    wanted = _wanted(data, values)
+    lines = text.splitlines()
+    try:
+        for path, value in values.items():
+            _set(lines, path, value, 0, len(lines), 0)
+        edited = "\n".join(lines) + "\n"
+        if yaml.safe_load(edited) == wanted:
+            return edited, ""
+    except (ValueError, yaml.YAMLError):
+        pass
+    note = "the spec's layout could not be edited in place: rewritten whole (its comments are gone)"
+    return yaml.safe_dump(wanted, sort_keys=False), note
+
+
+def write_spec(path: Path, cfg: ModelConfig) -> tuple[str, str]:
+    """Write ``cfg``'s batching and instances into the spec at ``path``; (unified diff, note)."""
+    old = path.read_text(encoding="utf-8")
+    data = yaml.safe_load(old) or {}
+    new, note = edited_text(old, spec_values(cfg, data))
+    parse_spec(yaml.safe_load(new), base_dir=path.parent)  # one line naming a bad key, nothing written
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(new)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"{path} (before)",
+            f"{path} (tuned)",
+        )
+    )
+    return diff, note

@@ -1,0 +1,106 @@
+"""One config of a tune measured: a trial of the search, the baseline, or one finals round.
+
+Owns :func:`measure_config` (the config put into service through the model-repository API, then the
+highest concurrency within the budget searched: from ``start`` up to ``--max-concurrency`` for a trial, at
+the search's concurrency or below it for a finals round) and the row it logs, :func:`start_level` (where
+a quick search's trial starts its load search) and :func:`progress_line` (what the terminal shows).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from tritonkit.config import ModelConfig, to_dict
+from tritonkit.errors import TritonKitError
+from tritonkit.tune.apply import RepositoryApi
+from tritonkit.tune.loadgen import Target
+from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+
+__all__ = ["Settings", "measure_config", "progress_line", "start_level"]
+
+
+class Settings(Protocol):
+    """What of a tune's options one measurement reads (:class:`~tritonkit.tune.tuner.TuneOptions` has it)."""
+
+    model: str
+    protocol: str
+    latency_budget_ms: float
+    min_throughput: float
+    search: str
+    warm_start: bool
+    max_concurrency: int
+    refine: int
+    require_stable: bool
+    measure: MeasureOptions
+
+
+def measure_config(
+    options: Settings,
+    api: RepositoryApi,
+    target: Target,
+    cfg: ModelConfig,
+    point: dict[str, Any],
+    key: str,
+    start: int = 1,
+    final: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
+    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
+    highest level below it that fits (halved, then bisected once), stability not required (the rounds
+    are the averaging)."""
+    row: dict[str, Any] = {
+        "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
+    }  # fmt: skip
+    limit, refine, require_stable = options.max_concurrency, options.refine, options.require_stable
+    if final is not None:
+        row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
+        limit, refine, require_stable = final[1], 1, False
+    started = time.monotonic()
+    levels: list[LevelResult] = []
+    best: LevelResult | None = None
+    try:
+        api.load(options.model, cfg)
+        wait_ready(target.url, options.protocol, options.model, dict(target.headers))
+        with Measurer(target, options.measure) as measurer:
+            best, levels = find_max(
+                measurer.measure,
+                options.latency_budget_ms,
+                start=start,
+                limit=limit,
+                refine=refine,
+                require_stable=require_stable,
+            )
+    except TritonKitError as exc:
+        row["error"] = " ".join(str(exc).split())
+    row["levels"] = [r.summary() for r in levels]
+    row["best"] = best.summary() if best is not None else None
+    row["concurrency"] = int(best.level.value) if best is not None else None
+    row["throughput"] = best.throughput if best is not None else 0.0
+    row["p50_ms"] = best.p50_ms if best is not None else None
+    row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
+    row["stable"] = best.stable if best is not None else False
+    row["feasible"] = best is not None and best.throughput >= options.min_throughput
+    row["seconds"] = round(time.monotonic() - started, 2)
+    return row
+
+
+def start_level(options: Settings, trials: Sequence[dict[str, Any]]) -> int:
+    """The concurrency a new trial's load search starts from: brute force measures every config from 1;
+    quick search from the concurrency at which the best config so far peaked (its neighbours peak near
+    it), so a config costs about three levels instead of a doubling from 1."""
+    feasible = [t for t in trials if t.get("feasible") and t.get("concurrency")]
+    if options.search != "quick" or not options.warm_start or not feasible:
+        return 1
+    best = max(feasible, key=lambda t: (t["throughput"], -t["p99_ms"]))
+    return max(1, min(int(best["concurrency"]), options.max_concurrency))
+
+
+def progress_line(t: dict[str, Any], n: int) -> str:
+    where = f"c={t['concurrency']}" if t["concurrency"] else "no level within budget"
+    return (
+        f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
+        + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
+        + (f" [{t['error']}]" if t.get("error") else "")
+    )
