@@ -11,7 +11,9 @@ roots below so callers can catch by area.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AccuracyError",
@@ -33,6 +35,7 @@ __all__ = [
     "SpecError",
     "TensorRTUnavailableError",
     "TritonKitError",
+    "read_json",
     "read_text",
 ]
 
@@ -137,3 +140,13 @@ def read_text(path: Path, error: type[TritonKitError], *, missing: str, unreadab
         raise error(missing) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{unreadable}: {exc}") from None
+
+
+def read_json(path: Path, error: type[TritonKitError], *, missing: str, invalid: str) -> Any:
+    """``path``'s JSON document: :func:`read_text`'s errors (``invalid`` as the unreadable text), and
+    ``error("<invalid> (<cause>)")`` when it does not parse."""
+    text = read_text(path, error, missing=missing, unreadable=invalid)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise error(f"{invalid} ({' '.join(str(exc).split())})") from None

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tritonkit import __version__
-from tritonkit.errors import TritonKitError
+from tritonkit.errors import TritonKitError, read_json
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
 from tritonkit.tune.export import write_text_atomic
@@ -71,14 +71,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     source = args.tune_report / "tune.json"
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TritonKitError(
-            f"{source} not found; expected the --report folder of `tritonkit tune`"
-        ) from None
-    except ValueError as exc:
-        raise TritonKitError(f"{source} is not valid JSON ({exc})") from None
+    missing = f"{source} not found; expected the --report folder of `tritonkit tune`"
+    data = read_json(source, TritonKitError, missing=missing, invalid=f"{source} is not valid JSON")
     plan = make_plan(
         data,
         target_rps=args.target_rps,

@@ -121,15 +121,7 @@ class Histogram:
     def percentile(self, q: float) -> float | None:
         """The ``q`` quantile (0..1) in ms (nearest rank); ``None`` when empty."""
         total = self.total
-        if total == 0:
-            return None
-        rank = max(1, math.ceil(q * total))
-        seen = 0
-        for key in sorted(self.counts):
-            seen += self.counts[key]
-            if seen >= rank:
-                return key / 1000.0
-        return max(self.counts) / 1000.0
+        return self.at_rank(max(1, math.ceil(q * total))) if total else None
 
 
 @dataclasses.dataclass(frozen=True)
