@@ -206,7 +206,7 @@ def _markdown(
         "they hold indexed fields only), driven by the gevent hub: frames queued in one loop turn leave in one "
         "send, one I/O watcher wakes the finished greenlets. It honours the server's stream limit, flow control, "
         "frame sizes and graceful GOAWAY, and sends `grpc-timeout`. Request bodies are serialized once per "
-        "payload and every answer is validated. See `tritonkit/loadtest/transports/wire.py`.",
+        "payload; every answer is decoded by the client's codec and validated. See `tritonkit/loadtest/transports/wire.py`.",
     ]
     return "\n".join(lines) + "\n"
 
