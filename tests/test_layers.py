@@ -22,6 +22,7 @@ MAX_LINES = 600
 LAYERS: tuple[str, ...] = (
     "errors",
     "machine",
+    "atomic",
     "config",
     "serve",
     "repository",
@@ -30,6 +31,7 @@ LAYERS: tuple[str, ...] = (
     "client",
     "loadtest",
     "tune",
+    "fleet",
     "commands",
     "cli",
     "demo",

@@ -21,7 +21,7 @@ from tests.support.python_models import model_source
 
 from tritonkit.client import Client
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, save
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.serve.embedded import EmbeddedServer
 
 PROTOCOLS = ("http", "grpc")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.convert.gpu import (
+from tritonkit.convert.gpu_profiles import (
     GIB,
     PROFILES,
     check_precision,

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit.cli import main
 from tritonkit.config import from_pbtxt
-from tritonkit.convert.portable import DEFAULT_MAX_BATCH_SIZE, import_onnx
+from tritonkit.convert.onnx_import import DEFAULT_MAX_BATCH_SIZE, import_onnx
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.runners import runner_path

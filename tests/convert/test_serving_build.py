@@ -20,13 +20,12 @@ import pytest
 import yaml
 
 from tritonkit.cli import main
-from tritonkit.config import InstanceGroup, ModelConfig
+from tritonkit.convert.buildspec import apply_overrides, parse_spec
+from tritonkit.convert.execution import ServingSpec, visible_gpus
 from tritonkit.convert.export import TorchSource
-from tritonkit.convert.gpu_serving import ServingSpec, visible_gpus
+from tritonkit.convert.gpu_target import plan_version
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.serving_build import plan_version
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import apply_overrides, parse_spec
 from tritonkit.errors import SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import read_io
@@ -325,10 +324,8 @@ def test_a_tensor_without_dims_stays_on_the_cpu(
 def test_server_side_tokenization_keeps_the_text_runner_on_the_cpu(tiny_onnx: Path) -> None:
     text = {"name": "enc", "source": {"flagship": "minilm"}, "preprocessing": {"kind": "text"}}
     source = Source(onnx=tiny_onnx, origin=tiny_onnx, graph=read_io(tiny_onnx))
-    cpu = ModelConfig(
-        name="enc_fp32", backend="python", instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)]
-    )
-    plan = plan_version(parse_spec(text), source, "fp32", 8, gpus=[0], profile=None, cpu_config=cpu)
+    plan = plan_version(parse_spec(text), source, "fp32", 8, gpus=[0], profile=None)
+    assert [(g.kind, g.count) for g in plan.instance_groups] == [("KIND_CPU", 1)]
     assert (plan.device, plan.engine) == ("cpu", "onnxruntime")
     assert plan.reason.startswith("the text-embedding runner tokenizes in the server, on the CPU")
     with pytest.raises(SpecError, match=r"^serving.device is gpu but the text-embedding runner tokenizes"):
@@ -339,7 +336,6 @@ def test_server_side_tokenization_keeps_the_text_runner_on_the_cpu(tiny_onnx: Pa
             8,
             gpus=[0],
             profile=None,
-            cpu_config=cpu,
         )
 
 

@@ -17,13 +17,15 @@ import pytest
 from onnx import TensorProto
 
 from tritonkit.convert import accuracy
-from tritonkit.convert.artifacts import build_precision
+from tritonkit.convert.buildspec import parse_spec
+from tritonkit.convert.conversion import convert_precision
 from tritonkit.convert.datasets import prepare_data
 from tritonkit.convert.export import export_torch
-from tritonkit.convert.gpu import PROFILES
+from tritonkit.convert.gates import gate_all
+from tritonkit.convert.gpu_profiles import PROFILES
+from tritonkit.convert.plan import plan_build
 from tritonkit.convert.precision import int32_dequantize_nodes
 from tritonkit.convert.source import prepare_source
-from tritonkit.convert.spec import parse_spec
 from tritonkit.convert.tensorrt import builder_flags, plan_for_spec
 from tritonkit.convert.tensorrt_loaders import TypedInt8, network_onnx, typed_int8_network
 from tritonkit.errors import BuildError
@@ -78,7 +80,7 @@ def _build(conv_gemm: tuple[Path, Path, Path], tiny_spec: SpecDict, workdir: Pat
     )
     source = prepare_source(spec, workdir)
     sets = prepare_data(spec, source, True)
-    return spec, source, sets, build_precision(spec, source, "int8", sets, workdir)
+    return spec, source, sets, convert_precision(plan_build(spec), source, "int8", sets, workdir)
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +113,9 @@ def test_tensorrt_10_int8_network_has_no_int32_dequantize_and_is_the_gated_graph
     biased = [n for n in model.graph.node if n.op_type in ("Conv", "Gemm") and len(n.input) > 2]
     assert len(biased) == 3
     assert all(inits[n.input[2]].data_type == TensorProto.FLOAT for n in biased)
-    # The gate ran on this graph on ONNX Runtime CPU, against FP32, with the spec's int8 marks.
-    gate = item.accuracy
+    # The gate judges this graph on ONNX Runtime CPU, against FP32, with the spec's int8 marks.
+    (gated,) = gate_all(spec.accuracy, [item.checks], sets.labels)
+    gate = gated.records["precision"]
     assert gate["passed"] and gate["runtime"] == "onnxruntime-cpu" and gate["samples"] == 32
     assert gate["thresholds"] == {"mean": 0.98, "min": 0.9}
     _, cand, ref = accuracy.compare_models(source.onnx, network, sets.evaluation)
@@ -125,11 +128,12 @@ def test_portable_int8_keeps_onnx_runtime_int32_biases(
     conv_gemm: tuple[Path, Path, Path], tiny_spec: SpecDict, tmp_path: Path
 ) -> None:
     """ONNX Runtime serves the INT32-bias form (its QLinearConv/QGemm fusions take it): unchanged."""
-    _, _, _, item = _build(conv_gemm, tiny_spec, tmp_path, target="portable")
+    spec, _, sets, item = _build(conv_gemm, tiny_spec, tmp_path, target="portable")
     model = onnx.load(str(item.artifact))
     assert len(int32_dequantize_nodes(model)) == 3
     assert item.details["quantize_bias"] is True and item.details["int32_dequantize_nodes"] == 3
-    assert item.accuracy is not None and item.accuracy["passed"]
+    (gated,) = gate_all(spec.accuracy, [item.checks], sets.labels)
+    assert gated.records["precision"]["passed"]
     # Such a graph is never handed to TensorRT: the builder's network source refuses it, one line.
     flags = builder_flags(plan_for_spec(parse_spec(_tensorrt_spec(item.artifact)), T4), "int8", 10, T4)
     with pytest.raises(
@@ -152,7 +156,9 @@ def test_strongly_typed_int8_network_has_no_int32_dequantize(tensorrt_int8: Any,
     spec, source, sets, item = tensorrt_int8
     plan = plan_for_spec(spec, T4)
     typed = typed_int8_network(spec, source.onnx, item.artifact, plan, sets, tmp_path, trt_major=11)
-    assert isinstance(typed, TypedInt8) and typed.accuracy["passed"]
+    assert isinstance(typed, TypedInt8)
+    (gated,) = gate_all(spec.accuracy, [[typed.check]], sets.labels)
+    assert gated.records["fp16_base"]["passed"]
     assert typed.details["folded_int32_bias"] == 0  # nothing left to fold: the biases are float
     network = network_onnx(builder_flags(plan, "int8", 11, T4), source.onnx, item.artifact, typed)
     model = onnx.load(str(network))

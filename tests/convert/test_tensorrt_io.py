@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tritonkit.commands.build import add_arguments
 from tritonkit.config import to_pbtxt, validate
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.accuracy import Thresholds, gate
-from tritonkit.convert.cli_args import add_arguments
+from tritonkit.convert.buildspec import apply_overrides, load_spec, parse_spec
 from tritonkit.convert.engine_io import EngineDescription, EngineTensor, engine_config, triton_dtype
-from tritonkit.convert.gpu import PROFILES
+from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.spec import apply_overrides, load_spec, parse_spec
 from tritonkit.convert.tensorrt import (
     calibration_shapes,
     check_tensorrt_version,

@@ -16,12 +16,14 @@ import pytest
 from onnx import TensorProto
 
 from tritonkit.convert import accuracy, precision, tensorrt
-from tritonkit.convert.artifacts import build_precision
+from tritonkit.convert.buildspec import parse_spec
+from tritonkit.convert.conversion import convert_precision
 from tritonkit.convert.datasets import prepare_data
-from tritonkit.convert.gpu import PROFILES
+from tritonkit.convert.gates import gate_all
+from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.plan import plan_build
 from tritonkit.convert.source import prepare_source
-from tritonkit.convert.spec import parse_spec
 from tritonkit.convert.tensorrt import TENSORRT_DROPPED, builder_flags, plan_for_spec
 from tritonkit.convert.tensorrt_loaders import (
     TypedInt8,
@@ -57,7 +59,7 @@ def int8_build(
     workdir = tmp_path_factory.mktemp("typed")
     source = prepare_source(spec, workdir)
     sets = prepare_data(spec, source, True)
-    return spec, source, sets, build_precision(spec, source, "int8", sets, workdir), workdir
+    return spec, source, sets, convert_precision(plan_build(spec), source, "int8", sets, workdir), workdir
 
 
 # --- builder flags -------------------------------------------------------------------------------
@@ -96,8 +98,10 @@ def test_typed_int8_network_is_the_gated_fp16_base_graph(int8_build: tuple[Any, 
     }
     assert scales == {TensorProto.FLOAT16}
     assert typed.details["base"] == "fp16" and typed.details["fp32_nodes"] == {}
-    # The gate ran on exactly this graph, against FP32, with the spec's int8 marks.
-    gate = typed.accuracy
+    # The gate judges exactly this graph, against FP32, with the spec's int8 marks.
+    assert typed.check.role == "fp16_base" and typed.check.precision == "int8"
+    (gated,) = gate_all(spec.accuracy, [[typed.check]], sets.labels)
+    gate = gated.records["fp16_base"]
     assert gate["passed"] and gate["thresholds"] == {"mean": 0.98, "min": 0.9}
     assert gate["samples"] == 32 and gate["runtime"] == "onnxruntime-cpu"
     _, cand, ref = accuracy.compare_models(source.onnx, typed.path, sets.evaluation)
@@ -119,17 +123,19 @@ def test_typed_int8_network_only_for_strongly_typed_builds(
     assert typed_int8_network(spec, source.onnx, item.artifact, on, sets, workdir, trt_major=10) is not None
 
 
-def test_typed_int8_network_below_the_int8_marks_stops_the_build(
+def test_typed_int8_network_below_the_int8_marks_fails_the_gate(
     int8_build: tuple[Any, Any, Any, Any, Path], tmp_path: Path
 ) -> None:
     spec, source, sets, item, _ = int8_build
     strict = parse_spec(
         {**_raw(spec), "accuracy": {"metric": "cosine", "int8": {"mean": 0.9999999, "min": 0.9}}}
     )
+    typed = typed_int8_network(
+        strict, source.onnx, item.artifact, plan_for_spec(strict, T4), sets, tmp_path, trt_major=11
+    )
+    assert typed is not None
     with pytest.raises(AccuracyError, match=r"tiny_int8_trt \(Q/DQ on FP16 for strongly typed TensorRT\)"):
-        typed_int8_network(
-            strict, source.onnx, item.artifact, plan_for_spec(strict, T4), sets, tmp_path, trt_major=11
-        )
+        gate_all(strict.accuracy, [[typed.check]], sets.labels)
 
 
 def _raw(spec: Any) -> dict[str, Any]:
@@ -154,7 +160,7 @@ def test_tensorrt_11_int8_loader_graph(int8_build: tuple[Any, Any, Any, Any, Pat
     spec, source, _, item, _ = int8_build
     plan = plan_for_spec(spec, T4)
     flags = builder_flags(plan, "int8", 11, T4)
-    typed = TypedInt8(tmp_path / "int8-fp16-base.onnx", {}, {})
+    typed = TypedInt8(tmp_path / "int8-fp16-base.onnx", {}, item.checks[0])
     typed.path.write_bytes(item.artifact.read_bytes())  # network_onnx reads the graph it hands over
     network = network_onnx(flags, source.onnx, item.artifact, typed)
     assert network == typed.path

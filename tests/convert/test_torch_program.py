@@ -15,16 +15,17 @@ import pytest
 import tritonclient.http as httpclient
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.convert.gpu import PROFILES
-from tritonkit.convert.gpu_serving import (
+from tritonkit.convert.execution import (
+    ExecutionPlan,
     Placement,
     ServingSpec,
     default_buckets,
     gpu_placement_problems,
     plan_execution,
 )
+from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit.errors import SpecError
+from tritonkit.errors import AccuracyError, SpecError
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import runner_path
 
@@ -178,3 +179,38 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
         inputs[1].set_data_from_numpy(mask)
         got = client.infer("tiny", inputs).as_numpy("Y")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _fp16_plan() -> ExecutionPlan:
+    """An FP16 torch plan: what a GPU host plans; export and the gate run on this CPU all the same."""
+    return ExecutionPlan(
+        "gpu", "torch", "fp16", (1, 2, 4, 8), False, (InstanceGroup("KIND_GPU", 1, [0]),), "test"
+    )
+
+
+def test_a_write_below_fp32_is_gated_against_the_fp32_module(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    module = _Tiny.make()
+    examples = {"X": torch.randn(4, 8), "MASK": torch.ones(4, 3, dtype=torch.int64)}
+    version = write_torch_version(
+        tmp_path / "repo", "tiny", module, examples, ["Y"], _fp16_plan(), max_batch_size=8
+    )
+    gate = json.loads((version / "build.json").read_text())["accuracy"]
+    assert gate["passed"] and gate["samples"] == 4 and gate["runtime"].startswith("torch.export-")
+    assert gate["thresholds"] == {"mean": 0.999, "min": 0.99}  # the spec's default fp16 marks
+
+
+def test_a_program_below_its_marks_writes_nothing(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    class Fragile(torch.nn.Module):  # FP16 keeps 11 bits: sin(3000 x) of a half x is another number
+        def forward(self, X: torch.Tensor) -> torch.Tensor:  # noqa: N803 (ONNX input names)
+            return torch.sin(X * 3000.0)
+
+    examples = {"X": torch.rand(8, 16)}
+    with pytest.raises(AccuracyError, match=r"^accuracy gate failed for `fragile` \(fp16\): mean cosine"):
+        write_torch_version(
+            tmp_path / "repo", "fragile", Fragile(), examples, ["Y"], _fp16_plan(), max_batch_size=8
+        )
+    assert not (tmp_path / "repo" / "fragile").exists()

@@ -296,7 +296,11 @@ T4_REGRESSIONS: list[tuple[Callable[[list[Obj]], None], str]] = [
     (_writable_root, "expected readOnlyRootFilesystem: true, found False"),
     (_keep_capabilities, "expected capabilities.drop [ALL], found None"),
     (_init_as_root, "container `wait-for-repository`: expected runAsUser 1000, found 0"),
-    (_explicit_model_control, "expected `--model-control-mode=none`, found ['explicit']"),
+    (
+        _explicit_model_control,
+        "expected `--model-control-mode=none`, or `explicit` with the models to load named by `--load-model` "
+        "(not `*`), found explicit with no --load-model",
+    ),
     (_open_ingress, "ingress rule admits any peer"),
     (_latest_image, "expected the image pinned by tag or digest, found `nvcr.io/nvidia/tritonserver:latest`"),
     (_portable_engine_build, "expected `tritonkit build --target tensorrt`, found ['onnxruntime']"),

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit import deploy
 from tritonkit.cli import main
-from tritonkit.convert.spec import load_spec
+from tritonkit.convert.buildspec import load_spec
 from tritonkit.errors import DeployError
 
 

@@ -45,11 +45,30 @@ def test_batching_run_shows_the_real_distribution(loadtest: Callable[..., Any]) 
     assert summary["models"]["probe_add:1"]["server"]["executions"] == stats["executions"]
 
 
-def test_restricted_statistics_are_said_not_invented(
-    loadtest: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_restricted_statistics_are_said_not_invented(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A server that restricts statistics (``tritonkit serve`` leaves them open by default; a cluster may
+    not): the report says so and invents no batch sizes."""
     monkeypatch.delenv("TRITONKIT_ADMIN_KEY", raising=False)
-    summary = loadtest(("probe_add",), admin_key=None)
+    repo = tmp_path / "repo"
+    write_probe_model(repo, "probe_add", mode="add")
+    apis = ("model-repository", "shared-memory", "statistics", "trace", "logging")
+    with EmbeddedServer(repo, restricted_apis=apis) as restricted:
+        summary = run(
+            LoadTestOptions(
+                models=[parse_model("probe_add")],
+                report_dir=tmp_path / "report",
+                url=restricted.http_url,
+                http_url=restricted.http_url,
+                metrics_url=restricted.metrics_url,
+                admin_key=None,
+                protocol="http",
+                users=4,
+                duration="2s",
+                slo=SLO(),
+                progress=False,
+                plots=False,
+            )
+        )
     assert summary["models"]["probe_add:1"]["batch_stats"] is None
     assert any("statistics API is restricted" in n and "--admin-key" in n for n in summary["notes"])
     md = (tmp_path / "report" / "summary.md").read_text()

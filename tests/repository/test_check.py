@@ -11,9 +11,9 @@ import pytest
 from tritonkit import config
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
+from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
-from tritonkit.repository.store import STAGING_PREFIX
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:
@@ -59,7 +59,7 @@ def test_layout_problems(repo: Path, onnx_file: Callable[[str], Path]) -> None:
 
     problems = check_repository(repo)
     assert (
-        f"{STAGING_PREFIX}abc123: staging directory left by an interrupted write; Triton would try to load it as a model: remove it"
+        f"{STAGING_PREFIX}abc123: staging directory left by an interrupted write; Triton would try to load it as a model (`tritonkit serve` and the next write remove it)"
         in problems
     )
     assert ".ipynb_checkpoints: hidden directory; Triton would try to load it as a model" in problems

@@ -21,10 +21,10 @@ from onnx import TensorProto, helper
 from tritonkit import config
 from tritonkit.cli import main
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.convert.spec import load_spec
+from tritonkit.convert.buildspec import load_spec
 from tritonkit.errors import RepositoryError
+from tritonkit.repository import STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.repository.check import check_repository
-from tritonkit.repository.store import STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.serve.runners import runner_path
 
 

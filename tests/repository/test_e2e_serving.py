@@ -20,10 +20,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tritonkit.client import AsyncClient, Client
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.errors import ModelLoadError, ServerError
+from tritonkit.repository import STAGING_PREFIX, ModelRepository
 from tritonkit.repository.check import check_repository
-from tritonkit.repository.store import STAGING_PREFIX, ModelRepository
 from tritonkit.serve.embedded import EmbeddedServer
 
 #: Models built a second time with the DLPack tensor exchange forced (the path NumPy-2 hosts take).

@@ -21,8 +21,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit.errors import ServerError
+from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
-from tritonkit.repository.store import STAGING_PREFIX
 from tritonkit.serve.embedded import EmbeddedServer
 
 BIG_FLOATS = 64 * 1024 * 1024  # 256 MB of weights

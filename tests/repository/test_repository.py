@@ -13,7 +13,7 @@ import pytest
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, load
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
-from tritonkit.repository.store import (
+from tritonkit.repository import (
     CONFIG_FILE,
     MANIFEST_FILE,
     STAGING_PREFIX,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
+from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import runner_path

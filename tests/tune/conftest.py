@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 from tests.support.python_models import model_source
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.serve.embedded import EmbeddedServer
 
 WORK_MODEL_PY = model_source(

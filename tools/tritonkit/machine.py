@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["cpu_model", "description", "gpu_names", "host_name"]
+__all__ = ["cpu_model", "description", "gpu_names", "host_name", "query_gpus"]
 
 
 @functools.cache
@@ -31,16 +31,16 @@ def cpu_model() -> str | None:
     return None
 
 
-def gpu_names() -> list[str]:
-    """The name of every GPU ``nvidia-smi`` lists ("NVIDIA H100 80GB HBM3", "Tesla T4"), in index order;
-    empty where the driver's tool is absent, fails or lists none (read each call: cheap, and a test may put
+def query_gpus(*fields: str) -> list[str]:
+    """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader``'s lines, one per GPU in index order; empty
+    where the driver's tool is absent, fails or lists none (read each call: cheap, and a test may put
     another ``nvidia-smi`` on PATH)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
         result = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
@@ -51,6 +51,11 @@ def gpu_names() -> list[str]:
     if result.returncode != 0:
         return []
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def gpu_names() -> list[str]:
+    """The name of every GPU ``nvidia-smi`` lists ("NVIDIA H100 80GB HBM3", "Tesla T4"), in index order."""
+    return query_gpus("name")
 
 
 def host_name() -> str:

@@ -40,7 +40,7 @@ from onnx import TensorProto, helper
 
 from tritonkit.client.aio import AsyncClient
 from tritonkit.client.sync import Client
-from tritonkit.convert.portable import import_onnx
+from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.machine import cpu_model
 from tritonkit.serve.endpoint import endpoint
 

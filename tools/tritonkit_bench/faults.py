@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonkit import machine
+from tritonkit.atomic import write_text
 
 #: Acceptance lines of issue 11, keyed by the section whose rows decide them.
 ACCEPTANCE: dict[str, str] = {
@@ -20,6 +21,7 @@ ACCEPTANCE: dict[str, str] = {
     "bad-input": "≥ 40 bad-input kinds each rejected cleanly with the server still ready",
     "overload": "server RSS after an overload within 1.5× of before; p99 of accepted inside the queue timeout",
     "orphans": "no orphan process or /dev/shm region after any kill",
+    "writers": "two concurrent builds never share a version; nothing left after a killed tune write-back",
 }
 
 TITLES: dict[str, str] = {
@@ -36,6 +38,7 @@ TITLES: dict[str, str] = {
     "restart": "Restarts and crash lines",
     "client": "Client errors",
     "guard-cost": "The guard's cost",
+    "writers": "Concurrent and killed repository writers",
 }
 
 
@@ -140,7 +143,5 @@ def write(results_path: Path, report_path: Path, *, form: str, duration_s: float
     """Render the results in ``results_path`` into ``report_path`` (written whole, then renamed)."""
     text = render(load(results_path), form=form, duration_s=duration_s)
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = report_path.with_name(report_path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(report_path)
+    write_text(report_path, text)
     return report_path

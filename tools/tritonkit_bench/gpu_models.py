@@ -16,10 +16,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tritonkit.convert.execution import Placement, ServingSpec, plan_execution
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import OUTPUT as LOGITS
 from tritonkit.convert.flagship.resnet import build_resnet50
-from tritonkit.convert.gpu_serving import Placement, ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.runners import runner_path
 from tritonkit_bench.gpu_load import IMAGE, TEXT, Payload

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert.gpu_serving import ServingSpec, plan_execution
+from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.loadgen import WindowSpec

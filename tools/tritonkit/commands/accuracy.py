@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tritonkit.atomic import write_text
 from tritonkit.convert import report
 from tritonkit.convert.pipeline import build_all
 from tritonkit.errors import RepositoryError
@@ -43,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
     if args.report is not None:
         text = report.markdown(rows, repo=args.repo)
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.report.with_name(args.report.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.report)
+        write_text(args.report, text)
         print(f"wrote {args.report}")
     return 0 if all(r.passed for r in rows) else 1

@@ -11,11 +11,11 @@ import json
 import sys
 from pathlib import Path
 
+from tritonkit.atomic import write_text
 from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, Measurer
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(summary)
     sys.stdout.write(text)
     if args.json:
-        write_text_atomic(args.json, json.dumps(summary, indent=2) + "\n")
+        write_text(args.json, json.dumps(summary, indent=2) + "\n")
     if args.markdown:
-        write_text_atomic(args.markdown, text)
+        write_text(args.markdown, text)
     return 0

@@ -10,15 +10,15 @@ succeeded, each through a temporary file renamed into place.
 from __future__ import annotations
 
 import argparse
+import io
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from tritonkit.atomic import write_bytes
 from tritonkit.client import Client, ModelMetadata
 from tritonkit.commands.client_args import add_client_arguments, client_of
 from tritonkit.errors import ClientError
@@ -88,23 +88,14 @@ def _savable(array: NDArray[Any]) -> NDArray[Any]:
 
 
 def write_outputs(outputs: dict[str, NDArray[Any]], directory: Path) -> list[Path]:
+    """Each output as ``<name>.npy``, every array serialised before the first file is written."""
     directory.mkdir(parents=True, exist_ok=True)
-    staged: list[tuple[str, Path]] = []
-    try:
-        for name, array in outputs.items():
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".npy", dir=directory)
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, _savable(array), allow_pickle=False)
-            staged.append((name, Path(tmp_name)))
-        written = []
-        for name, tmp in staged:
-            target = directory / f"{name}.npy"
-            os.replace(tmp, target)
-            written.append(target)
-        return written
-    finally:
-        for _, tmp in staged:
-            tmp.unlink(missing_ok=True)
+    encoded = {}
+    for name, array in outputs.items():
+        buffer = io.BytesIO()
+        np.save(buffer, _savable(array), allow_pickle=False)
+        encoded[name] = buffer.getvalue()
+    return [write_bytes(directory / f"{name}.npy", data) for name, data in encoded.items()]
 
 
 def run(args: argparse.Namespace) -> int:

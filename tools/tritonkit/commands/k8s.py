@@ -8,13 +8,11 @@ parses arguments, hands the checklist the load-test scenario names, writes files
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from tritonkit import deploy
+from tritonkit.atomic import write_text
 from tritonkit.errors import DeployError
 from tritonkit.loadtest.scenarios import SCENARIOS  # stdlib-only module, no Locust
 
@@ -87,29 +85,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder: never a half-written file."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise DeployError(f"cannot write {path}: folder {folder} does not exist; expected an existing folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise DeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def run_render(args: argparse.Namespace) -> int:
     text = deploy.render_text(args.overlay, root=args.k8s_dir)
     deploy.parse_objects(text, source=f"overlay `{args.overlay}`")  # refuse to write what does not parse
     if args.output is None:
         sys.stdout.write(text)
     else:
-        _write_atomically(args.output, text)
+        write_text(args.output, text, error=DeployError)
         print(f"wrote {args.output} (overlay {args.overlay})", file=sys.stderr)
     return 0
 

@@ -1,11 +1,16 @@
-"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report.
+"""``tritonkit plan``: replicas, cost per million inferences and the HPA target from a ``tritonkit tune`` report,
+or, with ``--fleet FLEET.yaml``, the plan of a fleet of many models (:mod:`tritonkit.fleet`).
 
-Reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and ``capacity-plan.yaml``
-(a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only from a tune measured
-on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what was measured (the
-first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's t4 overlay and
-renders and validates it; ``--check-knee`` measures the priced config again with the tune's own method
-and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
+One model: reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and
+``capacity-plan.yaml`` (a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only
+from a tune measured on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what
+was measured (the first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's
+t4 overlay and renders and validates it; ``--check-knee`` measures the priced config again with the tune's
+own method and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
+
+A fleet: writes ``--out`` (the packing, placement, overlays per group, report and pictures) or nothing;
+every error of the fleet file is one line; ``--verify`` load-tests each group apart and exits 3 when one
+misses a budget or its planned throughput by more than ``--verify-tolerance``.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import sys
 from pathlib import Path
 
 from tritonkit import __version__
+from tritonkit.atomic import write_text
+from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
 from tritonkit.errors import TritonKitError, read_json
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
-from tritonkit.tune.export import write_text_atomic
 from tritonkit.tune.plan import (
     PATCH_FILE,
     apply_patch,
@@ -33,8 +39,8 @@ from tritonkit.tune.plan import (
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tune-report", type=Path, required=True, help="folder holding tune.json")
-    parser.add_argument("--target-rps", type=float, required=True, help="traffic to serve (req/s)")
+    parser.add_argument("--tune-report", type=Path, help="folder holding tune.json (one model)")
+    parser.add_argument("--target-rps", type=float, help="traffic to serve (req/s; one model)")
     parser.add_argument(
         "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
     )
@@ -50,7 +56,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--peak-factor", type=float, default=2.0, help="HPA max = replicas x this (default 2)"
     )
     parser.add_argument(
-        "--k8s-dir", type=Path, help="add the patch to this kustomize tree's t4 overlay and validate"
+        "--k8s-dir",
+        type=Path,
+        help="one model: add the patch to this kustomize tree's t4 overlay and validate; "
+        "--fleet: the tree the group overlays are built on (default ./k8s)",
     )
     parser.add_argument(
         "--check-knee",
@@ -65,10 +74,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="for --check-knee with --url: the statistics key (default $TRITONKIT_ADMIN_KEY)",
     )
     parser.add_argument("--knee-tolerance", type=float, default=0.15)
+    fleet_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        return run_fleet_command(args)
+    if args.tune_report is None or args.target_rps is None:
+        raise TritonKitError(
+            "expected --tune-report DIR and --target-rps N (one model), or --fleet FLEET.yaml"
+        )
 
     source = args.tune_report / "tune.json"
     missing = f"{source} not found; expected the --report folder of `tritonkit tune`"
@@ -88,14 +104,12 @@ def run(args: argparse.Namespace) -> int:
         "host": host_name(),
         "tritonkit_version": __version__,
     }
-    write_text_atomic(args.tune_report / PATCH_FILE, patch)
-    write_text_atomic(
-        args.tune_report / "plan.json", json.dumps({**plan.as_dict(), "made": made}, indent=2) + "\n"
-    )
+    write_text(args.tune_report / PATCH_FILE, patch)
+    write_text(args.tune_report / "plan.json", json.dumps({**plan.as_dict(), "made": made}, indent=2) + "\n")
     text = (
         plan.markdown() + f"\nPlan made {made['date']} on host `{made['host']}` by tritonkit {__version__}.\n"
     )
-    write_text_atomic(args.tune_report / "plan.md", text)
+    write_text(args.tune_report / "plan.md", text)
     sys.stdout.write(text)
     code = 0
     if args.k8s_dir is not None:

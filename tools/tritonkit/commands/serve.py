@@ -5,7 +5,9 @@ model (Triton keeps answering ready after a stub died while every call to that m
 On either failure it restarts the server on the same ports (``--max-restarts``; readiness is
 false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor (systemd,
 Kubernetes) restarts it. HTTP goes through tritonkit's guard (``serve/guard.py``) unless
-``--no-guard``.
+``--no-guard``. Before the start it removes what writers killed mid-write left in the repository
+(:meth:`tritonkit.repository.ModelRepository.remove_stale_staging`; Triton would try to load each
+as a model), waiting for a write in progress to finish.
 
 In NVIDIA's image under Kubernetes there is no such watcher, and ``/v2/health/ready`` stays 200
 with a dead stub: the readiness *and* liveness probes should then be an exec probe that runs one
@@ -22,6 +24,8 @@ import sys
 import threading
 from types import FrameType
 
+from tritonkit.errors import RepositoryError
+from tritonkit.repository import ModelRepository
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.options import (
     DEFAULT_LOG_MAX_BYTES,
@@ -100,9 +104,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+#: How long ``serve`` waits for a repository write in progress before starting anyway.
+WRITE_WAIT_S = 60.0
+
+
+def _remove_leftovers(repo: str) -> None:
+    """Remove the staging folders of killed writers, saying so (a missing repository is the server's
+    to report)."""
+    try:
+        removed = ModelRepository(repo).remove_stale_staging(wait_s=WRITE_WAIT_S)
+    except RepositoryError:
+        return
+    for path in removed:
+        print(f"tritonkit serve: removed {path.name}, left in the repository by a killed writer", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
+    _remove_leftovers(args.repo)
     server = EmbeddedServer(
         args.repo,
         http_port=args.http_port,

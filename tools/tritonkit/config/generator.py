@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.atomic import write_text
 from tritonkit.config import model_config as mc
 from tritonkit.config.dtypes import to_proto_dtype
 from tritonkit.config.parser import proto_from_dict
@@ -201,33 +201,12 @@ def to_pbtxt(cfg: mc.ModelConfig) -> str:
 
 
 def save(cfg: mc.ModelConfig, path: str | os.PathLike[str], *, check: bool = True) -> Path:
-    """Write ``cfg`` as ``config.pbtxt`` atomically (temp file + rename in the same directory).
+    """Write ``cfg`` as ``config.pbtxt`` atomically (:mod:`tritonkit.atomic`: temp file, fsync, rename).
 
     With ``check`` (default) the config is validated first, so an invalid config writes nothing; on
-    any failure the old file (if any) is left as it was and no temp file remains.
+    any failure the old file (if any) is left as it was and no temp file remains. Inside a model
+    repository, :class:`tritonkit.repository.ModelRepository` is the one caller.
     """
     if check:
         validate(cfg)
-    text = to_pbtxt(cfg)
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise ConfigError(f"cannot write `config.pbtxt`: directory {str(target.parent)!r} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
-    try:
-        # mkstemp creates 0600; a config is no secret and the server may run as another user.
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text(path, to_pbtxt(cfg), error=ConfigError)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonkit.convert import data
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import BuildSpec
 from tritonkit.errors import CalibrationError, SpecError
 
 __all__ = ["Datasets", "prepare_data"]

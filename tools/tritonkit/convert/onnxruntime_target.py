@@ -22,7 +22,7 @@ from tritonkit.config import (
     Optimization,
     TensorConfig,
 )
-from tritonkit.convert.spec import BuildSpec
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.repository.onnx_io import read_io
 
 __all__ = ["onnxruntime_config"]

@@ -5,7 +5,7 @@ Owns the decisions that turn a graph's interface into a Triton configuration: ``
 (batching only when every input and output has a dynamic leading axis), dims (batch axis dropped
 when batching, other dynamic dims as -1), dynamic batching, instance groups and the runner's ONNX
 Runtime parameters. A version of this target holds ``model.onnx`` (plus any external-data files)
-and ``model.py`` (the runner); :mod:`tritonkit.convert.pipeline` writes it.
+and ``model.py`` (the runner); :mod:`tritonkit.convert.targets` makes it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TypedDict, Unpack
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.config.tensors import TensorSpec
+from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.text_models import text_ensemble, text_runner_config
 from tritonkit.errors import ConfigError, ModelImportError
 from tritonkit.repository.onnx_io import GraphIO
@@ -41,7 +41,7 @@ ONNX_FILE = "model.onnx"
 RUNNER_FILE = "model.py"
 
 
-#: Runner parameters with a closed set of values (see ``runner/onnx_runner.py``).
+#: Runner parameters with a closed set of values (see ``serve/runners/onnx_runner.py``).
 RUNNER_CHOICES: dict[str, tuple[str, ...]] = {
     "tensor_exchange": ("auto", "dlpack", "numpy"),
     "execution_provider": ("auto", "cuda", "cpu"),

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.export import TorchSource, load_torch_source
 from tritonkit.convert.flagship import minilm, resnet
 from tritonkit.convert.sanitize import sanitize_onnx
-from tritonkit.convert.spec import BuildSpec
 from tritonkit.errors import ModelImportError, SpecError
 from tritonkit.repository.onnx_io import GraphIO, read_io
 

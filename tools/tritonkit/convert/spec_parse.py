@@ -2,7 +2,7 @@
 fields and type hints, so an unknown key or a wrong type is one :class:`SpecError` line naming the
 dotted key, what was expected and what was given.
 
-A type with a ``from_mapping`` classmethod (e.g. :class:`tritonkit.convert.gpu_serving.ServingSpec`)
+A type with a ``from_mapping`` classmethod (e.g. :class:`tritonkit.convert.execution.ServingSpec`)
 parses its own section and raises its own one-line SpecError.
 """
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert.gpu import GIB, GpuProfile, check_precision
-from tritonkit.convert.spec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
+from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
+from tritonkit.convert.gpu_profiles import GIB, GpuProfile, check_precision
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 
 __all__ = [

@@ -9,9 +9,9 @@ legacy INT8 calibrator's batches are reshaped here too (:func:`calibration_feeds
 TensorRT calibrates only at the calibration profile's OPT shape.
 
 A strongly typed int8 build (TensorRT 11, or ``tensorrt.strongly_typed: on``) parses the
-FP16-base Q/DQ ONNX instead of the Q/DQ one: :func:`typed_int8_network` makes it and gates it
-against FP32 on ONNX Runtime (the int8 thresholds of the spec) before any builder exists, and only
-when the build will be strongly typed, so a TensorRT 10 build is what it was.
+FP16-base Q/DQ ONNX instead of the Q/DQ one: :func:`typed_int8_network` makes it, with its comparison
+against FP32 on ONNX Runtime for the gate (:mod:`tritonkit.convert.gates`, the int8 thresholds of
+the spec), and only when the build will be strongly typed, so a TensorRT 10 build is what it was.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import numpy as np
 import onnx
 
 from tritonkit.convert import accuracy, precision
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.data import Feeds
 from tritonkit.convert.datasets import Datasets
 from tritonkit.convert.engine_io import EngineDescription, describe_engine
-from tritonkit.convert.gpu import GpuProfile
-from tritonkit.convert.spec import BuildSpec
+from tritonkit.convert.gates import Comparison
+from tritonkit.convert.gpu_profiles import GpuProfile
 from tritonkit.convert.tensorrt import (
     BuilderFlags,
     EnginePlan,
@@ -208,13 +209,14 @@ def calibration_cache_for(plan_file: Path) -> Path:
     return plan_file.with_suffix(".int8-calibration.cache")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TypedInt8:
-    """The FP16-base Q/DQ ONNX of a strongly typed int8 build, how it was made, and its gate."""
+    """The FP16-base Q/DQ ONNX of a strongly typed int8 build, how it was made, and the comparison
+    the gate judges it by."""
 
     path: Path
     details: dict[str, Any]
-    accuracy: dict[str, Any]
+    check: Comparison
 
 
 def typed_int8_network(
@@ -228,12 +230,11 @@ def typed_int8_network(
     trt_major: int | None = None,
 ) -> TypedInt8 | None:
     """For an int8 engine that will be strongly typed: the FP16-base twin of ``qdq_onnx`` in
-    ``workdir``, gated against ``fp32_onnx`` on ONNX Runtime CPU; None for every other build.
+    ``workdir``, compared with ``fp32_onnx`` on ONNX Runtime CPU; None for every other build.
 
     Whether the build is strongly typed depends on the TensorRT that builds (``tensorrt.strongly_typed:
     auto``): ``trt_major``, else the installed one; with none installed the twin is made, so that
     everything before ``import tensorrt`` runs (and fails) here as on a TensorRT 11 node.
-    AccuracyError below the spec's int8 thresholds, before any engine is built.
     """
     if plan.legacy_calibrator or plan.strongly_typed == "off":
         return None
@@ -259,18 +260,16 @@ def typed_int8_network(
         atol=spec.accuracy.atol,
         rtol=spec.accuracy.rtol,
     )
-    marks = spec.accuracy.int8
-    gated = accuracy.gate(
+    check = Comparison(
+        "fp16_base",
         f"{spec.model_name('int8')} (Q/DQ on FP16 for strongly typed TensorRT)",
         "int8",
         cand,
         ref,
-        accuracy.Thresholds(spec.accuracy.metric, marks.mean, marks.min),
-        output=TEXT_OUTPUT if spec.preprocessing.kind == "text" else stats["output"],
-        labels=sets.labels,
+        TEXT_OUTPUT if spec.preprocessing.kind == "text" else stats["output"],
+        stats=stats,
     )
-    gated.update(stats)
-    return TypedInt8(target, details, gated)
+    return TypedInt8(target, details, check)
 
 
 @dataclass
@@ -333,7 +332,7 @@ def build_engine(
         "network_onnx": network.name,
         "unquantized_layers": flags.unquantized,
         **(
-            {"fp16_base_qdq": {**typed_int8.details, "accuracy": typed_int8.accuracy}}
+            {"fp16_base_qdq": dict(typed_int8.details)}  # its gate's record is added by the gate step
             if typed_int8 is not None and network == typed_int8.path
             else {}
         ),

@@ -8,8 +8,8 @@ the onnxruntime and tensorrt targets, whose backends cannot tokenize).
 from __future__ import annotations
 
 from tritonkit.config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
+from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import BuildSpec
 
 __all__ = [
     "TEXT_INPUT",

@@ -4,9 +4,12 @@ served by ``serve/runners/torch_runner.py``, or an ONNX graph served by
 
 Owns exporting a torch module to a program at the plan's precision (an FP16 program is exported
 from a half module, so the runner never casts weights and the graph's own constants agree), the
-python-backend config for either runner (dynamic batching, ``KIND_GPU`` groups, runner parameters)
-and writing the version with its plan in build.json. Export runs on the CPU; the runner moves the
-program to the GPU it is placed on.
+python-backend config for either runner (dynamic batching, ``KIND_GPU`` groups, runner parameters),
+running a program (:func:`program_outputs`, for its comparison with the FP32 reference), and the
+library writers :func:`write_torch_version` / :func:`write_onnx_gpu_version` that the benchmarks
+use: a program below FP32 is judged by the build's gate (:mod:`.gates`) and every version goes
+through the repository's writer, with its plan in build.json. Export runs on the CPU; the runner
+moves the program to the GPU it is placed on.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
+import numpy as np
+from numpy.typing import NDArray
+
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
-from tritonkit.convert.gpu_serving import ExecutionPlan
+from tritonkit.convert.buildspec import AccuracySpec
+from tritonkit.convert.execution import ExecutionPlan
+from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
+from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.repository.store import Manifest, ModelRepository, validate_model_name
 from tritonkit.serve.runners import runner_path
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "export_program",
     "gpu_config",
     "onnx_gpu_version",
+    "program_outputs",
     "torch_version",
     "write_onnx_gpu_version",
     "write_torch_version",
@@ -102,15 +111,29 @@ def export_program(
     return [(_triton_dtype(o.dtype), f"OUTPUT_{i}", list(o.shape[1:])) for i, o in enumerate(outs)]
 
 
-class VersionOptions(TypedDict, total=False):
-    """Keyword options shared by the version writers: the batcher's queue delay (default 500 us),
-    whether to batch dynamically (default yes), the version number (default: the next one) and
-    whether to replace an existing version (default no)."""
+class Batching(TypedDict, total=False):
+    """The batcher of a GPU version: its queue delay (default 500 us) and whether to batch
+    dynamically at all (default yes)."""
 
     max_queue_delay_us: int
     dynamic_batching: bool
+
+
+class VersionOptions(Batching, total=False):
+    """Keyword options of the version writers: :class:`Batching`'s, the version number (default:
+    the next one) and whether to replace an existing version (default no)."""
+
     version: int | None
     force: bool
+
+
+def _batching(options: VersionOptions) -> Batching:
+    batching = Batching()
+    if "max_queue_delay_us" in options:
+        batching["max_queue_delay_us"] = options["max_queue_delay_us"]
+    if "dynamic_batching" in options:
+        batching["dynamic_batching"] = options["dynamic_batching"]
+    return batching
 
 
 def gpu_config(
@@ -156,8 +179,7 @@ def torch_version(
     program: Path,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
+    **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
     files of a torch-runner version serving it, for the caller to write."""
@@ -181,9 +203,8 @@ def torch_version(
         plan,
         runner=TORCH_RUNNER,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=max_queue_delay_us,
-        dynamic_batching=dynamic_batching,
         extra_parameters={"program_file": PROGRAM_FILE},
+        **batching,
     )
     return config, {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
 
@@ -194,8 +215,7 @@ def onnx_gpu_version(
     plan: ExecutionPlan,
     *,
     max_batch_size: int,
-    max_queue_delay_us: int = 500,
-    dynamic_batching: bool = True,
+    **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """The config and files of a version serving an ONNX graph (batch axis dynamic) with the ONNX
     Runtime CUDA runner, for the caller to write."""
@@ -215,11 +235,26 @@ def onnx_gpu_version(
         plan,
         runner=ONNX_CUDA_RUNNER,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=max_queue_delay_us,
-        dynamic_batching=dynamic_batching,
         extra_parameters={"onnx_file": "model.onnx"},
+        **batching,
     )
     return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+
+
+def _module_check(
+    name: str, module: Any, example_inputs: Mapping[str, Any], output: str, plan: ExecutionPlan, program: Path
+) -> Comparison:
+    """The program's first output and the FP32 module's, on the example inputs (a library write has
+    no held-out set: the examples are what it has)."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    with torch.inference_mode():
+        out = module.eval()(*example_inputs.values())
+    reference = (list(out) if isinstance(out, (tuple, list)) else [out])[0].float().cpu().numpy()
+    feeds = [[t.detach().cpu().numpy() for t in example_inputs.values()]]
+    candidate, device = program_outputs(program, feeds, len(reference), 0)
+    runtime = f"torch.export-{device.split(':')[0]}"
+    return Comparison("program", name, plan.precision, candidate, reference, output, runtime)
 
 
 def write_torch_version(
@@ -234,7 +269,11 @@ def write_torch_version(
     manifest_extra: Mapping[str, Any] | None = None,
     **options: Unpack[VersionOptions],
 ) -> Path:
-    """Export ``module`` and write ``<repo>/<name>/<version>/`` (model.pt2, model.py, build.json)."""
+    """Export ``module`` and write ``<repo>/<name>/<version>/`` (model.pt2, model.py, build.json).
+
+    A program below FP32 is gated like a build's (:mod:`tritonkit.convert.gates`, the default FP16
+    thresholds) against the FP32 module on ``example_inputs`` before anything is written.
+    """
     with tempfile.TemporaryDirectory(prefix="tritonkit-export-") as tmp:
         program = Path(tmp) / PROGRAM_FILE
         config, files = torch_version(
@@ -245,10 +284,17 @@ def write_torch_version(
             plan,
             program,
             max_batch_size=max_batch_size,
-            max_queue_delay_us=options.get("max_queue_delay_us", 500),
-            dynamic_batching=options.get("dynamic_batching", True),
+            **_batching(options),
         )
-        return _write(repo, name, config, files, program, plan, manifest_extra, options)
+        checks = (
+            []
+            if plan.precision == "fp32"
+            else [_module_check(name, module, example_inputs, output_names[0], plan, program)]
+        )
+        (gated,) = gate_all(AccuracySpec(), [checks], None)
+        return _write(
+            repo, name, (config, files, program), plan, gated.records.get("program"), manifest_extra, options
+        )
 
 
 def write_onnx_gpu_version(
@@ -260,36 +306,72 @@ def write_onnx_gpu_version(
     max_batch_size: int,
     **options: Unpack[VersionOptions],
 ) -> Path:
-    """Write a version serving an ONNX graph (batch axis dynamic) with the ONNX Runtime CUDA runner."""
+    """Write a version serving an ONNX graph (batch axis dynamic), as given, with the ONNX Runtime
+    CUDA runner (nothing was converted: there is nothing to gate)."""
     config, files = onnx_gpu_version(
         onnx_path,
         name,
         plan,
         max_batch_size=max_batch_size,
-        max_queue_delay_us=options.get("max_queue_delay_us", 500),
-        dynamic_batching=options.get("dynamic_batching", True),
+        **_batching(options),
     )
-    return _write(repo, name, config, files, Path(onnx_path), plan, None, options)
+    return _write(repo, name, (config, files, Path(onnx_path)), plan, None, None, options)
 
 
 def _write(
     repo: ModelRepository | str | os.PathLike[str],
     name: str,
-    config: ModelConfig,
-    files: dict[str, Path | bytes],
-    source: Path,
+    version: tuple[ModelConfig, dict[str, Path | bytes], Path],
     plan: ExecutionPlan,
+    gate: dict[str, Any] | None,
     manifest_extra: Mapping[str, Any] | None,
     options: VersionOptions,
 ) -> Path:
-    """Write the version with build.json recording the plan (``source`` is hashed into it)."""
+    """Write (config, files, source hashed into build.json) through the repository's writer, with
+    the plan and the gate's record in build.json."""
+    config, files, source = version
     repository = repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
     extra = {
         "builder": "tritonkit.convert.torch_program",
         **plan.manifest_extra(),
         **dict(manifest_extra or {}),
     }
-    manifest = Manifest.create(source, precision=plan.precision, target="python-gpu", extra=extra)
-    return repository.write_version(
-        name, config, files, manifest, version=options.get("version"), force=options.get("force", False)
+    manifest = Manifest.create(
+        source, precision=plan.precision, target="python-gpu", accuracy=gate, extra=extra
     )
+    write = VersionWrite(name, config, files, manifest)
+    (path,) = repository.write_versions(
+        [write], version=options.get("version"), force=options.get("force", False)
+    )
+    return path
+
+
+def program_outputs(program: Path, feeds: list[list[Any]], mbs: int, index: int) -> tuple[NDArray[Any], str]:
+    """The program's output ``index`` on ``feeds`` (positional numpy inputs), on the first CUDA device
+    when this process has one, else on the CPU; (outputs, device)."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    exported = torch.export.load(str(program))
+    if device != "cpu":
+        from torch.export.passes import move_to_device_pass  # noqa: PLC0415 (torch is heavy and optional)
+
+        exported = move_to_device_pass(exported, device)
+    placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
+    dtypes = [
+        getattr(placeholders[n].meta.get("val"), "dtype", None) for n in exported.graph_signature.user_inputs
+    ]
+    module = exported.module()
+    chunks = []
+    with torch.inference_mode():
+        for feed in feeds:
+            rows = len(feed[0])
+            for start in range(0, rows, max(mbs, 1)):
+                args = []
+                for value, dtype in zip(feed, dtypes, strict=True):
+                    tensor = torch.from_numpy(np.ascontiguousarray(value[start : start + mbs])).to(device)
+                    args.append(tensor.to(dtype) if dtype is not None else tensor)
+                out = module(*args)
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                chunks.append(outs[index].float().cpu().numpy())
+    return np.concatenate(chunks), device

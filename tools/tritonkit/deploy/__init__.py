@@ -20,10 +20,12 @@ from tritonkit.deploy.checkov import CheckovResult, find_checkov, run_checkov, s
 from tritonkit.deploy.checks import checklist
 from tritonkit.deploy.checks.scaling import ADAPTER_METRIC
 from tritonkit.deploy.checks.server import REQUIRED_RESTRICTED_APIS
+from tritonkit.deploy.checks.t4 import GPU_PRODUCTS
 from tritonkit.deploy.manifests import (
     OVERLAYS,
     SERVER_OVERLAYS,
     find_kubectl,
+    kustomize,
     manifests_dir,
     overlay_dir,
     parse_objects,
@@ -43,6 +45,7 @@ from tritonkit.deploy.schemas import KUBERNETES_VERSION, validate
 
 __all__ = [
     "ADAPTER_METRIC",
+    "GPU_PRODUCTS",
     "INPUTS_DIR",
     "KUBERNETES_VERSION",
     "OVERLAYS",
@@ -58,6 +61,7 @@ __all__ = [
     "container_env",
     "find_checkov",
     "find_kubectl",
+    "kustomize",
     "manifests_dir",
     "overlay_dir",
     "package_onnx",

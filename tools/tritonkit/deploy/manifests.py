@@ -22,6 +22,7 @@ __all__ = [
     "SERVER_OVERLAYS",
     "find_kubectl",
     "known_overlay",
+    "kustomize",
     "manifests_dir",
     "overlay_dir",
     "parse_objects",
@@ -75,7 +76,11 @@ def overlay_dir(overlay: str, root: str | os.PathLike[str] | None = None) -> Pat
 
 def render_text(overlay: str, *, root: str | os.PathLike[str] | None = None) -> str:
     """The overlay's manifests as ``kubectl kustomize`` prints them (multi-document YAML)."""
-    directory = overlay_dir(overlay, root)
+    return kustomize(overlay_dir(overlay, root))
+
+
+def kustomize(directory: str | os.PathLike[str]) -> str:
+    """``kubectl kustomize DIRECTORY``: the manifests of any kustomization (a fleet plan's group overlays)."""
     result = subprocess.run(
         [find_kubectl(), "kustomize", str(directory)],
         capture_output=True,

@@ -21,14 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tritonkit.convert.spec import load_spec, parse_spec
+from tritonkit.atomic import make_dir, replace_dir
+from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.repository.onnx_io import external_data_files, load_model
 from tritonkit.repository.store import validate_model_name
@@ -136,7 +136,7 @@ def _finish(staging: Path, output: Path, name: str, force: bool) -> Path:
         if not force:
             raise DeployError(f"{final} already exists; expected a new model name, or --force to replace it")
         shutil.rmtree(final)
-    os.replace(staging, final)
+    replace_dir(staging, final)
     return final
 
 
@@ -149,7 +149,7 @@ def _staging(output: Path, name: str) -> Path:
     if output.exists() and not output.is_dir():
         raise DeployError(f"--output {output} is a file; expected a folder")
     (output / INPUTS_DIR).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{name}.", dir=output / INPUTS_DIR))
+    return make_dir(output / INPUTS_DIR, f".{name}.")
 
 
 def _write_spec(staging: Path, data: dict[str, Any]) -> None:

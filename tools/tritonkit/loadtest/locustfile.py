@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 import locust.stats
-from locust import events
+from locust import constant_pacing, events
 from locust.runners import WorkerRunner
 
 from tritonkit.loadtest.payloads import parse_batch_mix
@@ -44,12 +45,36 @@ def _load() -> dict[str, Any] | None:
     return config
 
 
+def _random_phase(interval: float) -> Any:
+    """A paced user's ``on_start``: wait a random part of its interval first, so that users spawned
+    together send spread over the interval instead of in bursts."""
+
+    def on_start(self: Any) -> None:
+        gevent.sleep(self.rng.uniform(0.0, interval))
+        # constant_pacing counts from these two (set when the user was made): start them after the wait,
+        # or the next wait would take the phase back
+        self._cp_last_run = time.perf_counter()
+        self._cp_last_wait_time = 0.0
+
+    return on_start
+
+
 def build_users(config: dict[str, Any]) -> dict[str, type]:
-    """One concrete user class per model, weighted as asked."""
+    """One concrete user class per model, weighted as asked (or paced: a fixed count of users, each
+    sending one request every ``users / rate`` seconds)."""
     base = TritonGrpcUser if config["protocol"] == "grpc" else TritonHttpUser
     classes: dict[str, type] = {}
     for index, model in enumerate(config["models"]):
         name = f"{config['protocol'].title()}User_{index}_{model['name']}"
+        paced: dict[str, Any] = {}
+        if model.get("rate"):
+            users = int(model["users"])
+            interval = users / float(model["rate"])
+            paced = {
+                "fixed_count": users,
+                "wait_time": constant_pacing(interval),
+                "on_start": _random_phase(interval),
+            }
         classes[name] = type(
             name,
             (base,),
@@ -68,6 +93,7 @@ def build_users(config: dict[str, Any]) -> dict[str, type]:
                 "grpc_transport": config.get("grpc_transport", "wire"),
                 "http_transport": config.get("http_transport", "lean"),
                 "__module__": __name__,
+                **paced,
             },
         )
     return classes
@@ -83,6 +109,8 @@ _HISTOGRAMS: dict[str, Histogram] = {}
 _COUNTS: dict[str, list[Any]] = {}
 #: this process's CPU time when the test started (imports and set-up are not load-generation cost)
 _CPU: list[float] = []
+#: non-empty once the run began stopping (Locust's ``test_stopping``)
+_STOPPING: list[bool] = []
 
 if _CONFIG is not None:
     globals().update(build_users(_CONFIG))
@@ -99,6 +127,10 @@ if _CONFIG is not None:
     _LIVE: Live | None = TritonShape.live if issubclass(TritonShape, RampShape) else None
     _UNREPORTED = Live()
 
+    @events.test_stopping.add_listener  # type: ignore[untyped-decorator]
+    def _stopping(**_: Any) -> None:
+        _STOPPING.append(True)
+
     @events.request.add_listener  # type: ignore[untyped-decorator]
     def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
         entry = _COUNTS.get(name)
@@ -109,6 +141,10 @@ if _CONFIG is not None:
         if exception is not None:
             entry[1] += 1
         entry[3] = time.time()
+        if _STOPPING:
+            # Locust lets a user finish the request it is in while the run stops, and does its own
+            # shutdown work meanwhile: such an answer is counted, but its time is Locust's, not Triton's.
+            return
         _HISTOGRAMS[name].add(response_time)
         if _LIVE is not None:
             _LIVE.add(response_time, exception is not None)

@@ -37,13 +37,21 @@ ADMIN_KEY_ENV = "TRITONKIT_ADMIN_KEY"
 
 @dataclasses.dataclass
 class ModelTarget:
-    """One model of a run: ``name[:version]`` with its share of users and batch mix."""
+    """One model of a run: ``name[:version]`` with its share of users and batch mix.
+
+    ``rate`` (requests/s) with ``users``: a paced model instead of a weighted one: exactly ``users``
+    users, each sending one request every ``users / rate`` seconds (Locust's ``constant_pacing``), so
+    the model receives ``rate`` requests/s while its answers take less than that interval. A run paces
+    every model or none (the fleet plan's mixed load test paces each model at its planned rate).
+    """
 
     name: str
     version: str = ""
     weight: int = 1
     batch_mix: dict[int, float] = dataclasses.field(default_factory=lambda: {1: 1.0})
     source: str = "auto"
+    rate: float | None = None
+    users: int | None = None
 
 
 def parse_model(text: str, batch_mix: str | None = None, source: str = "auto") -> ModelTarget:
@@ -134,8 +142,27 @@ class LoadTestOptions:
             raise LoadTestError(
                 f"request timeout {self.request_timeout}: expected a positive number of seconds"
             )
+        paced = [m for m in self.models if m.rate is not None]
+        if paced:
+            self._check_paced(paced)
         make_plan(self.scenario, self.users, self.duration, ramp_steps=self.ramp_steps)
         self.report_dir = _writable_dir(Path(self.report_dir))
+
+    def _check_paced(self, paced: Sequence[ModelTarget]) -> None:
+        if len(paced) != len(self.models):
+            raise LoadTestError("paced models: expected a rate for every model or for none")
+        for m in paced:
+            if not (m.rate or 0) > 0 or not isinstance(m.users, int) or m.users < 1:
+                raise LoadTestError(
+                    f"model `{m.name}` paced at {m.rate} requests/s by {m.users} users: expected a rate > 0 "
+                    "and a whole number of users >= 1"
+                )
+        total = sum(m.users or 0 for m in paced)
+        if self.users != total or self.scenario != "steady":
+            raise LoadTestError(
+                f"paced models need the steady scenario with users = the sum of their users ({total}); "
+                f"got {self.scenario} with {self.users}"
+            )
 
 
 def _writable_dir(path: Path) -> Path:

@@ -30,7 +30,7 @@ import tritonkit
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.machine import cpu_model, gpu_names, host_name
-from tritonkit.repository.store import Manifest, ModelRepository
+from tritonkit.repository import Manifest, ModelRepository
 
 __all__ = ["ModelFacts", "Provenance", "collect", "is_local", "markdown_lines"]
 

@@ -155,6 +155,7 @@ def _locust_config(
                 "batch_mix": {str(k): v for k, v in t.batch_mix.items()},
                 "source": t.source,
                 "spec": s.to_json(),
+                **({"rate": t.rate, "users": t.users} if t.rate is not None else {}),
             }
             for t, s in zip(options.models, specs, strict=True)
         ],

@@ -25,8 +25,10 @@ from tritonkit.config import ModelConfig, TensorConfig, load
 from tritonkit.config import problems as config_problems
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
+from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.repository.store import CONFIG_FILE, MANIFEST_FILE, STAGING_PREFIX, Manifest, ModelRepository
+from tritonkit.repository.staging import STAGING_PREFIX
+from tritonkit.repository.store import CONFIG_FILE, ModelRepository
 from tritonkit.serve.runners import ONNX_RUNNER, runner_path
 
 __all__ = [
@@ -398,7 +400,7 @@ def check_repository(
         if entry.name.startswith(STAGING_PREFIX):
             problems.append(
                 f"{entry.name}: staging directory left by an interrupted write; Triton would try to load "
-                "it as a model: remove it"
+                "it as a model (`tritonkit serve` and the next write remove it)"
             )
             continue
         if entry.name.startswith("."):

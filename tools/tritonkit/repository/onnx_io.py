@@ -4,7 +4,7 @@ This module owns the boundary between ``onnx`` and the rest of tritonkit: it loa
 only, external weights left on disk), wraps decode and checker failures into one-line
 :class:`~tritonkit.errors.ModelImportError` messages, maps element types to Triton's short names,
 and decides whether the graph has a dynamic leading (batch) axis. Anything that turns these specs
-into a model configuration lives in :mod:`tritonkit.convert.portable` and :mod:`tritonkit.repository.check`.
+into a model configuration lives in :mod:`tritonkit.convert.onnx_import` and :mod:`tritonkit.repository.check`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model repository on disk: model-name rules, layout, atomic version writes, ``build.json`` manifests.
+"""The model repository on disk: model-name rules, layout, and every write into it.
 
 Layout (what Triton reads, plus tritonkit's manifest)::
 
@@ -6,58 +6,54 @@ Layout (what Triton reads, plus tritonkit's manifest)::
     <repo>/<model>/<version>/<artifact files...>
     <repo>/<model>/<version>/build.json
 
-A version is assembled in a staging directory inside the repository (same filesystem, so the final
-step is a ``rename``) and only then moved into place; an existing version is replaced only with
-``force`` (old one renamed aside, new one renamed in, old one deleted). Any error leaves the
-repository exactly as it was. Triton 2.51 treats *every* directory at the repository root as a model,
-hidden ones included (checked by hand: a leftover ``.staging-x/1`` made the server try to load a model
-called ``.staging-x``), so the staging directory is always removed before a write returns;
-``tritonkit check`` reports one left behind by a killed process.
+:class:`ModelRepository` owns every write into a repository: versions (:meth:`~ModelRepository.write_versions`,
+what a build writes), a model's config rewritten in place and a model cloned under a new name with
+another config (:meth:`~ModelRepository.write_config`, :meth:`~ModelRepository.clone_model`, what
+``tritonkit tune --write`` does). Each holds the repository's lock (:mod:`.staging`) from its checks to
+its last rename, assembles what it adds in a staging folder inside the repository and renames it into
+place; an existing version is replaced only with ``force`` (old one renamed aside, new one renamed in,
+old one deleted). Any error leaves the repository as it was. Triton 2.51 treats *every* folder at
+the repository root as a model, hidden ones included (checked by hand: a leftover ``.staging-x/1``
+made the server try to load a model called ``.staging-x``), so the staging folder is always removed
+before a write returns, and the next write (or ``tritonkit serve``) removes one a killed writer left;
+``tritonkit check`` reports it.
+
+The rule for what may be written is in one place, :meth:`ModelRepository.check_write`: a version
+that exists is replaced only with ``force``, and a version whose :class:`~.signature.Signature`
+(backend, batching, I/O) differs from the model's config only with ``force``, the refusal naming each
+differing field with both values and whether ``tritonkit tune`` changed it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.metadata
-import json
 import os
-import platform
 import re
 import shutil
-import tempfile
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
+from tritonkit.atomic import fsync_dir, fsync_tree, leftovers, replace_dir, write_text
 from tritonkit.config import ModelConfig, load, save, validate
-from tritonkit.errors import ConfigError, ModelImportError, RepositoryError, read_text
+from tritonkit.errors import ConfigError, RepositoryError, read_text
+from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
+from tritonkit.repository.signature import CONFIG_ORIGIN_FILE, describe_differences, origin_record
+from tritonkit.repository.staging import (
+    commit_into_existing,
+    locked,
+    new_staging,
+    remove_staging,
+    stage_files,
+    staging_dirs,
+)
+
+__all__ = ["CONFIG_FILE", "ModelRepository", "VersionWrite", "validate_model_name"]
 
 CONFIG_FILE = "config.pbtxt"
-MANIFEST_FILE = "build.json"
-#: Prefix of the temporary directories a write assembles a version in (removed before it returns).
-STAGING_PREFIX = ".tritonkit-staging-"
-MANIFEST_SCHEMA = 1
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _MAX_NAME = 200  # well under the 255-byte filename limit, leaving room for suffixes
-#: Distributions whose versions go into every manifest (those installed; none is imported for this).
-_TOOL_DISTRIBUTIONS: tuple[str, ...] = (
-    "tritonkit",
-    "onnx",
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "numpy",
-    "protobuf",
-    "tritonclient",
-    "nvidia-pytriton",
-    "polygraphy",
-    "torch",
-    "tensorrt",
-    "onnxscript",
-)
 
 
 def validate_model_name(name: str) -> str:
@@ -80,147 +76,10 @@ def validate_model_name(name: str) -> str:
     return name
 
 
-def _writer_alive(staging_name: str) -> bool:
-    """True when the pid recorded in a staging directory name is a running process."""
-    pid_text = staging_name[len(STAGING_PREFIX) :].split("-", 1)[0]
-    if not pid_text.isdigit() or int(pid_text) <= 0:
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
-
-
 def _validate_version(version: object) -> int:
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise RepositoryError(f"invalid version {version!r}: expected an integer >= 1")
     return version
-
-
-def _tool_versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for dist in _TOOL_DISTRIBUTIONS:
-        try:
-            found[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-@dataclass
-class Manifest:
-    """``<model>/<version>/build.json``: where a version came from and how it was made."""
-
-    source: str
-    source_sha256: str
-    precision: str
-    target: str
-    gpu_profile: str | None = None
-    tools: dict[str, str] = field(default_factory=dict)
-    accuracy: dict[str, Any] | None = None
-    created: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def create(
-        cls,
-        source_path: str | os.PathLike[str],
-        precision: str = "fp32",
-        target: str = "portable",
-        gpu_profile: str | None = None,
-        accuracy: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-        *,
-        tools: Mapping[str, str] | None = None,
-    ) -> Manifest:
-        """Manifest for a version built now from ``source_path`` (hashed here).
-
-        ``tools`` adds or overrides library versions (e.g. the TensorRT a plan was built with).
-        """
-        source = Path(source_path)
-        try:
-            digest = sha256_file(source)
-        except FileNotFoundError:
-            raise ModelImportError(
-                f"source file not found: {str(source)!r}; expected an existing file"
-            ) from None
-        except IsADirectoryError:
-            raise ModelImportError(f"source {str(source)!r} is a directory; expected a file") from None
-        except OSError as exc:
-            raise ModelImportError(f"cannot read source file {str(source)!r}: {exc.strerror}") from None
-        return cls(
-            source=str(source.resolve()),
-            source_sha256=digest,
-            precision=precision,
-            target=target,
-            gpu_profile=gpu_profile,
-            tools={**_tool_versions(), **dict(tools or {})},
-            accuracy=dict(accuracy) if accuracy is not None else None,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-            extra=dict(extra or {}),
-        )
-
-    def to_json(self) -> str:
-        data = {"schema": MANIFEST_SCHEMA, **asdict(self)}
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        """Parse ``build.json`` text; RepositoryError naming what is missing or malformed.
-
-        Keys this version does not know are ignored, so newer manifests stay readable.
-        """
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RepositoryError(
-                f"`{MANIFEST_FILE}` is not valid JSON ({exc.msg} at line {exc.lineno})"
-            ) from None
-        if not isinstance(data, dict):
-            raise RepositoryError(f"`{MANIFEST_FILE}` must hold a JSON object, got {type(data).__name__}")
-        required = ("source", "source_sha256", "precision", "target")
-        missing = [key for key in required if key not in data]
-        if missing:
-            raise RepositoryError(f"`{MANIFEST_FILE}` lacks required keys: {', '.join(missing)}")
-        known = {f for f in cls.__dataclass_fields__ if f in data}
-        try:
-            manifest = cls(**{key: data[key] for key in known})
-        except TypeError as exc:  # pragma: no cover - every field has a default or is required above
-            raise RepositoryError(f"`{MANIFEST_FILE}` is malformed: {exc}") from None
-        for key in ("source", "source_sha256", "precision", "target"):
-            if not isinstance(getattr(manifest, key), str):
-                raise RepositoryError(f"`{MANIFEST_FILE}`: `{key}` must be a string")
-        if not isinstance(manifest.tools, dict) or not isinstance(manifest.extra, dict):
-            raise RepositoryError(f"`{MANIFEST_FILE}`: `tools` and `extra` must be JSON objects")
-        return manifest
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    """Flush every staged file and directory, so a crash after the rename never exposes empty files."""
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_dir():
-            _fsync_dir(path)
-        else:
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-    _fsync_dir(root)
 
 
 def _relative_file_name(key: str) -> PurePosixPath:
@@ -235,28 +94,15 @@ def _relative_file_name(key: str) -> PurePosixPath:
     return rel
 
 
-def _signature(config: ModelConfig) -> tuple[Any, ...]:
-    """What every version of one model must share: how it is run and its I/O."""
+@dataclass(frozen=True)
+class VersionWrite:
+    """One version to add: model ``name``, its config, its files (a relative name inside the version
+    mapped to a source path or the bytes to write) and its ``build.json``."""
 
-    def tensors(items: list[Any]) -> tuple[Any, ...]:
-        return tuple((t.name, t.data_type, tuple(t.dims)) for t in items)
-
-    return (
-        config.backend,
-        config.platform,
-        config.max_batch_size,
-        tensors(config.inputs),
-        tensors(config.outputs),
-    )
-
-
-def _describe_signature(sig: tuple[Any, ...]) -> str:
-    backend, platform_, mbs, inputs, outputs = sig
-
-    def fmt(items: tuple[Any, ...]) -> str:
-        return ", ".join(f"{n}:{d}{list(s)}" for n, d, s in items)
-
-    return f"{backend or platform_}, max_batch_size {mbs}, inputs [{fmt(inputs)}], outputs [{fmt(outputs)}]"
+    name: str
+    config: ModelConfig
+    files: Mapping[str, Path | bytes]
+    manifest: Manifest
 
 
 class ModelRepository:
@@ -307,23 +153,19 @@ class ModelRepository:
         return found[-1] + 1 if found else 1
 
     def stale_staging(self) -> list[Path]:
-        """Staging directories left behind by a killed write (Triton would try to load them as models)."""
-        return sorted(p for p in self.root.iterdir() if p.name.startswith(STAGING_PREFIX))
+        """Staging folders at the root: a live writer's, or left by a killed one (Triton would try to
+        load them as models)."""
+        return staging_dirs(self.root)
 
-    def remove_stale_staging(self) -> list[Path]:
-        """Remove staging directories whose writer process is gone; returns what was removed.
-
-        A staging directory is named ``<prefix><pid>-<random>``: one whose pid is still alive is a
-        live writer's and is kept. Names without a pid (older layouts) are removed as stale.
-        """
-        removed: list[Path] = []
-        for path in self.stale_staging():
-            if _writer_alive(path.name):
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            if not path.exists():
-                removed.append(path)
-        return removed
+    def remove_stale_staging(self, *, wait_s: float = 0.0) -> list[Path]:
+        """Remove the staging folders killed writers left (waiting up to ``wait_s`` for a running
+        writer to finish); returns what was removed. Nothing is removed while another writer holds the
+        lock, nor a folder whose writer (the pid in its name) still runs."""
+        try:
+            with locked(self.root, timeout=wait_s):
+                return remove_staging(self.root)
+        except RepositoryError:
+            return []  # busy or not writable: the next writer cleans up
 
     def read_config(self, name: str) -> ModelConfig:
         path = self.model_dir(name) / CONFIG_FILE
@@ -344,69 +186,21 @@ class ModelRepository:
         except RepositoryError as exc:
             raise RepositoryError(f"model `{name}` version {version}: {exc}") from None
 
-    # --- writing ---------------------------------------------------------------------------------
-    def write_version(
+    # --- the rule ------------------------------------------------------------------------------
+    def check_write(
         self,
         name: str,
-        config: ModelConfig,
-        files: Mapping[str, Path | bytes],
-        manifest: Manifest,
+        config: ModelConfig | None,
+        version: int | None,
         *,
-        version: int | None = None,
-        force: bool = False,
-    ) -> Path:
-        """Add ``<name>/<version>/`` (``files`` + ``build.json``) and write ``<name>/config.pbtxt``.
-
-        ``files`` maps a relative name inside the version (``model.onnx``, ``model.py``) to a source
-        path or the bytes to write. ``version`` defaults to the next free number. Refuses an existing
-        version, or a model whose existing config has a different signature (backend, batching, I/O),
-        unless ``force``. Returns the version directory. On any error nothing in the repository changes.
-        """
-        validate_model_name(name)
-        number = self.next_version(name) if version is None else _validate_version(version)
-        if config.name != name:
-            raise ConfigError(f"config name `{config.name}` does not match model name `{name}`")
-        validate(config)
-        entries = {_relative_file_name(key): value for key, value in files.items()}
-        model_dir = self.root / name
-        target = model_dir / str(number)
-        self._check_target(name, model_dir, target, config, force=force)
-
-        try:
-            # A kill -9 mid-write leaves the staging directory behind: the next write removes those
-            # whose writer (the pid in the name) is gone, before adding its own.
-            self.remove_stale_staging()
-            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=self.root))
-        except OSError as exc:
-            raise RepositoryError(f"repository {str(self.root)!r} is not writable ({exc.strerror})") from None
-        try:
-            staged_model = staging / name
-            staged_version = staged_model / str(number)
-            staged_version.mkdir(parents=True)
-            self._stage_files(staged_version, entries)
-            (staged_version / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-            save(config, staged_model / CONFIG_FILE)
-            _fsync_tree(staged_model)
-            if model_dir.exists():
-                self._commit_into_existing(staging, staged_model, model_dir, target)
-            else:
-                os.rename(staged_model, model_dir)
-            # Committed: from here on an error must not be reported as "nothing written".
-            with contextlib.suppress(OSError):
-                _fsync_dir(model_dir)
-                _fsync_dir(self.root)
-        except OSError as exc:
-            detail = exc.strerror or str(exc)
-            raise RepositoryError(
-                f"cannot write model `{name}` version {number} into {str(self.root)!r} ({detail})"
-            ) from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return target
-
-    def _check_target(
-        self, name: str, model_dir: Path, target: Path, config: ModelConfig, *, force: bool
+        force: bool,
+        proposed: str = "new",
     ) -> None:
+        """Refuse (RepositoryError, one line) what a write of ``config`` as ``name`` version ``version``
+        may not do: replace a version, or change the model's signature, without ``force``; write where
+        something that is not a model is. ``config`` None checks the version alone (before a build);
+        ``proposed`` names the new side in a signature refusal (``spec``, ``new``)."""
+        model_dir = self.root / validate_model_name(name)
         if model_dir.is_symlink() or (model_dir.exists() and not model_dir.is_dir()):
             raise RepositoryError(
                 f"{str(model_dir)!r} exists and is not a model directory; expected a directory"
@@ -418,54 +212,168 @@ class ModelRepository:
             raise RepositoryError(
                 f"{str(model_dir)!r} exists but has no {CONFIG_FILE}; expected an empty slot or a tritonkit model"
             )
-        if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target = model_dir / str(version) if version is not None else None
+        if target is not None and (target.is_symlink() or (target.exists() and not target.is_dir())):
             raise RepositoryError(f"{str(target)!r} exists and is not a version directory")
-        if target.exists() and not force:
+        if target is not None and target.exists() and not force:
             raise RepositoryError(
-                f"model `{name}` version {target.name} already exists; use a new version or --force to replace it"
+                f"model `{name}` version {version} already exists; use a new version or --force to replace it"
             )
-        others = [v for v in self.versions(name) if str(v) != target.name]
-        if others and not force:
-            existing = load(config_path)
-            old, new = _signature(existing), _signature(config)
-            if old != new:
-                raise RepositoryError(
-                    f"model `{name}` already exists with a different signature "
-                    f"(existing: {_describe_signature(old)}; new: {_describe_signature(new)}); "
-                    "use another --name or --force"
-                )
+        others = [v for v in self.versions(name) if v != version]
+        if config is None or not others or force:
+            return
+        differences = describe_differences(model_dir, load(config_path), config, proposed)
+        if differences:
+            raise RepositoryError(
+                f"model `{name}` already exists with a different signature: {differences}; "
+                "use another --name or --force"
+            )
 
-    @staticmethod
-    def _stage_files(version_dir: Path, entries: Mapping[PurePosixPath, Path | bytes]) -> None:
-        for rel, value in entries.items():
-            dest = version_dir.joinpath(*rel.parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(value, bytes | bytearray | memoryview):
-                dest.write_bytes(bytes(value))
-                continue
-            source = Path(value)
-            if not source.is_file():
-                raise ModelImportError(
-                    f"file for `{rel}` not found: {str(source)!r}; expected an existing file"
-                )
-            shutil.copyfile(source, dest)
+    def check_free(self, names: Sequence[str], version: int | None, *, force: bool) -> None:
+        """:meth:`check_write` of each name before anything is built (its config is not known yet)."""
+        for name in names:
+            self.check_write(name, None, version, force=force)
 
-    @staticmethod
-    def _commit_into_existing(staging: Path, staged_model: Path, model_dir: Path, target: Path) -> None:
-        """Rename the staged version (and config) into an existing model dir; undo on failure."""
-        aside = staging / "replaced-version"
-        moved_aside = placed = False
+    # --- writing ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The repository's lock, with what killed writers left removed."""
+        with locked(self.root):
+            remove_staging(self.root)
+            yield
+
+    def write_version(
+        self,
+        name: str,
+        config: ModelConfig,
+        files: Mapping[str, Path | bytes],
+        manifest: Manifest,
+        *,
+        version: int | None = None,
+        force: bool = False,
+    ) -> Path:
+        """Add ``<name>/<version>/`` (``files`` + ``build.json``) and write ``<name>/config.pbtxt``: one
+        :meth:`write_versions`. Returns the version directory."""
+        (path,) = self.write_versions(
+            [VersionWrite(name, config, files, manifest)], version=version, force=force
+        )
+        return path
+
+    def write_versions(
+        self,
+        writes: Sequence[VersionWrite],
+        *,
+        version: int | None = None,
+        force: bool = False,
+        proposed: str = "new",
+    ) -> list[Path]:
+        """Add one version per item, all checked (:meth:`check_write`) before the first is written.
+
+        ``version`` defaults to each model's next free number, chosen under the repository's lock, so
+        two writers of one model get a version each. Returns the version directories. A refusal or a
+        failure before the first rename leaves the repository as it was.
+        """
+        entries = []
+        for item in writes:
+            self._checked(item.name, item.config)
+            entries.append({_relative_file_name(key): value for key, value in item.files.items()})
+        number = None if version is None else _validate_version(version)
+        with self._writing():
+            numbers = []
+            for item in writes:
+                chosen = self.next_version(item.name) if number is None else number
+                self.check_write(item.name, item.config, chosen, force=force, proposed=proposed)
+                numbers.append(chosen)
+            return [
+                self._commit(item, files, chosen, force)
+                for item, files, chosen in zip(writes, entries, numbers, strict=True)
+            ]
+
+    def _commit(
+        self, item: VersionWrite, entries: Mapping[PurePosixPath, Path | bytes], number: int, force: bool
+    ) -> Path:
+        """Stage and rename one version into place (the caller holds the lock and checked it)."""
+        name = item.name
+        model_dir = self.root / name
+        target = model_dir / str(number)
+        staging = new_staging(self.root)
         try:
-            if target.exists():
-                os.rename(target, aside)
-                moved_aside = True
-            os.rename(staged_model / target.name, target)
-            placed = True
-            # os.replace is atomic: readers see the old config or the new one, never a mix.
-            os.replace(staged_model / CONFIG_FILE, model_dir / CONFIG_FILE)
-        except BaseException:
-            if placed:
-                os.rename(target, staging / "failed-version")
-            if moved_aside:
-                os.rename(aside, target)
-            raise
+            staged_model = staging / name
+            staged_version = staged_model / str(number)
+            staged_version.mkdir(parents=True)
+            stage_files(staged_version, entries)
+            (staged_version / MANIFEST_FILE).write_text(item.manifest.to_json(), encoding="utf-8")
+            save(item.config, staged_model / CONFIG_FILE)
+            fsync_tree(staged_model)
+            if model_dir.exists():
+                commit_into_existing(staging, staged_model, model_dir, target, CONFIG_FILE, force=force)
+            else:
+                os.rename(staged_model, model_dir)
+            # Committed: from here on an error must not be reported as "nothing written".
+            with contextlib.suppress(OSError):
+                (model_dir / CONFIG_ORIGIN_FILE).unlink(missing_ok=True)  # it described the old config
+                fsync_dir(model_dir)
+                fsync_dir(self.root)
+        except OSError as exc:
+            detail = exc.strerror or str(exc)
+            raise RepositoryError(
+                f"cannot write model `{name}` version {number} into {str(self.root)!r} ({detail})"
+            ) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return target
+
+    def _checked(self, name: str, config: ModelConfig) -> None:
+        validate_model_name(name)
+        if config.name != name:
+            raise ConfigError(f"config name `{config.name}` does not match model name `{name}`")
+        validate(config)
+
+    def write_config(self, name: str, config: ModelConfig, *, writer: str) -> str:
+        """Replace model ``name``'s ``config.pbtxt`` with ``config`` atomically, recording ``writer``
+        (``tritonkit tune``) and the signature fields it changed in ``config.origin.json``; returns the
+        old config's text. The versions stay as they are."""
+        self._checked(name, config)
+        with self._writing():
+            model_dir = self.root / name
+            path = model_dir / CONFIG_FILE
+            if not path.is_file():
+                raise RepositoryError(f"model `{name}` has no {CONFIG_FILE} in {str(self.root)!r}")
+            old_text = path.read_text(encoding="utf-8")
+            for leftover in leftovers(model_dir, CONFIG_FILE):  # of write-backs killed mid-write
+                leftover.unlink(missing_ok=True)
+            record = origin_record(model_dir, load(path), config, writer)
+            save(config, path, check=False)
+            write_text(model_dir / CONFIG_ORIGIN_FILE, record, error=RepositoryError)
+        return old_text
+
+    def clone_model(self, source: str, name: str, config: ModelConfig, *, writer: str) -> Path:
+        """A new model ``name``: the versions of model ``source`` copied, ``config`` (named ``name``) as
+        its config. Triton keeps one config per model, so "the tuned config as a new version" is a new
+        model beside the old one; it appears whole or not at all. Returns its folder."""
+        self._checked(name, config)
+        source_dir = self.model_dir(source)
+        with self._writing():
+            if not (source_dir / CONFIG_FILE).is_file():
+                raise RepositoryError(f"model `{source}` has no {CONFIG_FILE} in {str(self.root)!r}")
+            target = self.root / name
+            if target.exists() or target.is_symlink():
+                raise RepositoryError(f"model folder {target} already exists; expected a new model name")
+            staging = new_staging(self.root)
+            try:
+                staged = staging / name
+                staged.mkdir()
+                for entry in source_dir.iterdir():
+                    if entry.is_dir() and entry.name.isdigit():
+                        shutil.copytree(entry, staged / entry.name, symlinks=True)
+                save(config, staged / CONFIG_FILE, check=False)
+                record = origin_record(source_dir, load(source_dir / CONFIG_FILE), config, writer)
+                (staged / CONFIG_ORIGIN_FILE).write_text(record, encoding="utf-8")
+                replace_dir(staged, target)
+            except OSError as exc:
+                raise RepositoryError(
+                    f"cannot write model `{name}` into {str(self.root)!r} ({exc.strerror or exc})"
+                ) from None
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return target

@@ -389,6 +389,12 @@ class EmbeddedServer:
         regions = remove_stale_regions(state_dir())
         return [f"stub {s.instance} (pid {s.pid}, region {s.region})" for s in orphans] + regions
 
+    def stubs(self) -> list[Stub]:
+        """The python-backend stubs the running server has now, one per model instance (none when stopped)."""
+        if self._process is None or self._process.poll() is not None:
+            return []
+        return stubs_of(self._process.pid, self._stub_path())
+
     def unready(self, model: str | None = None) -> str | None:
         """Why the server (or ``model``) cannot serve now: a dead or unresponsive stub, an exit; None if it can.
 

@@ -14,9 +14,9 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
+from tritonkit.atomic import make_dir, replace_dir
 from tritonkit.errors import PortInUseError, ServerNotInstalledError
 
 __all__ = [
@@ -78,7 +78,7 @@ def prepare_backends(install: TritonInstall) -> Path:
     python_dir = backends / "python"
     if (python_dir / "triton_python_backend_stub").exists():
         return backends
-    staging = Path(tempfile.mkdtemp(prefix=".backends-", dir=_mkdirs(cache_home())))
+    staging = make_dir(_mkdirs(cache_home()), ".backends-")
     (staging / "python").mkdir()
     for entry in install.python_backend.iterdir():
         if entry.name != "__pycache__":
@@ -87,7 +87,7 @@ def prepare_backends(install: TritonInstall) -> Path:
     # RPATH, which the kernel resolves from the link's target.
     (staging / "python" / "triton_python_backend_stub").symlink_to(install.stub)
     try:
-        staging.rename(backends)
+        replace_dir(staging, backends)
     except OSError:  # another process prepared it first
         shutil.rmtree(staging, ignore_errors=True)
     return backends

@@ -3,9 +3,10 @@
 Owns :class:`RepositoryApi` (Triton's model-repository extension over HTTP: ``load`` with a config
 override, the JSON form of the ``ModelConfig`` message, sent with the admin-key header that unlocks the
 restricted ``model-repository`` API; the server must run with ``--model-control-mode=explicit``), and
-:func:`write_config` / :func:`write_as_model`: the winner validated through :mod:`tritonkit.config`, written
-atomically (temporary file or folder in the same directory, fsync, rename: a failure leaves the old
-config as it was), with the unified diff against the old config returned for printing.
+:func:`write_config` / :func:`write_as_model`: the winner validated through :mod:`tritonkit.config` and
+handed to the repository's writer (:class:`tritonkit.repository.ModelRepository`: atomic, under the
+repository's lock, nothing half-written or hidden left behind), with the unified diff against the old
+config returned for printing.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import dataclasses
 import difflib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,14 @@ from typing import Any
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.config import ModelConfig, from_pbtxt, problems, save, to_dict, to_pbtxt
+from tritonkit.config import ModelConfig, from_pbtxt, problems, to_dict, to_pbtxt
 from tritonkit.errors import TritonKitError
+from tritonkit.repository import ModelRepository
 
-__all__ = ["RepositoryApi", "read_config", "write_as_model", "write_config"]
+__all__ = ["WRITER", "RepositoryApi", "read_config", "write_as_model", "write_config"]
+
+#: Who ``config.origin.json`` says rewrote a config.
+WRITER = "tritonkit tune"
 
 
 class RepositoryApi:
@@ -95,36 +98,26 @@ def _diff(old: str, new: str, name: str) -> str:
     )
 
 
+def _repository(model_dir: str | os.PathLike[str]) -> tuple[ModelRepository, str]:
+    folder = Path(model_dir)
+    return ModelRepository(folder.parent), folder.name
+
+
 def write_config(model_dir: str | os.PathLike[str], cfg: ModelConfig) -> str:
-    """Replace ``<model_dir>/config.pbtxt`` with ``cfg`` atomically; return the diff (empty: unchanged)."""
-    target = Path(model_dir) / "config.pbtxt"
-    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    """Replace ``<model_dir>/config.pbtxt`` with ``cfg`` (through the repository's writer: atomic, under
+    its lock, recorded as tune's in ``config.origin.json``); return the diff (empty: unchanged)."""
     text = _valid_text(cfg)
-    save(cfg, target, check=False)  # validated above, with the tuner's own message
-    return _diff(old, text, str(target))
+    repository, name = _repository(model_dir)
+    old = repository.write_config(name, cfg, writer=WRITER)
+    return _diff(old, text, str(Path(model_dir) / "config.pbtxt"))
 
 
 def write_as_model(model_dir: str | os.PathLike[str], name: str, cfg: ModelConfig) -> tuple[Path, str]:
-    """A new model ``name`` next to ``model_dir``: its versions copied, ``cfg`` (renamed) as its config.
-
-    Triton keeps one config per model, not per version, so "the tuned config as a new version" is a new
-    model beside the old one; it appears whole or not at all (built in a hidden folder, then renamed).
-    """
-    source = Path(model_dir)
-    target = source.parent / name
-    if target.exists():
-        raise TritonKitError(f"model folder {target} already exists; expected a new model name")
+    """A new model ``name`` next to ``model_dir``: its versions copied, ``cfg`` (renamed) as its config
+    (:meth:`tritonkit.repository.ModelRepository.clone_model`: whole or not at all)."""
     renamed = dataclasses.replace(cfg, name=name)
     text = _valid_text(renamed)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=source.parent))
-    try:
-        for entry in source.iterdir():
-            if entry.is_dir() and entry.name.isdigit():
-                shutil.copytree(entry, staging / entry.name, symlinks=True)
-        (staging / "config.pbtxt").write_text(text, encoding="utf-8")
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    old = (source / "config.pbtxt").read_text(encoding="utf-8")
+    repository, source = _repository(model_dir)
+    old = (Path(model_dir) / "config.pbtxt").read_text(encoding="utf-8")
+    target = repository.clone_model(source, name, renamed, writer=WRITER)
     return target, _diff(old, text, str(target / "config.pbtxt"))

@@ -10,15 +10,14 @@ import csv
 import io
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.errors import TritonKitError
+from tritonkit.atomic import write_text
 from tritonkit.tune.measure import LevelResult
 
-__all__ = ["COLUMNS", "table", "write_csv", "write_json", "write_text_atomic"]
+__all__ = ["COLUMNS", "table", "write_csv", "write_json"]
 
 COLUMNS: tuple[str, ...] = (
     "mode", "level", "stable", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99_samples", "p99_ci_ms",
@@ -26,23 +25,6 @@ COLUMNS: tuple[str, ...] = (
     "failure_ratio", "windows", "generator_cpu", "late_share", "generator_limited", "queue_us",
     "compute_input_us", "compute_infer_us", "compute_output_us", "server_total_us", "average_batch", "batches",
 )  # fmt: skip
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` through a temporary file in the same folder and a rename."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise TritonKitError(
-            f"cannot write {path}: folder {folder} does not exist; expected an existing folder"
-        )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _cell(value: Any) -> Any:
@@ -65,7 +47,7 @@ def write_csv(path: str | os.PathLike[str], results: Sequence[LevelResult]) -> P
     for r in results:
         row = r.summary()
         writer.writerow([_cell(row.get(c, "")) for c in COLUMNS])
-    write_text_atomic(Path(path), buffer.getvalue())
+    write_text(path, buffer.getvalue())
     return Path(path)
 
 
@@ -76,7 +58,7 @@ def write_json(
         **dict(extra or {}),
         "levels": [{**r.summary(), "window_results": [w.as_dict() for w in r.windows]} for r in results],
     }
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2) + "\n")
     return Path(path)
 
 

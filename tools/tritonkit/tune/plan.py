@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from tritonkit import deploy
+from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import Provenance, markdown_lines
 from tritonkit.serve.endpoint import endpoint
@@ -280,9 +281,7 @@ def apply_patch(k8s_dir: str | os.PathLike[str], patch: str) -> Path:
     if not kustomization.is_file():
         raise TritonKitError(f"no t4 overlay at {overlay}; expected {kustomization}")
     target = overlay / PATCH_FILE
-    tmp = overlay / f".{PATCH_FILE}.tmp"
-    tmp.write_text(patch, encoding="utf-8")
-    os.replace(tmp, target)
+    write_text(target, patch)
     text = kustomization.read_text(encoding="utf-8")
     entry = f"  - path: {PATCH_FILE}\n"
     if entry not in text:
@@ -291,9 +290,7 @@ def apply_patch(k8s_dir: str | os.PathLike[str], patch: str) -> Path:
                 f"{kustomization} has no `patches:` list; expected one to add {PATCH_FILE} to"
             )
         text = text.replace("\npatches:\n", "\npatches:\n" + entry, 1)
-        tmp = overlay / ".kustomization.yaml.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, kustomization)
+        write_text(kustomization, text)
     return target
 
 
@@ -375,5 +372,5 @@ def check_knee(
     }
     folder = Path(report_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "knee_check.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_text(folder / "knee_check.json", json.dumps(result, indent=2) + "\n")
     return result

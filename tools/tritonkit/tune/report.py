@@ -12,12 +12,11 @@ rename.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonkit.atomic import write_text, write_with
 from tritonkit.loadtest.provenance import markdown_lines
 
 __all__ = ["pareto_front", "ranked", "write_report"]
@@ -41,17 +40,6 @@ def pareto_front(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         )
     ]
     return sorted(front, key=lambda t: t["p99_ms"])
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _split(t: dict[str, Any]) -> str:
@@ -273,10 +261,10 @@ def plot(path: Path, data: Mapping[str, Any]) -> None:
     )
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: it hides no point
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        write_with(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 def write_report(report_dir: Path, data: Mapping[str, Any], *, plots: bool = True) -> list[Path]:
@@ -284,9 +272,8 @@ def write_report(report_dir: Path, data: Mapping[str, Any], *, plots: bool = Tru
     trials), ``report.md`` and (with ``plots``) ``pareto.png``; return their paths."""
     report_dir.mkdir(parents=True, exist_ok=True)
     written = [report_dir / "tune.json", report_dir / "report.md"]
-    _atomic(written[0], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    text = markdown(data)
-    _atomic(written[1], text.encode())
+    write_text(written[0], json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(written[1], markdown(data))
     if plots:
         written.append(report_dir / "pareto.png")
         plot(written[-1], data)

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import copy
 import difflib
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tritonkit.atomic import write_text
 from tritonkit.config import ModelConfig
-from tritonkit.convert.spec import load_spec, parse_spec
+from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import TritonKitError
 
 __all__ = ["find_spec", "spec_values", "write_spec"]
@@ -186,16 +185,7 @@ def write_spec(path: Path, cfg: ModelConfig) -> tuple[str, str]:
     data = yaml.safe_load(old) or {}
     new, note = edited_text(old, spec_values(cfg, data))
     parse_spec(yaml.safe_load(new), base_dir=path.parent)  # one line naming a bad key, nothing written
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(new)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, new)
     diff = "".join(
         difflib.unified_diff(
             old.splitlines(keepends=True),

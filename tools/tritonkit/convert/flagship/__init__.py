@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonkit.convert.spec import BuildSpec, load_spec, with_overrides
+from tritonkit.convert.buildspec import BuildSpec, load_spec, with_overrides
 
 __all__ = ["FLAGSHIP_SPECS", "SPEC_DIR", "flagship_spec"]
 

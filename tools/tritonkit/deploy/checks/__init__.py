@@ -15,7 +15,7 @@ from tritonkit.deploy.checks.context import Problems
 from tritonkit.deploy.checks.dev import check_dev
 from tritonkit.deploy.checks.loadtest import check_loadtest
 from tritonkit.deploy.checks.server import check_triton
-from tritonkit.deploy.checks.t4 import check_t4
+from tritonkit.deploy.checks.t4 import GPU_PRODUCTS, check_t4
 from tritonkit.deploy.manifests import known_overlay
 from tritonkit.deploy.objects import Obj
 from tritonkit.errors import DeployError
@@ -23,11 +23,14 @@ from tritonkit.errors import DeployError
 __all__ = ["checklist"]
 
 
-def checklist(objects: Sequence[Obj], overlay: str, *, scenarios: Collection[str] | None = None) -> list[str]:
+def checklist(
+    objects: Sequence[Obj], overlay: str, *, scenarios: Collection[str] | None = None, gpu: str = "T4"
+) -> list[str]:
     """The deployment checklist asserted on an overlay's rendered objects.
 
     ``scenarios``: the load-test scenario names a ``loadtest`` overlay may run (the caller passes
-    ``tritonkit.loadtest.scenarios.SCENARIOS``); needed for that overlay only.
+    ``tritonkit.loadtest.scenarios.SCENARIOS``); needed for that overlay only. ``gpu``: the GPU profile
+    a ``t4``-based overlay schedules on (a fleet plan's group may run on another type).
     Returns one line per unmet item; an empty list means every item holds.
     """
     p = Problems(known_overlay(overlay))
@@ -39,5 +42,12 @@ def checklist(objects: Sequence[Obj], overlay: str, *, scenarios: Collection[str
     found = check_triton(p, objects)
     if found is not None:
         deployment, container = found
-        (check_t4 if overlay == "t4" else check_dev)(p, objects, deployment, container)
+        if overlay == "t4":
+            if gpu not in GPU_PRODUCTS:
+                raise DeployError(
+                    f"unknown GPU `{gpu}` for the checklist; expected one of {', '.join(GPU_PRODUCTS)}"
+                )
+            check_t4(p, objects, deployment, container, gpu)
+        else:
+            check_dev(p, objects, deployment, container)
     return p.lines

@@ -1,8 +1,9 @@
 """The Triton server items of the checklist: the pinned image, the server flags and the restricted APIs.
 
 Owns finding the Triton Deployment in a server overlay, resolving its arguments through the ConfigMaps,
-asserting the flags every deployment must run with (no model control, strict readiness, exit on error,
-no SageMaker/Vertex endpoints, no auto-complete) and the admin header (``tritonkit-admin-key``, the name
+asserting the flags every deployment must run with (no model control, or explicit control with the
+models loaded at start listed by ``--load-model``, as a fleet plan's group pod runs; strict readiness,
+exit on error, no SageMaker/Vertex endpoints, no auto-complete) and the admin header (``tritonkit-admin-key``, the name
 ``tritonkit serve`` uses) on every restricted API group; then
 it hands the :class:`~tritonkit.deploy.checks.context.Server` to the pod checks of
 :mod:`~tritonkit.deploy.checks.serving` and the security context check.
@@ -58,6 +59,20 @@ def _restricted(p: Problems, where: str, flag: str, values: list[str]) -> None:
     )
 
 
+def _explicit(p: Problems, where: str, models: list[str]) -> None:
+    """Explicit model control is accepted for a fixed list: each model named by ``--load-model`` (loaded at
+    start; the model-repository API that could load others is restricted behind the admin key)."""
+    p.expect(
+        bool(models) and "*" not in models and all(models),
+        where,
+        "expected `--model-control-mode=none`, or `explicit` with the models to load named by `--load-model` "
+        f"(not `*`), found explicit with {models or 'no --load-model'}",
+    )
+    p.expect(
+        len(set(models)) == len(models), where, f"expected each `--load-model` once, found {sorted(models)}"
+    )
+
+
 def _image_pinned(image: str) -> bool:
     """Pinned by digest, or by a tag other than ``latest``."""
     last = image.split("@", 1)[0].rsplit("/", maxsplit=1)[-1]
@@ -95,6 +110,9 @@ def check_triton(p: Problems, objects: Sequence[Obj]) -> tuple[Obj, Obj] | None:
     server = Server(deployment, container, env, flags(args))
     for flag, value in REQUIRED_FLAGS.items():
         found_values = server.flags.get(flag)
+        if flag == "--model-control-mode" and found_values == ["explicit"]:
+            _explicit(p, where, server.flags.get("--load-model", []))
+            continue
         p.expect(found_values == [value], where, f"expected `{flag}={value}`, found {found_values or 'none'}")
     p.expect(
         "--disable-auto-complete-config" in server.flags, where, "expected `--disable-auto-complete-config`"

@@ -17,13 +17,25 @@ from tritonkit.deploy.checks.security import check_security
 from tritonkit.deploy.objects import Obj, container_env, find, flags, gpu_limit, pod_spec, ref
 from tritonkit.deploy.package import TIMING_CACHE_ENV
 
-__all__ = ["T4_PRODUCTS", "check_t4"]
+__all__ = ["GPU_PRODUCTS", "T4_PRODUCTS", "check_t4"]
 
 T4_PRODUCTS = frozenset({"Tesla-T4", "Tesla-T4-SHARED"})
+#: The ``nvidia.com/gpu.product`` node labels (GPU feature discovery: the product name, dashes for spaces;
+#: ``-SHARED`` when time-slicing is on) of each GPU profile. The T4 overlay runs on T4s; a fleet plan's
+#: group overlay on the type its group was planned for (same checklist, that type's labels and ``--gpu``).
+GPU_PRODUCTS: dict[str, frozenset[str]] = {
+    "T4": T4_PRODUCTS,
+    "L4": frozenset({"NVIDIA-L4", "NVIDIA-L4-SHARED"}),
+    "A10": frozenset({"NVIDIA-A10", "NVIDIA-A10G"}),
+    "A100": frozenset({"NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"}),
+    "A100-40GB": frozenset({"NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"}),
+    "H100": frozenset({"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}),
+}
 
 
-def _check_t4_scheduling(p: Problems, workload: Obj, container: Obj) -> None:
-    """One GPU, required T4 node affinity in every term, the GPU taint tolerated."""
+def _check_t4_scheduling(p: Problems, workload: Obj, container: Obj, gpu: str = "T4") -> None:
+    """One GPU, required node affinity to ``gpu``'s products in every term, the GPU taint tolerated."""
+    products = GPU_PRODUCTS[gpu]
     where = ref(workload)
     gpu = gpu_limit(container)
     p.expect(
@@ -44,14 +56,14 @@ def _check_t4_scheduling(p: Problems, workload: Obj, container: Obj) -> None:
         if any(
             e.get("key") == "nvidia.com/gpu.product"
             and e.get("operator") == "In"
-            and set(e.get("values", [])) == T4_PRODUCTS
+            and set(e.get("values", [])) == products
             for e in term.get("matchExpressions", [])
         )
     ]
     p.expect(
         bool(terms) and len(t4_terms) == len(terms),
         where,
-        f"expected required node affinity nvidia.com/gpu.product In {sorted(T4_PRODUCTS)} in every term, found {terms or 'none'}",
+        f"expected required node affinity nvidia.com/gpu.product In {sorted(products)} in every term, found {terms or 'none'}",
     )
     tolerations = pod.get("tolerations") or []
     p.expect(
@@ -88,9 +100,10 @@ def _check_build_priority(p: Problems, objects: Sequence[Obj], job: Obj, deploym
     )
 
 
-def check_t4(p: Problems, objects: Sequence[Obj], deployment: Obj, container: Obj) -> None:
-    """One T4 per pod; the engine build on a T4 for the Triton image's TensorRT; scaling; monitoring."""
-    _check_t4_scheduling(p, deployment, container)
+def check_t4(p: Problems, objects: Sequence[Obj], deployment: Obj, container: Obj, gpu: str = "T4") -> None:
+    """One T4 (or ``gpu``) per pod; the engine build on that GPU for the Triton image's TensorRT; scaling;
+    monitoring."""
+    _check_t4_scheduling(p, deployment, container, gpu)
     server_env, _ = container_env(container, objects)
     for job, build, script in repository_jobs(p, objects, deployment, container):
         env, _ = container_env(build, objects)
@@ -101,11 +114,11 @@ def check_t4(p: Problems, objects: Sequence[Obj], deployment: Obj, container: Ob
             f"expected `tritonkit build --target tensorrt`, found {build_flags.get('--target')}",
         )
         p.expect(
-            build_flags.get("--gpu") == ["T4"],
+            build_flags.get("--gpu") == [gpu],
             ref(job),
-            f"expected `--gpu T4`, found {build_flags.get('--gpu')}",
+            f"expected `--gpu {gpu}`, found {build_flags.get('--gpu')}",
         )
-        _check_t4_scheduling(p, job, build)
+        _check_t4_scheduling(p, job, build, gpu)
         _check_build_priority(p, objects, job, deployment)
         trt = env.get("TENSORRT_VERSION", "")
         marker = server_env.get("TRITON_REPOSITORY_READY_MARKER", "")

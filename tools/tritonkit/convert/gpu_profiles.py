@@ -6,11 +6,10 @@ fleet runs, and a build on a machine without a GPU still has to target something
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from tritonkit.errors import GpuProfileError
+from tritonkit.machine import query_gpus
 
 __all__ = [
     "DEFAULT_GPU",
@@ -103,23 +102,12 @@ def detect_gpu(requested: str | None = None, spec_gpu: str | None = None) -> Det
     ``spec_gpu``, else T4 (a T4-first fleet: a CPU-only build machine still targets the T4)."""
     if requested:
         return Detection(get_profile(requested), "chosen by --gpu, TRITONKIT_GPU or the spec")
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            out = None
-        if out is not None and out.returncode == 0:
-            for product, _cc, memory in parse_nvidia_smi(out.stdout):
-                found = _match(product, memory)
-                if found is not None:
-                    return Detection(found, f"nvidia-smi: {product}")
+    for product, _cc, memory in parse_nvidia_smi(
+        "\n".join(query_gpus("name", "compute_cap", "memory.total"))
+    ):
+        found = _match(product, memory)
+        if found is not None:
+            return Detection(found, f"nvidia-smi: {product}")
     if spec_gpu:
         return Detection(get_profile(spec_gpu), "the spec's `gpu`; no local GPU detected")
     return Detection(PROFILES[DEFAULT_GPU], f"default {DEFAULT_GPU} (no local GPU detected)")

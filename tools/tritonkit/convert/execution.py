@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonkit.config import InstanceGroup
-from tritonkit.convert.gpu import GpuProfile
+from tritonkit.convert.gpu_profiles import GpuProfile
 from tritonkit.errors import SpecError
 
 # Re-exported: the repository check needs them below the build layer.

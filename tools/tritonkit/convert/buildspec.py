@@ -25,8 +25,8 @@ from typing import Any, Literal
 import yaml
 
 from tritonkit.config import ModelConfig, QueuePolicy
-from tritonkit.convert.gpu import get_profile
-from tritonkit.convert.gpu_serving import ServingSpec
+from tritonkit.convert.execution import ServingSpec
+from tritonkit.convert.gpu_profiles import get_profile
 from tritonkit.convert.precision import CALIBRATION_METHODS, Int8Options
 from tritonkit.convert.spec_parse import parse_dataclass
 from tritonkit.errors import SpecError
@@ -237,7 +237,7 @@ class BuildSpec:
     base_dir: str = "."
     #: GPU profile asked for by ``--gpu`` / ``TRITONKIT_GPU``: beats detection, which beats ``gpu``.
     requested_gpu: str | None = None
-    #: The plain import preset (``tritonkit build --onnx FILE``, :func:`tritonkit.convert.portable.import_onnx`):
+    #: The plain import preset (``tritonkit build --onnx FILE``, :func:`tritonkit.convert.onnx_import.import_onnx`):
     #: one portable FP32 version of an ONNX source served exactly as given (no clean-up pass, its
     #: external-data files alongside), named ``name`` itself, with no GPU profile to plan for.
     as_is: bool = False

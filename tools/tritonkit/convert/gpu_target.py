@@ -1,13 +1,14 @@
-"""The spec's ``serving`` section applied to a build: where each version served by the embedded
-server executes, and the GPU version written when the plan says GPU.
+"""The portable target on the GPU: where each version served by the embedded server executes
+(:func:`plan_version`, from the spec's ``serving`` section and the machine), and the files of a
+version the plan puts on a GPU (:func:`gpu_version`).
 
-Owns which versions are planned (the portable target's, not the as-is import, not the versions of
-the ``onnxruntime`` and ``tensorrt`` targets, which NVIDIA's Triton image serves), why a version stays
-on the CPU (INT8, the text-embedding runner's server-side tokenization, a graph without a dynamic
-batch axis or with a tensor that has no other axis, no engine that can run it on a GPU here), the CPU plan recorded for today's portable
-version, and the GPU version: a ``torch.export`` program of the ``source.torch`` module, gated
-against the FP32 reference before anything is written, or the precision's ONNX graph on ONNX
-Runtime's CUDA provider (the same file the ONNX gate passed).
+Owns why a version stays on the CPU (INT8, the text-embedding runner's server-side tokenization, a
+graph without a dynamic batch axis or with a tensor that has no other axis, no engine that can run
+it on a GPU here), the CPU plan recorded for the portable version, and the GPU version: a
+``torch.export`` program of the ``source.torch`` module (with its comparison against the FP32
+reference for the gate), or the precision's ONNX graph on ONNX Runtime's CUDA provider (the same
+file the ONNX gate judges). Only builds the embedded server serves are planned
+(:func:`tritonkit.convert.plan.plans_execution`).
 """
 
 from __future__ import annotations
@@ -18,37 +19,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from tritonkit.config import ModelConfig
-from tritonkit.convert import accuracy
+from tritonkit.config import InstanceGroup, ModelConfig
+from tritonkit.convert.buildspec import BuildSpec
+from tritonkit.convert.conversion import Converted
 from tritonkit.convert.datasets import Datasets
-from tritonkit.convert.gpu import GpuProfile
-from tritonkit.convert.gpu_serving import ExecutionPlan, choose_device, plan_execution
+from tritonkit.convert.execution import ExecutionPlan, choose_device, plan_execution
+from tritonkit.convert.gates import Comparison
+from tritonkit.convert.gpu_profiles import GpuProfile
 from tritonkit.convert.source import Source
-from tritonkit.convert.spec import BuildSpec
 from tritonkit.convert.text_models import text_ensemble
-from tritonkit.convert.torch_program import PROGRAM_FILE, onnx_gpu_version, torch_version
+from tritonkit.convert.torch_program import PROGRAM_FILE, onnx_gpu_version, program_outputs, torch_version
 from tritonkit.errors import SpecError
 
 __all__ = [
     "GPU_PRECISIONS",
     "GpuVersion",
     "cpu_plan",
-    "gate_program",
     "gpu_engines",
+    "gpu_version",
     "plan_version",
-    "planned",
-    "stage_gpu_version",
+    "program_check",
 ]
 
 #: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
 GPU_PRECISIONS = ("fp32", "fp16")
-
-
-def planned(spec: BuildSpec) -> bool:
-    """True for builds whose versions the embedded server serves and the ``serving`` section plans."""
-    return not spec.as_is and spec.target == "portable"
 
 
 def _cuda_provider() -> str | None:
@@ -112,9 +107,9 @@ def _cpu_only(spec: BuildSpec, source: Source, precision: str, mbs: int) -> str 
     return gpu_engines(spec, source)[1]
 
 
-def cpu_plan(config: ModelConfig, precision: str, reason: str) -> ExecutionPlan:
-    """The plan of a version served as today: the portable runner on the config's CPU instances."""
-    return ExecutionPlan("cpu", "onnxruntime", precision, (), False, tuple(config.instance_groups), reason)
+def cpu_plan(groups: Sequence[InstanceGroup], precision: str, reason: str) -> ExecutionPlan:
+    """The plan of a version served by the portable runner on the CPU instances ``groups``."""
+    return ExecutionPlan("cpu", "onnxruntime", precision, (), False, tuple(groups), reason)
 
 
 def plan_version(
@@ -125,9 +120,8 @@ def plan_version(
     *,
     gpus: Sequence[int],
     profile: GpuProfile | None,
-    cpu_config: ModelConfig,
 ) -> ExecutionPlan:
-    """Where the version of ``precision`` executes; ``cpu_config`` is the portable version's config.
+    """Where the version of ``precision`` executes.
 
     Each version executes at its own precision (its ``precisions`` entry): ``serving.precision``
     other than ``auto`` must agree with it. SpecError when ``serving`` asks for what cannot be had.
@@ -144,7 +138,9 @@ def plan_version(
     why = _cpu_only(spec, source, precision, mbs)
     device, reason = choose_device(serving.device, gpus, why)
     if device == "cpu":
-        return cpu_plan(cpu_config, precision, reason)
+        return cpu_plan(
+            [InstanceGroup(kind=spec.instance_kind, count=spec.instances.count)], precision, reason
+        )
     engines, _ = gpu_engines(spec, source)
     plan = plan_execution(
         dataclasses.replace(serving, device="gpu", precision=precision),
@@ -156,14 +152,15 @@ def plan_version(
     return dataclasses.replace(plan, reason=reason)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class GpuVersion:
-    """A GPU version staged outside the repository: its config, files and served-artifact gate."""
+    """A GPU version staged outside the repository: its config, files, build.json extras and what the
+    gate judges (the served program; an ONNX graph's own check is the precision's)."""
 
     config: ModelConfig
     files: dict[str, Path | bytes]
-    accuracy: dict[str, Any] | None
     extra: dict[str, Any]
+    checks: tuple[Comparison, ...] = ()
 
 
 def _examples(source: Source) -> dict[str, Any]:
@@ -176,24 +173,26 @@ def _examples(source: Source) -> dict[str, Any]:
     return out
 
 
-def stage_gpu_version(
+def gpu_version(
     spec: BuildSpec,
     source: Source,
     name: str,
-    built: tuple[str, Path, dict[str, Any] | None],
+    converted: Converted,
     plan: ExecutionPlan,
     mbs: int,
     workdir: Path,
-    sets: Datasets | None,
+    sets: Datasets,
 ) -> GpuVersion:
-    """Stage the GPU version of ``built`` (precision, ONNX artifact, its ONNX gate) under ``plan``."""
-    precision, artifact, onnx_gate = built
+    """The files and config of the GPU version of ``converted`` under ``plan``."""
     delay = spec.batching.max_queue_delay_us
     if plan.engine == "onnxruntime":
-        # The same graph the ONNX gate passed (on ONNX Runtime's CPU provider): its result stands.
-        config, files = onnx_gpu_version(artifact, name, plan, max_batch_size=mbs, max_queue_delay_us=delay)
-        return GpuVersion(config, files, onnx_gate, {"runner": "onnx_cuda_runner"})
+        # The same graph the ONNX gate judges (on ONNX Runtime's CPU provider): its result stands.
+        config, files = onnx_gpu_version(
+            converted.artifact, name, plan, max_batch_size=mbs, max_queue_delay_us=delay
+        )
+        return GpuVersion(config, files, {"runner": "onnx_cuda_runner"})
     assert source.torch is not None  # gpu_engines offers torch only for a torch source
+    precision = converted.precision
     program = workdir / f"{precision}-program" / PROGRAM_FILE
     config, files = torch_version(
         name,
@@ -207,51 +206,18 @@ def stage_gpu_version(
     )
     extra: dict[str, Any] = {"runner": "torch_runner"}
     if precision == "fp32":
-        return GpuVersion(config, files, None, extra)  # the FP32 module is the reference itself
-    if sets is None or not sets.evaluation:
+        return GpuVersion(config, files, extra)  # the FP32 module is the reference itself
+    if not sets.evaluation:
         raise SpecError(f"the {precision} program of `{name}` needs held-out data for its accuracy gate")
-    gate = gate_program(spec, source, name, precision, program, sets, mbs)
-    if onnx_gate is not None:
-        extra["onnx_accuracy"] = onnx_gate
-    return GpuVersion(config, files, gate, extra)
+    return GpuVersion(
+        config, files, extra, (program_check(spec, source, name, precision, program, sets, mbs),)
+    )
 
 
-def _program_outputs(program: Path, feeds: list[list[Any]], mbs: int, index: int) -> tuple[NDArray[Any], str]:
-    """The program's output ``index`` on ``feeds`` (positional numpy inputs), on the first CUDA device
-    when this process has one, else on the CPU; (outputs, device)."""
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    exported = torch.export.load(str(program))
-    if device != "cpu":
-        from torch.export.passes import move_to_device_pass  # noqa: PLC0415 (torch is heavy and optional)
-
-        exported = move_to_device_pass(exported, device)
-    placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
-    dtypes = [
-        getattr(placeholders[n].meta.get("val"), "dtype", None) for n in exported.graph_signature.user_inputs
-    ]
-    module = exported.module()
-    chunks = []
-    with torch.inference_mode():
-        for feed in feeds:
-            rows = len(feed[0])
-            for start in range(0, rows, max(mbs, 1)):
-                args = []
-                for value, dtype in zip(feed, dtypes, strict=True):
-                    tensor = torch.from_numpy(np.ascontiguousarray(value[start : start + mbs])).to(device)
-                    args.append(tensor.to(dtype) if dtype is not None else tensor)
-                out = module(*args)
-                outs = list(out) if isinstance(out, (tuple, list)) else [out]
-                chunks.append(outs[index].float().cpu().numpy())
-    return np.concatenate(chunks), device
-
-
-def gate_program(
+def program_check(
     spec: BuildSpec, source: Source, name: str, precision: str, program: Path, sets: Datasets, mbs: int
-) -> dict[str, Any]:
-    """The served program against the FP32 ONNX reference on the held-out set; AccuracyError below
-    the spec's thresholds (raised before anything is written)."""
+) -> Comparison:
+    """The served program's outputs and the FP32 ONNX reference's on the held-out set."""
     import onnxruntime  # noqa: PLC0415 (heavy; only a build that gates a program asks)
 
     assert source.torch is not None
@@ -264,17 +230,8 @@ def gate_program(
     reference = np.concatenate(
         [np.asarray(session.run([gated], {n: feed[n] for n in names})[0]) for feed in sets.evaluation]
     )
-    candidate, device = _program_outputs(
+    candidate, device = program_outputs(
         program, [[feed[n] for n in names] for feed in sets.evaluation], mbs, outputs.index(gated)
     )
-    marks = getattr(spec.accuracy, precision)
-    return accuracy.gate(
-        name,
-        precision,
-        candidate,
-        reference,
-        accuracy.Thresholds(spec.accuracy.metric, marks.mean, marks.min),
-        output=gated,
-        labels=sets.labels,
-        runtime=f"torch.export-{device.split(':')[0]}",
-    )
+    runtime = f"torch.export-{device.split(':')[0]}"
+    return Comparison("program", name, precision, candidate, reference, gated, runtime)

@@ -1,7 +1,7 @@
 """The as-is import preset of the build pipeline: any ONNX file as one portable FP32 version,
 served exactly as given (``tritonkit build --onnx FILE``).
 
-:func:`import_spec` is the preset (a :class:`~tritonkit.convert.spec.BuildSpec` with the file as
+:func:`import_spec` is the preset (a :class:`~tritonkit.convert.buildspec.BuildSpec` with the file as
 source, target portable, precision fp32: nothing to convert, so no accuracy gate);
 :func:`import_onnx` is the library call that builds it with
 :func:`tritonkit.convert.pipeline.build_from_spec`. The config decisions are
@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Unpack
 
+from tritonkit.convert.buildspec import BuildSpec, parse_spec
 from tritonkit.convert.pipeline import build_from_spec
 from tritonkit.convert.portable_target import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -21,7 +22,6 @@ from tritonkit.convert.portable_target import (
     PortableSettings,
     check_settings,
 )
-from tritonkit.convert.spec import BuildSpec, parse_spec
 from tritonkit.repository.store import ModelRepository
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_QUEUE_DELAY_US", "import_onnx", "import_spec"]
@@ -57,7 +57,7 @@ def import_onnx(
     """Write ``<repo>/<name>/<version>/`` serving ``onnx_path`` with the portable runner; return its path.
 
     Everything is checked (name, graph, config values) before anything is written; the version is
-    written atomically. ``parameters`` are extra runner parameters (see ``runner/onnx_runner.py``)
+    written atomically. ``parameters`` are extra runner parameters (see ``serve/runners/onnx_runner.py``)
     merged over the defaults.
     """
     # The library call keeps its own argument names in errors (`instance_count`, not `instances.count`).
