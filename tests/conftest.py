@@ -4,10 +4,14 @@ hardware or library is missing; everything else runs against real parts."""
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 
 import pytest
+
+from tritonkit.convert import isolate
 
 # Fixtures shared across test packages live in plain modules under tests/support/.
 pytest_plugins = ("tests.support.onnx_zoo",)
@@ -31,6 +35,18 @@ def _gpu_missing() -> str | None:
     if result.returncode != 0 or "GPU" not in result.stdout:
         return f"needs an NVIDIA GPU: `nvidia-smi -L` found none ({result.stderr.strip()[:80]})"
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_build_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every build of the run shares one worker process (tritonkit.convert.isolate): its imports and
+    the dynamo exporter's start-up (seconds) are paid once per test run, not once per build. Failure
+    folders of builds that fail on purpose go to the run's temporary folder, not the user's cache."""
+    folders = str(tmp_path_factory.mktemp("failures"))
+    with pytest.MonkeyPatch.context() as patch, isolate.session(""):
+        if not os.environ.get(isolate.FAILURE_DIR_ENV):
+            patch.setenv(isolate.FAILURE_DIR_ENV, folders)
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

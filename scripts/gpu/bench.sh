@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# GPU benchmark: writes docs/benchmarks-gpu.md (and raw JSON, server log) on a GPU host without
-# network, from what scripts/gpu/pack.sh made. Measures onnxruntime-gpu too when its parts have
-# arrived (scripts/gpu/ort_part.sh). Usage: scripts/gpu/bench.sh [python -m tritonkit_bench.gpu args]
-#   --only minilm,resnet,tune   parts to run (default all; about 8 minutes on an H100 together)
+# GPU benchmark: writes docs/benchmarks-gpu.md (and the raw JSON, logs, tune reports) on a GPU host
+# without network, from what scripts/gpu/pack.sh made. Usage: scripts/gpu/bench.sh [python -m tritonkit_bench.gpu args]
+#   --only bert,minilm,resnet   parts to run, in order (default all)
+#   --tune PARTS | --no-tune    parts tuned with `tritonkit tune` + `tritonkit profile` (default every part run)
+#   --malloc-ab                 one level again without tritonkit's malloc settings
 #   --merge FILE                keep the parts not run from an earlier run's benchmarks-gpu.json
-#   (python -m tritonkit_bench.gpu --render-from a.json b.json --out page.md: one page from several
-#   runs' JSON, on any machine)
-#   --seconds S                 measured seconds per served scenario (default 5)
-#   --tune-protocol grpc|http, --tune-budget-ms, --tune-instances, --tune-max-batch-sizes,
-#   --tune-delays-us, --tune-window-s, --tune-workers: the tune part's search (see --help)
+#   --seconds S                 measured seconds per served level (default 3)
+#   (python -m tritonkit_bench.gpu --render-from a.json b.json --notes notes.md --out page.md: one page from
+#   several runs' JSON, on any machine)
+# Everything goes to $OUT (default /tmp/gpu-out): the page, benchmarks-gpu.json, bench.log and work.tgz
+# (server logs, tune reports, profile JSON).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/setup.sh
 source "$HERE/setup.sh" || exit 1
+WORK=${WORK:-/tmp/tritonkit-gpu-bench}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/machine.txt"
-PYTHONUNBUFFERED=1 python3 -m tritonkit_bench.gpu --out "$OUT/benchmarks-gpu.md" --raw "$OUT/benchmarks-gpu.json" "$@" \
-  2>&1 | tee "$OUT/bench.log"
-exit "${PIPESTATUS[0]}"
+PYTHONUNBUFFERED=1 python3 -m tritonkit_bench.gpu --out "$OUT/benchmarks-gpu.md" --raw "$OUT/benchmarks-gpu.json" \
+  --work "$WORK" "$@" 2>&1 | grep -v -i 'warn' | tee "$OUT/bench.log"
+rc=${PIPESTATUS[0]}
+tar -C "$WORK" -czf "$OUT/work.tgz" --exclude='repo-*' --exclude='*.pt2' --exclude='*.pt' . 2>/dev/null
+exit "$rc"

@@ -240,6 +240,10 @@ def test_torch_source_and_histogram_calibration(
     manifest = ModelRepository(tmp_path / "repo").read_manifest(result.name, 1)
     assert manifest.extra["precision_details"]["method"] == method
     assert manifest.accuracy is not None and manifest.accuracy["passed"]
+    # build.json says what the method produced: the activation scales, and how far they clip MinMax.
+    produced = manifest.extra["precision_details"]["calibration"]
+    assert produced["activation_scales"] > 0 and len(produced["digest"]) == 16
+    assert produced["histogram_bins"] == 2048 and produced["tensors"] == produced["activation_scales"]
 
 
 def test_bad_torch_source(

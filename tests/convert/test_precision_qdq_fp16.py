@@ -49,6 +49,7 @@ def encoder_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
         input_names=("x",),
         output_names=("y",),
         dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        exporter="torchscript",  # a test graph: the dynamo exporter's start-up would only slow it
     )
     return path
 

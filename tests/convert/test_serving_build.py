@@ -162,7 +162,12 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
     repository = ModelRepository(repo)
     for name, precision in (("tiny_fp32", "fp32"), ("tiny_fp16", "fp16")):
         version = repo / name / "1"
-        assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.pt2", "model.py"]
+        assert sorted(p.name for p in version.iterdir()) == [
+            "build.json",
+            "model.fx.pt",
+            "model.pt2",
+            "model.py",
+        ]
         assert (version / "model.py").read_bytes() == runner_path("torch_runner").read_bytes()
         config = repository.read_config(name)
         assert config.backend == "python" and config.max_batch_size == 8

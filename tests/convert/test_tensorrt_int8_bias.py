@@ -57,6 +57,7 @@ def conv_gemm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
         input_names=("x",),
         output_names=("y",),
         dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        exporter="torchscript",  # a test graph: the dynamo exporter's start-up would only slow it
     )
     rng = np.random.default_rng(3)
     cal, ev = folder / "cal.npz", folder / "eval.npz"

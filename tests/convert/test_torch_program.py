@@ -46,8 +46,10 @@ def test_buckets_pad_up_and_chunk_over_the_largest() -> None:
     assert runner.plan_chunks(1, buckets) == [(1, 1)]
     assert runner.plan_chunks(100, buckets) == [(48, 48), (48, 48), (4, 4)]
     assert runner.parse_buckets("16, 4,64", 64) == [4, 16, 64]
-    with pytest.raises(ValueError, match="batch bucket 128 exceeds max_batch_size 64"):
-        runner.parse_buckets("128", 64)
+    # A max batch below the buckets (lowered by hand or by tune) clamps them instead of refusing to load.
+    assert runner.parse_buckets("1,8,64,128", 32) == [1, 8, 32]
+    assert runner.parse_buckets("128", 64) == [64]
+    assert runner.padded_rows(5, buckets) == 3 and runner.padded_rows(32, buckets) == 0
     with pytest.raises(ValueError, match="comma-separated integers; got 'a,b'"):
         runner.parse_buckets("a,b", 64)
 
@@ -90,7 +92,7 @@ def test_serving_spec_parses_and_refuses_in_one_line() -> None:
 def test_plan_defaults_to_the_gpu_when_one_is_visible() -> None:
     plan = plan_execution(ServingSpec(), max_batch_size=64, gpus=[0, 1], profile=PROFILES["H100"])
     assert (plan.device, plan.engine, plan.precision) == ("gpu", "torch", "fp16")
-    assert plan.batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert plan.batch_buckets == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)  # the fine ladder
     assert plan.instance_groups == (InstanceGroup(kind="KIND_GPU", count=2, gpus=[0, 1]),)
     assert plan.runner_parameters()["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
     placed = plan_execution(
@@ -165,7 +167,7 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
     version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
-    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.pt2", "model.py"]
+    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
     execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
     assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")
 
@@ -179,6 +181,85 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
         inputs[1].set_data_from_numpy(mask)
         got = client.infer("tiny", inputs).as_numpy("Y")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bucket_ladders_end_at_the_max_batch() -> None:
+    from tritonkit.convert.execution import bucket_ladder, bucket_style  # noqa: PLC0415 (only here)
+
+    assert bucket_ladder(128) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+    assert bucket_ladder(100, "pow2") == (1, 2, 4, 8, 16, 32, 64, 100) == default_buckets(100)
+    assert bucket_ladder(256)[-5:] == (128, 160, 192, 224, 256) and bucket_ladder(0) == (1,)
+    assert bucket_style(bucket_ladder(64), 64) == "fine" and bucket_style((1, 3, 64), 64) is None
+    with pytest.raises(SpecError, match="bucket style 'odd': expected one of pow2, fine"):
+        bucket_ladder(8, "odd")
+
+
+def test_fast_artifact_moves_every_device_written_in_the_graph(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    from tritonkit.convert.torch_program import export_program  # noqa: PLC0415 (only here)
+
+    class Pick(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            steps = torch.arange(x.shape[1], device=x.device)  # written into the graph as device=cpu
+            return (x + steps).index_select(1, torch.tensor([0, 2]).to(x.device))
+
+    export_program(Pick(), {"x": torch.randn(2, 4)}, tmp_path / "model.pt2")
+    assert (tmp_path / "model.fx.pt").is_file()
+    runner = _runner()
+    module, dtypes = runner.load_program(str(tmp_path / "model.pt2"), "meta")  # another device, no GPU needed
+    assert dtypes == [torch.float32]
+    with torch.inference_mode():
+        (out,) = module(torch.zeros(3, 4, device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (3, 2)
+    eager, _ = runner.load_program(str(tmp_path / "model.pt2"), "cpu")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(eager(x)[0], Pick()(x))
+
+
+def test_fast_path_answers_with_numpy_and_dlpack_and_logs_its_host_time(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    from tritonkit.config import load, save  # noqa: PLC0415 (only here)
+
+    module = _Tiny.make()
+    examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
+    plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
+    for exchange in ("numpy", "dlpack"):
+        write_torch_version(
+            tmp_path / "repo", f"tiny_{exchange}", module, examples, ["Y"], plan, max_batch_size=8
+        )
+        path = tmp_path / "repo" / f"tiny_{exchange}" / "config.pbtxt"
+        config = load(path)
+        config.parameters.update(tensor_exchange=exchange, stats_interval_s="0.000001")
+        save(config, path)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
+    mask = np.ones((3, 3), dtype=np.int64)
+    want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
+    log = tmp_path / "server.log"
+    with EmbeddedServer(tmp_path / "repo", log_file=log) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        for exchange in ("numpy", "dlpack"):
+            inputs = [
+                httpclient.InferInput("X", [3, 8], "FP32"),
+                httpclient.InferInput("MASK", [3, 3], "INT64"),
+            ]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(mask)
+            got = client.infer(f"tiny_{exchange}", inputs).as_numpy("Y")
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    text = log.read_text()
+    for exchange in ("numpy", "dlpack"):
+        assert re.search(
+            rf"torch_runner ready: tiny_{exchange} on cpu in [\d.]+ s .*{exchange} exchange", text
+        )
+        # The stats line comes only from the fast path: 3 rows in one execute, no padding on the CPU.
+        stats = re.search(rf'torch_runner stats .*\\"model\\": \\"tiny_{exchange}\\".*', text)
+        assert (
+            stats is not None
+            and '\\"rows\\": 3' in stats.group(0)
+            and '\\"padded_rows\\": 0' in stats.group(0)
+        )
 
 
 def _fp16_plan() -> ExecutionPlan:

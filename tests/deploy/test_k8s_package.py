@@ -24,7 +24,7 @@ from tritonkit.convert.buildspec import load_spec
 from tritonkit.errors import DeployError
 
 
-def _user(root: Path, source: str = "torch: mynet.model:build", data: str = "data/cal.txt") -> Path:
+def _user(root: Path, source: str = "torch: mynet.model:build", data: str = "data/cal.npz") -> Path:
     (root / "mynet").mkdir(parents=True)
     (root / "mynet" / "__init__.py").write_text("")
     (root / "mynet" / "model.py").write_text("def build():\n    raise NotImplementedError\n")
@@ -33,12 +33,12 @@ def _user(root: Path, source: str = "torch: mynet.model:build", data: str = "dat
     (root / "weights").mkdir()
     (root / "weights" / "w.bin").write_bytes(b"\0" * 8)
     (root / "data").mkdir()
-    (root / "data" / "cal.txt").write_text("one\ntwo\n")
-    (root / "ev.txt").write_text("three\n")
+    np.savez(root / "data" / "cal.npz", x=np.arange(64 * 4, dtype=np.float32).reshape(64, 4))
+    np.savez(root / "ev.npz", x=-np.arange(8 * 4, dtype=np.float32).reshape(8, 4) - 1)
     spec = root / "mynet.yaml"
     spec.write_text(
         f"name: mynet\nsource:\n  {source}\nprecisions: [fp32, fp16]\n"
-        f"calibration:\n  data: {data}\nevaluation:\n  data: ev.txt\n"
+        f"calibration:\n  data: {data}\nevaluation:\n  data: ev.npz\n"
     )
     return spec
 
@@ -53,8 +53,8 @@ def test_spec_with_torch_module_and_data_is_packed(tmp_path: Path) -> None:
     folder = deploy.package_spec(spec, out, include=["weights"])
     assert folder == out / deploy.INPUTS_DIR / "mynet"
     assert _files(folder) == [
-        "data/data/cal.txt",
-        "data/ev.txt",
+        "data/data/cal.npz",
+        "data/ev.npz",
         "modules/mynet/__init__.py",
         "modules/mynet/model.py",
         "modules/weights/w.bin",
@@ -62,11 +62,11 @@ def test_spec_with_torch_module_and_data_is_packed(tmp_path: Path) -> None:
     ]
     packed = yaml.safe_load((folder / "spec.yaml").read_text())
     assert (
-        packed["calibration"]["data"] == "data/data/cal.txt" and packed["evaluation"]["data"] == "data/ev.txt"
+        packed["calibration"]["data"] == "data/data/cal.npz" and packed["evaluation"]["data"] == "data/ev.npz"
     )
     assert packed["source"] == {"torch": "mynet.model:build"} and packed["precisions"] == ["fp32", "fp16"]
     loaded = load_spec(folder / "spec.yaml")  # what the Job reads, from where it reads it
-    assert loaded.resolve(loaded.calibration.data).read_text() == "one\ntwo\n"
+    assert np.load(loaded.resolve(loaded.calibration.data))["x"].shape == (64, 4)
     assert os.listdir(out / deploy.INPUTS_DIR) == ["mynet"]  # no staging folder left
 
 
@@ -100,8 +100,8 @@ def test_spec_with_onnx_source_and_onnx_file_with_flags(tmp_path: Path) -> None:
     assert _files(folder) == ["m.weights", "model.onnx", "spec.yaml"]  # external data beside the graph
     assert yaml.safe_load((folder / "spec.yaml").read_text())["source"] == {"onnx": "model.onnx"}
 
-    (user / "ev.npz").write_bytes(b"npz")
-    (user / "cal.npz").write_bytes(b"npz")
+    np.savez(user / "ev.npz", X=np.zeros((8, 4), dtype=np.float32))
+    np.savez(user / "cal.npz", X=np.ones((32, 4), dtype=np.float32))
     folder = deploy.package_onnx(
         user / "m.onnx", tmp_path / "out", name="m2", precisions=["fp32", "int8"],
         calibration_data=user / "cal.npz", eval_data=user / "ev.npz",

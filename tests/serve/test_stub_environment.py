@@ -69,3 +69,28 @@ def test_stubs_run_in_the_environment_named(
     with EmbeddedServer(repo) as server:
         y = http_infer(server.http_url, "which_env", x)
     np.testing.assert_array_equal(y, x + (1.0 if named else 0.0))
+
+
+def test_malloc_settings_reach_the_server_unless_set_or_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tritonkit.serve.embedded import MALLOC_ENV, MALLOC_TUNING_ENV  # noqa: PLC0415 (only here)
+
+    (tmp_path / "repo").mkdir()
+    for key in MALLOC_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv(MALLOC_TUNING_ENV, raising=False)
+    env = EmbeddedServer(tmp_path / "repo")._environment()
+    assert (
+        {k: env[k] for k in MALLOC_ENV}
+        == MALLOC_ENV
+        == {
+            "MALLOC_MMAP_THRESHOLD_": "33554432",
+            "MALLOC_TRIM_THRESHOLD_": "1073741824",
+        }
+    )
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the user's own setting wins
+    assert EmbeddedServer(tmp_path / "repo")._environment()["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv(MALLOC_TUNING_ENV, "0")
+    assert not set(MALLOC_ENV) & set(EmbeddedServer(tmp_path / "repo")._environment())

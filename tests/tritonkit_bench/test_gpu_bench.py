@@ -1,111 +1,154 @@
-"""The GPU benchmark's parts that need no GPU: versions built on the CPU (ResNet-50 FP16 taking FP32
-images, the tune's MiniLM version whose buckets follow the max batch), the load payloads, argument
-parsing, and the page rendered from a figures dict with every section. A ``gpu``-marked smoke test
-runs the ResNet part for real where a GPU is present."""
+"""The GPU benchmark up to the GPU: its versions as a build writes them, the raw gRPC load, a served
+sweep and the tune step (``tritonkit tune`` then ``tritonkit profile`` as commands) against the real
+embedded server on the CPU with a tiny model, arguments, and the page rendered from figures."""
 
 from __future__ import annotations
 
-import copy
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tritonkit.config import load
+from tritonkit.config import load, save
 from tritonkit.convert.flagship.resnet import build_resnet50
-from tritonkit.tune.space import apply_point, axes_for, base_point
 from tritonkit_bench import gpu, gpu_render, gpu_tune
-from tritonkit_bench.gpu_load import IMAGE, TEXT
-from tritonkit_bench.gpu_models import PARTS, build_part, image_examples, runner
+from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload, request_bytes
+from tritonkit_bench.gpu_measure import sweep
+from tritonkit_bench.gpu_models import PARTS, Part, build_part, image_examples, runner
+
+TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
 
 
-def test_resnet_fp16_version_takes_fp32_images_and_matches_fp32(tmp_path: Path) -> None:
+def _tiny_module() -> Any:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    built: list[str] = []
-    # 32 x 32 images: the same graph as 224 x 224 (adaptive pooling), small enough for the CPU.
-    versions = build_part(tmp_path / "repo", "resnet", False, built.append, gpus=[0], image_size=32)
-    assert list(versions) == ["resnet50_fp16", "resnet50_fp32"] and built == [f"built {v}" for v in versions]
-    cfg = load(tmp_path / "repo" / "resnet50_fp16" / "config.pbtxt")
-    assert [(t.name, t.data_type, t.dims) for t in cfg.inputs] == [("image", "FP32", [3, 32, 32])]
-    assert [(t.name, t.data_type, t.dims) for t in cfg.outputs] == [("logits", "FP32", [1000])]
-    assert cfg.max_batch_size == 64 and cfg.parameters["precision"] == "fp16"
-    assert cfg.parameters["batch_buckets"] == "1,2,4,8,16,32,64"
-    assert cfg.dynamic_batching is not None and cfg.instance_groups[0].kind == "KIND_GPU"
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 4)
 
+        def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (input names)
+            out: torch.Tensor = self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
+            return out
+
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def _tiny_inputs(batch: int, seed: int, held_out: bool) -> dict[str, Any]:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    g = torch.Generator().manual_seed(seed)
+    return {"X": torch.randn(batch, 8, generator=g), "MASK": torch.ones(batch, 3, dtype=torch.int64)}
+
+
+@pytest.fixture
+def tiny_part(monkeypatch: pytest.MonkeyPatch) -> str:
+    part = Part("tiny", "a linear layer", TINY, 16, (1, 4, 16), (1, 4), 500.0, _tiny_module, _tiny_inputs)
+    monkeypatch.setitem(PARTS, "tiny", part)
+    return "tiny"
+
+
+def _on_cpu(repo: Path, model: str) -> None:
+    """The KIND_GPU version the build wrote, placed on the CPU (this machine has no GPU)."""
+    path = repo / model / "config.pbtxt"
+    config = load(path)
+    config.instance_groups[0].kind, config.instance_groups[0].gpus = "KIND_CPU", []
+    config.parameters["device"] = "cpu"
+    save(config, path)
+
+
+def test_versions_are_what_a_build_writes(tmp_path: Path, tiny_part: str) -> None:
+    built: list[str] = []
+    version = build_part(tmp_path, tiny_part, built.append, gpus=[0])
+    cfg = load(tmp_path / "tiny_fp16" / "config.pbtxt")
+    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
+    assert cfg.instance_groups[0].kind == "KIND_GPU" and cfg.instance_groups[0].count == 2
+    assert cfg.parameters["batch_buckets"] == "1,2,4,8,16" and cfg.parameters["precision"] == "fp16"
+    assert cfg.dynamic_batching is not None and cfg.dynamic_batching.preferred_batch_size == [2, 4, 8, 16]
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
+    assert built == ["built tiny_fp16: 2 instance(s) per GPU, buckets [1, 2, 4, 8, 16]"]
+
+
+def test_resnet_fp16_program_takes_fp32_images_and_matches_fp32(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    build_part(tmp_path, "resnet", lambda _: None, gpus=[0])
+    cfg = load(tmp_path / "resnet_fp16" / "config.pbtxt")
+    assert [(t.name, t.data_type, t.dims) for t in cfg.inputs] == [("image", "FP32", [3, 224, 224])]
+    assert cfg.parameters["batch_buckets"] == "1,2,4,8,16,24,32,40,48,56,64"
     torch_runner = runner("torch_runner")
-    module, dtypes = torch_runner.load_program(
-        str(tmp_path / "repo" / "resnet50_fp16" / "1" / "model.pt2"), "cpu"
-    )
-    assert dtypes == [torch.float16]  # the program is half; the engine casts the FP32 images
-    engine = torch_runner.GraphEngine(module, "cpu", dtypes, [torch.float32], [1, 2, 4])
+    module, dtypes = torch_runner.load_program(str(tmp_path / "resnet_fp16" / "1" / "model.pt2"), "cpu")
+    assert dtypes == [torch.float16]  # the fast FX twin carries the program's input dtypes
+    # 32 x 32 images: the same graph (adaptive pooling), small enough for the CPU.
     images = image_examples(3, seed=7, size=32)["image"]
-    (out,) = engine.run([images])
+    (out,) = torch_runner.GraphEngine(module, "cpu", dtypes, [torch.float32], [1, 2, 4]).run([images])
     assert out.dtype == torch.float32 and tuple(out.shape) == (3, 1000)
     with torch.inference_mode():
         ref = build_resnet50()(images)
-    cosine = torch.nn.functional.cosine_similarity(out.double(), ref.double(), dim=1)
-    assert float(cosine.min()) > 0.99
+    assert float(torch.nn.functional.cosine_similarity(out.double(), ref.double(), dim=1).min()) > 0.99
 
 
-def test_tune_version_buckets_follow_the_max_batch(tmp_path: Path) -> None:
-    gpu_tune.write_tune_version(tmp_path, gpus=[0])
-    cfg = load(tmp_path / gpu_tune.MODEL / "config.pbtxt")
-    assert cfg.parameters["batch_buckets"] == ""  # the runner's default: powers of two up to max batch
-    assert cfg.max_batch_size == 256 and cfg.dynamic_batching is not None
-    assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
-    assert runner("torch_runner").parse_buckets(cfg.parameters["batch_buckets"], 16) == [1, 2, 4, 8, 16]
-    settings = gpu_tune.TuneSettings()
-    axes = axes_for(
-        cfg,
-        max_batch_sizes=settings.max_batch_sizes,
-        delays_us=settings.delays_us,
-        instances=settings.instances,
-        queue=False,
-    )
-    base = base_point(cfg)
-    assert (base["instances"], base["max_batch_size"], base["delay_us"]) == (2, 256, 500)
-    assert base["instances"] in settings.instances and 256 in settings.max_batch_sizes
-    small = apply_point(cfg, {**base, "max_batch_size": 16, "delay_us": "off", "kind": "KIND_CPU"})
-    assert small.max_batch_size == 16 and small.dynamic_batching is None
-    assert {a.name for a in axes} == {"instances", "kind", "max_batch_size", "delay_us", "preferred"}
-
-
-def test_payloads_build_requests_of_the_models_inputs() -> None:
+def test_payloads_serialise_requests_of_the_models_inputs() -> None:
     (image,) = IMAGE.arrays(2, seed=1)
-    assert image[0] == "image" and image[1].shape == (2, 3, 224, 224) and image[2] == "FP32"
-    assert image[1].dtype == np.float32 and image[1].nbytes == 2 * 602112
+    assert image[0] == "image" and image[1].shape == (2, 3, 224, 224) and image[1].nbytes == 2 * 602112
     ids, mask = TEXT.arrays(4, seed=1)
-    assert (ids[0], ids[1].shape, ids[2]) == ("input_ids", (4, 128), "INT64")
-    assert ids[1].min() >= 1000 and ids[1].max() < 30522
-    assert mask[0] == "attention_mask" and (mask[1] == 1).all()
+    assert (ids[0], ids[1].shape, ids[2]) == ("input_ids", (4, 128), "INT64") and (mask[1] == 1).all()
+    from tritonclient.grpc import service_pb2  # noqa: PLC0415 (the generator's own wire format)
+
+    request = service_pb2.ModelInferRequest.FromString(request_bytes("bert_fp16", BERT, 1, seed=3))
+    assert request.model_name == "bert_fp16" and [o.name for o in request.outputs] == ["CLS"]
+    assert [(i.name, list(i.shape)) for i in request.inputs] == [
+        ("input_ids", [1, 128]),
+        ("attention_mask", [1, 128]),
+    ]
+    assert np.frombuffer(request.raw_input_contents[1], dtype=np.int64).tolist() == [1] * 128
+
+
+def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str) -> None:
+    repo = tmp_path / "repo"
+    build_part(repo, tiny_part, lambda _: None, gpus=[0])
+    _on_cpu(repo, "tiny_fp16")
+    rows = sweep(repo, tiny_part, (1, 4), 0.5, lambda _: None)
+    assert [r["in_flight"] for r in rows] == [1, 4] and all(r["errors"] == 0 for r in rows)
+    assert all(r["samples_per_s"] > 0 and r["avg_batch"] >= 1 for r in rows)
+    assert rows[0]["padded_share"] == 0.0  # one row at a time: bucket 1, nothing padded
+    # A grid whose max batches lie below the built buckets: every trial must load (buckets follow).
+    settings = gpu_tune.TuneSettings(
+        window_s=0.15, max_windows=3, stability_pct=50, workers=1, max_concurrency=2, finalists=0,
+        extra=("--instances", "1", "--max-batch-sizes", "2,16", "--delays-us", "0", "--no-queue-policy"),
+    )  # fmt: skip
+    figures = gpu_tune.run(repo, tiny_part, tmp_path / "work", settings, lambda _: None)
+    assert figures["rc"] == 0 and not figures.get("error"), figures.get("log_tail")
+    assert figures["refused"] == [] and figures["runs"] == len(figures["trials"]) >= 2
+    keys = {t["key"] for t in figures["trials"]}
+    assert any("max_batch_size=2" in k.split() for k in keys) and all("buckets=" in k for k in keys)
+    assert all(t["load_s"] > 0 and t["measure_s"] > 0 for t in figures["trials"])
+    written = load(repo / "tiny_fp16" / "config.pbtxt")
+    mbs = written.max_batch_size
+    assert written.parameters["batch_buckets"].split(",")[-1] == str(mbs)  # buckets follow the winner
+    profile = figures["profile"]
+    assert profile["rc"] == 0 and profile["throughput"] > 0 and profile["ratio"] is not None
+    assert profile["padded_share"] is not None  # profile reports padding for a bucketed runner
 
 
 def test_arguments() -> None:
-    args = gpu.parse_args(
-        ["--only", "resnet,tune", "--tune-delays-us", "off,0,2000", "--tune-protocol", "http"]
-    )
-    assert args.only == ["resnet", "tune"]
-    assert args.tune.delays_us == ("off", 0, 2000) and args.tune.protocol == "http"
     default = gpu.parse_args([])
-    assert default.only == ["minilm", "resnet", "tune"] and default.tune.protocol == "http"
-    assert gpu.parse_args(["--tune-protocol", "grpc"]).tune.protocol == "grpc"
+    assert default.only == ["bert", "minilm", "resnet"] and default.tune == ["bert", "minilm", "resnet"]
+    args = gpu.parse_args(["--only", "resnet,bert", "--tune", "bert"])
+    assert args.only == ["resnet", "bert"] and args.tune == ["bert"]
+    assert gpu.parse_args(["--no-tune"]).tune == []
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--only", "bert"], "expected a comma-separated subset of minilm,resnet,tune; got 'bert'"),
-        (
-            ["--tune-delays-us", "off,soon"],
-            "--tune-delays-us 'off,soon': expected comma-separated whole numbers or off",
-        ),
-        (["--tune-instances", "off"], "--tune-instances 'off': expected comma-separated whole numbers"),
+        (["--only", "gpt"], "expected a comma-separated subset of bert,minilm,resnet; got 'gpt'"),
         (["--merge", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--render-from", "/nonexistent.json"], "/nonexistent.json: file not found"),
+        (["--seconds", "0"], "--seconds and --tune-window-s must be > 0"),
     ],
 )
 def test_bad_arguments_are_one_line(
@@ -118,201 +161,69 @@ def test_bad_arguments_are_one_line(
     assert message in err and "Traceback" not in err
 
 
-def _row(
-    part: str, model: str, batch: int, flight: int, rate: float, avg: float, **extra: Any
-) -> dict[str, Any]:
+def _level(in_flight: int, rate: float, p50: float, padded: float | None) -> dict[str, Any]:
     return {
-        "part": part, "model": model, "batch": batch, "in_flight": flight, "samples_per_s": rate,
-        "requests": int(rate), "errors": 0, "first_error": "", "p50_ms": 5.0, "p99_ms": 8.0,
-        "avg_batch": avg, "queue_us": 1400.0, "compute_us": 4000.0, "client_cpu_share": 0.1,
-        "server_cpu_share": 0.1, "gpu_util": 30.0, **extra,
+        "in_flight": in_flight, "samples_per_s": rate, "p50_ms": p50, "p99_ms": 2 * p50, "errors": 0,
+        "first_error": "", "client_cpu_share": 0.1, "server_cpu_share": 0.2, "gpu_util": 50.0,
+        "queue_us": 100.0, "compute_input_us": 30.0, "compute_infer_us": 900.0, "compute_output_us": 80.0,
+        "avg_batch": 1.0 if in_flight == 1 else 40.0, "batches": {}, "padded_share": padded,
     }  # fmt: skip
 
 
 def _figures() -> dict[str, Any]:
-    minilm = {
-        "versions": {
-            "minilm_fp16": "torch fp16",
-            "minilm_fp16_nodb": "torch fp16",
-            "minilm_fp32": "torch fp32",
-        },
-        "batches": [1, 16, 64, 256],
-        "in_process": {
-            "torch fp16 CUDA graphs": {
-                "1": 3000.0,
-                "16": 30000.0,
-                "20": 27000.0,
-                "64": 56000.0,
-                "256": 65000.0,
-            },
-            "torch fp32 CUDA graphs": {"1": 1100.0, "16": 7900.0, "64": 11000.0, "256": 12400.0},
-        },
-        "accuracy": {"minilm_fp16": {"min": 0.9999998, "mean": 0.9999999, "top1": 1.0}},
-        "served": [
-            _row(
-                "minilm",
-                "minilm_fp16",
-                1,
-                64,
-                11600.0,
-                20.0,
-                effective_batch=20,
-                effective_in_process=27000.0,
-            ),
-            _row("minilm", "minilm_fp16_nodb", 1, 64, 2100.0, 1.0),
-            _row("minilm", "minilm_fp16", 16, 16, 48000.0, 84.0),
-            _row("minilm", "minilm_fp32", 16, 16, 10000.0, 80.0),
-        ],
-    }
-    resnet = {
-        "versions": {"resnet50_fp16": "torch fp16", "resnet50_fp32": "torch fp32"},
-        "batches": [1, 16, 64],
-        "in_process": {
-            "torch fp16 CUDA graphs": {"1": 400.0, "16": 3000.0, "64": 4000.0},
-            "torch fp32 CUDA graphs": {"1": 200.0, "16": 1000.0, "64": 1200.0},
-        },
-        "accuracy": {
-            "resnet50_fp16": {"min": 0.9981, "mean": 0.9995, "top1": 0.95},
-            "resnet50_fp32": {"min": 1.0, "mean": 1.0, "top1": 1.0},
-        },
-        "served": [
-            _row(
-                "resnet",
-                "resnet50_fp16",
-                16,
-                16,
-                3600.0,
-                64.0,
-                effective_batch=64,
-                effective_in_process=4000.0,
-            ),
-            _row(
-                "resnet",
-                "resnet50_fp32",
-                16,
-                16,
-                1000.0,
-                64.0,
-                effective_batch=64,
-                effective_in_process=1200.0,
-            ),
-        ],
-    }
-
-    def trial(instances: int, mbs: int, delay: int | str, rate: float) -> dict[str, Any]:
-        point = {"instances": instances, "kind": "KIND_CPU", "max_batch_size": mbs, "delay_us": delay}
-        key = " ".join(f"{k}={point[k]}" for k in sorted(point))
-        best = {
-            "average_batch": 12.0,
-            "queue_us": 900.0,
-            "compute_infer_us": 2000.0,
-            "generator_limited": False,
-        }
-        return {"key": key, "point": point, "throughput": rate, "concurrency": 32, "p50_ms": 3.0, "p99_ms": 9.0,
-                "stable": True, "best": best, "levels": [best]}  # fmt: skip
-
-    trials = [trial(2, 256, 500, 9000.0), trial(1, 16, "off", 1500.0), trial(2, 256, "off", 2500.0)]
-    tune = {
-        "settings": {**json.loads(json.dumps(gpu_tune.TuneSettings().__dict__)), "model": "minilm_fp16", "about": "x"},
-        "seconds": 110.0, "evaluations": 3, "measurements": 21,
-        "winner": trials[0], "baseline": trials[0], "trials": trials,
+    trial = {"key": "buckets=fine delay_us=0 gpus=0 instances=3 kind=KIND_GPU max_batch_size=128", "throughput": 14000.0,
+             "concurrency": 128, "p99_ms": 12.0, "padded_share": 0.0, "load_s": 4.0, "measure_s": 5.0,
+             "confirmed_throughput": 13900.0, "average_batch": 60.0}  # fmt: skip
+    base = {**trial, "key": "buckets=fine delay_us=500 gpus=0 instances=2 kind=KIND_GPU max_batch_size=128",
+            "throughput": 9000.0, "confirmed_throughput": None}  # fmt: skip
+    bert = {
+        "about": "BERT-base", "model": "bert_fp16", "max_batch": 128, "buckets": [1, 2, 128], "instances": 2,
+        "delay_us": 500, "accuracy": {"min": 0.9999, "mean": 0.99995, "top1": 1.0},
+        "in_process": {"1": 1250.0, "64": 15200.0, "128": 15400.0},
+        "served": [_level(1, 400.0, 2.4, 0.0), _level(64, 9000.0, 7.0, 0.01)],
+        "tune": {"command": "tritonkit tune --model bert_fp16", "seconds": 200.0, "runs": 20, "measurements": 60,
+                 "load_s": 90.0, "measure_s": 100.0, "refused": [], "trials": [trial, base], "winner": trial,
+                 "baseline": base, "profile": {"concurrency": 128, "throughput": 13500.0, "tune_figure": 13900.0,
+                                               "ratio": 0.971, "p99_ms": 11.0, "padded_share": 0.0}},
+        "tuned_config": {"instances": 3, "max_batch": 128, "delay_us": 0, "buckets": [1, 2, 128]},
+        "tuned_served": [_level(1, 900.0, 1.05, 0.0), _level(128, 13500.0, 9.0, 0.02)],
     }  # fmt: skip
-    return {
-        "machine": {"gpu": "NVIDIA H100", "driver": "580", "cores": 16, "python": "3.12", "torch": "2.11",
-                    "onnxruntime": "absent"},
-        "when": "2026-11-23 04:00 UTC", "parts": {"minilm": minilm, "resnet": resnet}, "tune": tune,
-    }  # fmt: skip
+    return {"machine": {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "cores": 16, "python": "3.12",
+                        "torch": "2.11"}, "when": "2026-11-25 20:00 UTC",
+            "parts": {"bert": bert, "resnet": {"error": "RuntimeError: out of memory"}}}  # fmt: skip
 
 
-def test_render_every_section() -> None:
-    text = gpu_render.render(_figures())
-    for heading in ("# GPU benchmarks", "## MiniLM", "## ResNet-50", "## Targets", "## Tune on the GPU"):
-        assert f"\n{heading}\n" in f"\n{text}"
-    assert "| torch fp16 CUDA graphs | 400 | 3,000 | 4,000 |" in text
-    assert "| resnet50_fp16 | 0.9981000 | 0.9995000 | 95.0 % | >= 0.999 | no |" in text
-    assert (
-        "| dynamic batching gain, 2 instances, requests of 1, 64 in flight (fp16) | 5.5x | >= 12x | no |"
-        in text
-    )
-    assert "| serving efficiency resnet50_fp16, requests of 16, 16 in flight (in-process at batch 64: 4,000/s) " \
-        "| 0.90 | >= 0.85 | yes |" in text  # fmt: skip
-    assert "| FP16 cosine vs FP32 (resnet50_fp16, min over rows) | 0.9981000 | >= 0.999 | no |" in text
-    # Misses name the gap and its cause: host work per execute against the engine's own time.
-    missed = text.split("### Missed: the gap and its cause")[1].split("## Tune")[0]
-    assert "minilm_fp16, requests of 1 at 64 in flight: 0.43 (target 0.85)" in missed
-    assert "Each execute took 4,000 µs against 741 µs for the engine alone" in missed
-    assert "resnet50_fp32, requests of 16 at 16 in flight: 0.83" in missed and "602 KB" in missed
-    assert "so the time is lost outside the execute call" in missed  # execute no slower than the engine
-    assert "resnet50_fp16: FP16 cosine min 0.9981000" in missed
-    assert "FP16 against FP32 in-process at batch 64: 4,000 against 1,200 samples/s (3.3x)." in text
-    assert "Served, requests of 16 at 16 in flight: 48,000 against 10,000 samples/s (4.8x)." in text
-    ranked = [line for line in text.splitlines() if line.startswith("| 1 |") or line.startswith("| 3 |")]
-    assert ranked[0].startswith(
-        "| 1 | `instances=2 max_batch_size=256 delay_us=500` (winner) (baseline: as built)"
-    )
-    assert ranked[1].startswith("| 3 | `instances=1 max_batch_size=16 delay_us=off`")
-    assert "3 configs, 21 load levels, 1.8 minutes." in text
+def test_render_summary_parts_and_anchors() -> None:
     data = _figures()
-    data["tune"]["trials"][2] = {**data["tune"]["trials"][2], "error": "", "throughput": 0.0, "levels": []}
-    assert " | 0 | failed: (no message)" in gpu_render.render(data)
-
-
-def test_render_partial_and_failed_tune() -> None:
-    data = _figures()
-    del data["parts"]["minilm"]
-    data["tune"] = {**data["tune"], "error": "TritonKitError: model failed to load"}
+    (row,) = gpu_render.summary(data)
+    assert (row["ratio"], row["ratio_met"], row["padded_met"], row["profile_met"]) == (
+        "0.88",
+        "yes",
+        "yes",
+        "yes",
+    )
+    assert row["c1"] == "1.05 vs 0.80 + 0.3" and row["c1_met"] == "yes" and row["beats"] == "1.54x"
     text = gpu_render.render(data)
-    assert "## MiniLM" not in text and "## ResNet-50" in text and "dynamic batching gain" not in text
-    assert "Tune did not finish: TritonKitError: model failed to load" in text
-    empty = copy.deepcopy(data)
-    empty["parts"]["resnet"]["served"] = []
-    empty["parts"]["resnet"]["accuracy"] = {}
-    assert "(not run: --skip-served)" in gpu_render.render(empty)
-    row = _row("resnet", "resnet50_fp16", 1, 64, 0.0, 1.0, p50_ms=math.nan, p99_ms=math.nan)  # all failed
-    assert "| nan" not in gpu_render.render(
-        {**empty, "parts": {"resnet": {**empty["parts"]["resnet"], "served": [row]}}}
-    )
-
-
-def test_every_part_serves_its_scenarios_versions() -> None:
-    for part in PARTS.values():
-        built = {v[0] for v in part.versions} | ({"minilm_ort_fp32"} if part.name == "minilm" else set())
-        assert {s[0] for s in part.scenarios} <= built
-        assert set(part.engine_of) <= built
-        assert {e[2] for e in part.engines} | {"onnxruntime fp32 CUDA I/O binding"} >= set(
-            part.engine_of.values()
-        )
-
-
-@pytest.mark.gpu
-def test_resnet_part_on_the_gpu(tmp_path: Path) -> None:
-    """The ResNet part end to end (short windows): every row answered, figures in the page."""
-    out, raw = tmp_path / "page.md", tmp_path / "raw.json"
-    assert gpu.main(["--only", "resnet", "--seconds", "1", "--out", str(out), "--raw", str(raw)]) == 0
-    data = json.loads(raw.read_text())
-    rows = data["parts"]["resnet"]["served"]
-    assert len(rows) == 3 and all(r["errors"] == 0 and r["requests"] > 0 for r in rows)
-    assert data["parts"]["resnet"]["accuracy"]["resnet50_fp16"]["min"] > 0.99
-    assert "## ResNet-50" in out.read_text()
+    assert "| bert | 15,400 (batch 128) | 13,500 (tuned, c128, p99 18.0 ms) | 0.88 (yes) |" in text
+    assert "**Not measured:** RuntimeError: out of memory" in text
+    assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
+    assert "90 s putting configs into service" in text and "(0.971)" in text
+    assert "| nan" not in text
 
 
 def test_render_from_runs_measured_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Parts measured in separate runs (the device's per-command limit) make one page, no GPU needed."""
-    full = _figures()
-    first = {**full, "parts": {"minilm": full["parts"]["minilm"]}, "tune": None}
-    second = {**full, "parts": {"resnet": full["parts"]["resnet"]}, "when": "2026-11-23 04:30 UTC"}
-    a, b, out, raw = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "page.md", tmp_path / "all.json"
-    a.write_text(json.dumps(first))
-    b.write_text(json.dumps(second))
-    assert gpu.main(["--render-from", str(a), str(b), "--out", str(out), "--raw", str(raw)]) == 0
-    assert out.read_text() == gpu_render.render(json.loads(raw.read_text()))
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    data = _figures()
+    first.write_text(json.dumps({**data, "parts": {"bert": data["parts"]["bert"]}}))
+    second.write_text(json.dumps({**data, "parts": {"resnet": data["parts"]["resnet"]}}))
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Reading\n\nwritten by hand\n")
+    out = tmp_path / "page.md"
+    assert gpu.main(["--render-from", str(first), str(second), "--notes", str(notes), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "## MiniLM" in text and "## ResNet-50" in text and "## Tune on the GPU" in text
-    assert "Run 2026-11-23 04:30 UTC." in text
-    bad = tmp_path / "bad.json"
-    bad.write_text("{}")
+    assert (
+        "## BERT-base, sequence 128" in text
+        and "## ResNet-50" in text
+        and text.rstrip().endswith("written by hand")
+    )
     capsys.readouterr()
-    assert gpu.main(["--render-from", str(bad), "--out", str(tmp_path / "x.md")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "expected a --raw JSON of this benchmark" in err
-    assert not (tmp_path / "x.md").exists()

@@ -1,19 +1,16 @@
 """GPU benchmark (``python -m tritonkit_bench.gpu``): writes ``docs/benchmarks-gpu.md`` on a GPU host.
 
-Parts (``--only``, default all): ``minilm`` (the MiniLM architecture, sequence 128: FP16/FP32 torch,
-with and without dynamic batching, 1 and 2 instances, ONNX Runtime CUDA when it imports), ``resnet``
-(ResNet-50 FP16 and FP32, 224 x 224 FP32 images from clients) and ``tune`` (``tritonkit tune`` on MiniLM
-FP16, a small grid). Versions are built by :mod:`tritonkit.convert.torch_program` exactly as a build
-would (:mod:`tritonkit_bench.gpu_models`) and served by the embedded tritonserver; load comes from
-gRPC clients in several processes (:mod:`tritonkit_bench.gpu_load`). In-process figures run the
-runners' own engines on the same GPU with the server stopped (:mod:`tritonkit_bench.gpu_measure`).
+Parts (``--only``, default all, in the order given): ``bert`` (a BERT-base encoder at sequence 128),
+``minilm`` (the MiniLM architecture) and ``resnet`` (ResNet-50), each an FP16 version built by
+:mod:`tritonkit.convert.torch_program` as ``tritonkit build`` writes it (:mod:`tritonkit_bench.gpu_models`).
+For each part: the engine in-process (samples/s by batch, the peak), FP16 accuracy against the FP32
+module, the version served as built at rising numbers of requests of one row in flight
+(:mod:`tritonkit_bench.gpu_measure`), then (``--tune``) ``tritonkit tune`` and ``tritonkit profile`` as a
+user runs them (:mod:`tritonkit_bench.gpu_tune`) and the same levels served with the tuned config.
+``--malloc-ab`` serves one level again without tritonkit's malloc settings (the stub's input copies).
 
-Figures: engines in-process (samples/s by batch), FP16 accuracy against the FP32 reference (cosine),
-served throughput with and without dynamic batching, serving efficiency (served / in-process at the
-batch Triton formed), the load generator's headroom, and the tune's ranked configs
-(:mod:`tritonkit_bench.gpu_render` writes the page). ``--merge`` keeps the parts not run from an
-earlier run's ``--raw`` JSON, so parts can be measured separately into one page; ``--render-from``
-writes the page from several runs' JSON without measuring (no GPU needed).
+Figures go to ``--raw`` after every part (a cut-off run keeps what it measured); ``--merge`` keeps the
+parts not run from an earlier run's JSON, ``--render-from`` writes the page from JSON alone (no GPU).
 """
 
 from __future__ import annotations
@@ -24,33 +21,34 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tritonkit.config import load
 from tritonkit.errors import TritonKitError
+from tritonkit.serve.embedded import MALLOC_TUNING_ENV
+from tritonkit.tune.space import buckets_of
 from tritonkit_bench import gpu_tune
-from tritonkit_bench.gpu_measure import accuracy, in_process, served
+from tritonkit_bench.gpu_measure import accuracy, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
-from tritonkit_bench.gpu_render import render, targets
+from tritonkit_bench.gpu_render import render
 
 __all__ = ["main", "parse_args"]
-
-CHOICES = (*PARTS, "tune")
 
 
 def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def _only(text: str) -> list[str]:
+def _parts(text: str) -> list[str]:
     picked = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in picked if p not in CHOICES]
-    if unknown or not picked:
+    unknown = [p for p in picked if p not in PARTS]
+    if unknown:
         raise argparse.ArgumentTypeError(
-            f"expected a comma-separated subset of {','.join(CHOICES)}; got {text!r}"
+            f"expected a comma-separated subset of {','.join(PARTS)}; got {text!r}"
         )
     return picked
 
@@ -60,58 +58,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m tritonkit_bench.gpu", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", default="docs/benchmarks-gpu.md")
-    parser.add_argument("--raw", default=None, help="also write every figure as JSON here")
+    parser.add_argument("--raw", default=None, help="also write every figure as JSON here (after each part)")
     parser.add_argument(
-        "--only", type=_only, default=list(CHOICES), help=f"parts to run (default all: {','.join(CHOICES)})"
+        "--only", type=_parts, default=list(PARTS), help="parts to run, in order (default all)"
     )
+    parser.add_argument("--tune", type=_parts, default=None, help="parts to tune (default: every part run)")
+    parser.add_argument("--no-tune", action="store_true", help="tune no part")
     parser.add_argument(
-        "--merge",
-        default=None,
-        help="an earlier run's --raw JSON: its parts not run now are kept on the page",
+        "--malloc-ab", action="store_true", help="serve one level without the malloc settings"
     )
-    parser.add_argument(
-        "--render-from",
-        nargs="+",
-        default=None,
-        metavar="JSON",
-        help="no measuring (no GPU needed): write the page from these runs' --raw JSON, later parts over earlier",
-    )
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per served scenario")
-    parser.add_argument("--skip-served", action="store_true")
-    tune = parser.add_argument_group("tune part")
-    defaults = gpu_tune.TuneSettings()
-    tune.add_argument("--tune-protocol", choices=("grpc", "http"), default=defaults.protocol)
-    tune.add_argument("--tune-budget-ms", type=float, default=defaults.budget_ms)
-    tune.add_argument("--tune-window-s", type=float, default=defaults.window_s)
-    tune.add_argument("--tune-workers", type=int, default=defaults.workers, help="generator processes")
-    tune.add_argument("--tune-max-concurrency", type=int, default=defaults.max_concurrency)
-    tune.add_argument("--tune-instances", default=",".join(map(str, defaults.instances)))
-    tune.add_argument("--tune-max-batch-sizes", default=",".join(map(str, defaults.max_batch_sizes)))
-    tune.add_argument("--tune-delays-us", default=",".join(map(str, defaults.delays_us)))
-    tune.add_argument("--tune-search", choices=("quick", "brute"), default=defaults.search)
+    parser.add_argument("--merge", default=None, help="an earlier run's --raw JSON: its other parts are kept")
+    parser.add_argument("--render-from", nargs="+", default=None, metavar="JSON",
+                        help="no measuring (no GPU needed): the page from these runs' JSON, later over earlier")  # fmt: skip
+    parser.add_argument("--notes", default=None, help="a markdown file: its text ends the page")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per served level")
+    parser.add_argument("--work", default="/tmp/tritonkit-gpu-bench", help="folder for versions and reports")
+    parser.add_argument("--tune-window-s", type=float, default=gpu_tune.TuneSettings().window_s)
+    parser.add_argument("--tune-workers", type=int, default=gpu_tune.TuneSettings().workers)
     args = parser.parse_args(argv)
-    try:
-        args.tune = gpu_tune.TuneSettings(
-            protocol=args.tune_protocol,
-            budget_ms=args.tune_budget_ms,
-            window_s=args.tune_window_s,
-            instances=gpu_tune.parse_grid(args.tune_instances, "--tune-instances"),
-            max_batch_sizes=gpu_tune.parse_grid(args.tune_max_batch_sizes, "--tune-max-batch-sizes"),
-            delays_us=gpu_tune.parse_grid(args.tune_delays_us, "--tune-delays-us", allow_off=True),
-            max_concurrency=args.tune_max_concurrency,
-            workers=args.tune_workers,
-            search=args.tune_search,
-        )
-    except TritonKitError as exc:
-        parser.error(str(exc))
-    for path in [*([args.merge] if args.merge else []), *(args.render_from or [])]:
+    if args.seconds <= 0 or args.tune_window_s <= 0 or args.tune_workers < 1:
+        parser.error("--seconds and --tune-window-s must be > 0 and --tune-workers >= 1")
+    for path in [
+        *([args.merge] if args.merge else []),
+        *(args.render_from or []),
+        *([args.notes] if args.notes else []),
+    ]:
         if not Path(path).is_file():
             parser.error(f"{path}: file not found; expected an earlier run's --raw JSON")
+    args.tune = [] if args.no_tune else (args.tune if args.tune is not None else list(args.only))
     return args
 
 
 def _merged(paths: list[str]) -> dict[str, Any]:
-    """The runs' figures in this layout, later parts (and tune) over earlier; machine and time of the last."""
+    """The runs' figures in one, later parts over earlier; machine and time of the last."""
     data: dict[str, Any] = {"parts": {}}
     for path in paths:
         try:
@@ -121,12 +100,11 @@ def _merged(paths: list[str]) -> dict[str, Any]:
         if not isinstance(earlier, dict) or not isinstance(earlier.get("machine"), dict):
             raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark (no `machine` in it)")
         data["parts"].update(earlier.get("parts") or {})
-        data.update({k: earlier[k] for k in ("tune", "machine", "when") if earlier.get(k)})
+        data.update({k: earlier[k] for k in ("machine", "when") if earlier.get(k)})
     return data
 
 
 def _write(data: dict[str, Any], out: str, raw: str | None) -> str:
-    data["targets"] = targets(data)
     text = render(data)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")
@@ -135,80 +113,73 @@ def _write(data: dict[str, Any], out: str, raw: str | None) -> str:
     return text
 
 
-def _machine(have_ort: bool, ort_version: str) -> dict[str, Any]:
+def _machine() -> dict[str, Any]:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     smi = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     gpu, driver = ([*smi.stdout.strip().splitlines()[0].split(", "), "?"])[:2]
-    return {
-        "gpu": gpu,
-        "driver": driver,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "onnxruntime": f"{ort_version}{' (CUDA)' if have_ort else ' (no CUDA provider)'}",
-    }
+    return {"gpu": gpu, "driver": driver, "cores": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__}  # fmt: skip
 
 
-def _ort() -> tuple[bool, str]:
-    try:
-        import onnxruntime as ort  # noqa: PLC0415 (optional dependency: its absence is reported, not fatal)
-    except ImportError:
-        return False, "absent"
-    return "CUDAExecutionProvider" in ort.get_available_providers(), str(ort.__version__)
-
-
-def measure_parts(
-    names: list[str], work: Path, have_ort: bool, seconds: float, skip_served: bool
-) -> dict[str, dict[str, Any]]:
-    """Build, check accuracy, serve, then time in-process every part in ``names``."""
+def measure_part(
+    name: str, work: Path, args: argparse.Namespace, save: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Build, check, time in-process, serve, and (when asked) tune one part; ``save`` gets the part's
+    figures after every step (a run cut off mid-part keeps what it measured)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    root = work / "repo"
-    parts: dict[str, dict[str, Any]] = {}
-    for name in names:
-        parts[name] = {
-            "versions": build_part(root, name, have_ort, log),
-            "batches": list(PARTS[name].batches),
-        }
-    for name in names:
-        parts[name]["accuracy"] = accuracy(root, name, have_ort)
-        log(f"{name} accuracy {parts[name]['accuracy']}")
-    every = {k: v for part in parts.values() for k, v in part["versions"].items()}
-    rows = [] if skip_served or not names else served(root, every, seconds, log)
+    spec, repo = PARTS[name], work / f"repo-{name}"
+    started = time.monotonic()
+    build_part(repo, name, log)
+    config = load(repo / spec.model / "config.pbtxt")
+    dynamic = config.dynamic_batching
+    part: dict[str, Any] = {
+        "about": spec.about, "model": spec.model, "max_batch": spec.max_batch, "buckets": buckets_of(config),
+        "instances": config.instance_groups[0].count, "delay_us": dynamic.max_queue_delay_microseconds if dynamic else None,
+    }  # fmt: skip
+    part["accuracy"] = accuracy(repo, name)
+    part["in_process"] = in_process(repo, name)
+    log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
     torch.cuda.empty_cache()
-    for name in names:
-        part = parts[name]
-        part["served"] = [r for r in rows if r["part"] == name]
-        engine_of = PARTS[name].engine_of
-        compared = [r for r in part["served"] if r["model"] in engine_of]
-        effective: dict[str, set[int]] = {}
-        for row in compared:
-            row["effective_batch"] = max(1, round(row["avg_batch"]))
-            effective.setdefault(engine_of[row["model"]], set()).add(row["effective_batch"])
-        rates = in_process(root, name, have_ort, effective)
-        part["in_process"] = {label: {str(b): v for b, v in by.items()} for label, by in rates.items()}
-        for row in compared:
-            by_batch = rates.get(engine_of[row["model"]], {})
-            if row["effective_batch"] in by_batch:
-                row["effective_in_process"] = by_batch[row["effective_batch"]]
-        log(f"{name} in-process {json.dumps(part['in_process'])}")
-    return parts
+    save(part)
+    part["served"] = sweep(repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}.log")
+    save(part)
+    if args.malloc_ab:
+        os.environ[MALLOC_TUNING_ENV] = "0"
+        try:
+            level = max(spec.levels[:-1])
+            part["malloc_off"] = sweep(repo, name, (level,), args.seconds, log)
+        finally:
+            os.environ.pop(MALLOC_TUNING_ENV, None)
+    if name in args.tune:
+        settings = gpu_tune.TuneSettings(window_s=args.tune_window_s, workers=args.tune_workers)
+        part["tune"] = gpu_tune.run(repo, name, work, settings, log)
+        save(part)
+        tuned = load(repo / spec.model / "config.pbtxt")
+        part["tuned_config"] = {
+            "instances": tuned.instance_groups[0].count, "max_batch": tuned.max_batch_size, "buckets": buckets_of(tuned),
+            "delay_us": tuned.dynamic_batching.max_queue_delay_microseconds if tuned.dynamic_batching else None,
+        }  # fmt: skip
+        part["tuned_served"] = sweep(
+            repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}-tuned.log"
+        )
+    part["seconds"] = round(time.monotonic() - started, 1)
+    return part
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        # An earlier run's parts and tune stay unless run again now.
         data = _merged(args.render_from or ([args.merge] if args.merge else []))
     except TritonKitError as exc:
         print(f"tritonkit_bench.gpu: {exc}", file=sys.stderr)
         return 2
+    if args.notes:
+        data["notes"] = Path(args.notes).read_text(encoding="utf-8")
     if args.render_from:
         print(_write(data, args.out, args.raw))
         return 0
@@ -217,18 +188,24 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("tritonkit_bench.gpu: expected a CUDA GPU; torch sees none", file=sys.stderr)
         return 2
-    have_ort, ort_version = _ort()
-    data["machine"] = _machine(have_ort, ort_version)
+    data["machine"] = _machine()
     data["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="tritonkit-gpu-bench-"))
-    names = [n for n in args.only if n in PARTS]
-    data["parts"].update(measure_parts(names, work, have_ort, args.seconds, args.skip_served))
-    if "tune" in args.only:
-        torch.cuda.empty_cache()
-        data["tune"] = gpu_tune.run(work, args.tune, log)
-    data["seconds"] = round(time.monotonic() - started, 1)
-    log(f"done in {data['seconds']:.0f} s")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    for name in args.only:
+
+        def save(part: dict[str, Any], name: str = name) -> None:
+            data["parts"][name] = part
+            _write(data, args.out, args.raw)
+
+        try:
+            data["parts"][name] = measure_part(name, work, args, save)
+        except Exception as exc:  # the other parts still run; the page says why this one is empty
+            message = " ".join(str(exc).split())[:300] or type(exc).__name__
+            log(f"{name} failed: {type(exc).__name__}: {message}")
+            data["parts"][name] = {"error": f"{type(exc).__name__}: {message}"}
+        _write(data, args.out, args.raw)
+    log("done")
     print(_write(data, args.out, args.raw))
     return 0
 

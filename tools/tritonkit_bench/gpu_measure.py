@@ -1,66 +1,97 @@
 """What the GPU benchmark measures (:mod:`tritonkit_bench.gpu`): engines in-process, accuracy against
-the FP32 reference, and versions served by the embedded tritonserver under gRPC load.
+the FP32 reference, and versions served by the embedded tritonserver, level by level.
 
-In-process figures run the runners' own engines (``serve/runners``) on the GPU with the server
-stopped; served figures combine the load generator's counts (:mod:`tritonkit_bench.gpu_load`) with
-Triton's own counters (``/metrics`` differences over the run), the server's CPU time and the GPU's
-utilisation sampled by nvidia-smi.
+In-process figures run the torch runner's own engine (``serve/runners/torch_runner.py``) on the GPU
+with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
+measured). Served figures are requests of one row kept in flight by the raw gRPC generator
+(:mod:`tritonkit_bench.gpu_load`), next to Triton's own statistics over the level (queue, compute
+input / infer / output, the batches formed and so the padded share, from ``batch_stats``), the
+server's CPU time and the GPU's utilisation sampled by nvidia-smi.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.loadtest.report.metrics import scrape
+from tritonkit.client.protocol import grpc_headers
+from tritonkit.config import load
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit_bench.gpu_load import run_load
-from tritonkit_bench.gpu_models import ORT_VERSIONS, PARTS, examples, reference, runner
+from tritonkit.tune.space import buckets_of, padded_share
+from tritonkit_bench.gpu_load import pool, run_load
+from tritonkit_bench.gpu_models import PARTS, examples, reference, runner
 
-__all__ = ["accuracy", "in_process", "served"]
+__all__ = ["accuracy", "in_process", "server_stats", "sweep"]
+
+SERVER_ARGS = (
+    "--backend-config=python,shm-default-byte-size=67108864",
+    "--backend-config=python,shm-growth-byte-size=67108864",
+)
 
 
-def _rate(run: Callable[[], Any], batch: int, seconds: float = 1.5) -> float:
-    """Samples/s of ``run`` (one batch) timed with device syncs after a warm-up."""
+def _engine(root: Path, part: str) -> Any:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    for _ in range(5):
-        run()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    n = 0
-    while True:
-        run()
-        n += 1
-        if n % 10 == 0:
-            torch.cuda.synchronize()
-            if time.perf_counter() - t0 > seconds:
-                break
-    torch.cuda.synchronize()
-    return n * batch / (time.perf_counter() - t0)
+    spec = PARTS[part]
+    tr = runner("torch_runner")
+    config = load(root / spec.model / "config.pbtxt")
+    module, dtypes = tr.load_program(str(root / spec.model / "1" / "model.pt2"), "cuda:0")
+    return tr.GraphEngine(module, "cuda:0", dtypes, [torch.float32], buckets_of(config))
 
 
-def _call(engine: Any, feeds: list[Any]) -> Callable[[], Any]:
-    return lambda: engine.run(feeds)
-
-
-def _compare(out: Any, ref: Any) -> dict[str, float]:
-    """Cosine (min, mean over rows) of ``out`` against ``ref``, and top-1 agreement (argmax)."""
+def in_process(root: Path, part: str, seconds: float = 0.8) -> dict[str, float]:
+    """Samples/s of the part's served engine at each of its batches, inputs on the GPU (CUDA events
+    would time the same: every timed loop ends in a device sync)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
+    engine = _engine(root, part)
+    rates: dict[str, float] = {}
+    for batch in PARTS[part].batches:
+        feeds = [t.cuda() for t in examples(part, batch).values()]
+        for _ in range(5):
+            engine.run(feeds)
+        engine.wait()
+        start, runs = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            for _ in range(5):
+                engine.run(feeds)
+            runs += 5
+            engine.wait()
+        rates[str(batch)] = runs * batch / (time.perf_counter() - start)
+    del engine
+    torch.cuda.empty_cache()
+    return rates
+
+
+def accuracy(root: Path, part: str) -> dict[str, float]:
+    """The served FP16 engine against the FP32 module run eagerly on the GPU with TF32 off, on
+    held-out inputs (ragged text): cosine min and mean over rows, top-1 agreement."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    feeds = [t.cuda() for t in examples(part, PARTS[part].max_batch, seed=7, held_out=True).values()]
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            ref = reference(part).cuda()(*feeds).float()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    (out,) = _engine(root, part).run(feeds)
     cos = torch.nn.functional.cosine_similarity(out.double(), ref.double(), dim=1)
     top1 = (out.argmax(dim=1) == ref.argmax(dim=1)).double().mean()
+    torch.cuda.empty_cache()
     return {"min": float(cos.min()), "mean": float(cos.mean()), "top1": float(top1)}
 
 
 class _GpuSampler:
-    """nvidia-smi utilisation sampled every 0.5 s while a run is on."""
+    """nvidia-smi utilisation sampled every 0.5 s while a level runs."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
@@ -68,7 +99,7 @@ class _GpuSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while shutil.which("nvidia-smi") and not self._stop.is_set():
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
                 capture_output=True,
@@ -92,156 +123,105 @@ class _GpuSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def _torch_engine(root: Path, name: str, buckets: list[int], graphs: bool = True) -> Any:
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    torch_runner = runner("torch_runner")
-    module, dtypes = torch_runner.load_program(str(root / name / "1" / "model.pt2"), "cuda:0")
-    return torch_runner.GraphEngine(module, "cuda:0", dtypes, [torch.float32], buckets, cuda_graphs=graphs)
-
-
-def in_process(
-    root: Path, part: str, have_ort: bool, extra: dict[str, set[int]] | None = None
-) -> dict[str, dict[int, float]]:
-    """Samples/s of each engine of ``part`` at the part's batches and, for an engine named in
-    ``extra``, at those batches too (the batches Triton formed for the versions compared with it),
-    inputs already on the GPU. Buckets are the served versions' (powers of two up to the max
-    batch), so padding is the same as served."""
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    spec = PARTS[part]
-    buckets = runner("torch_runner").parse_buckets("", spec.max_batch)
-    rates: dict[str, dict[int, float]] = {}
-    for name, _precision, label, graphs in spec.engines:
-        if not (root / name).is_dir():
-            continue
-        engine = _torch_engine(root, name, buckets, graphs)
-        rates[label] = {}
-        for b in sorted({*spec.batches, *(extra or {}).get(label, set())}):
-            feeds = [t.cuda() for t in examples(part, b).values()]
-            rates[label][b] = _rate(_call(engine, feeds), b)
-        del engine
-        torch.cuda.empty_cache()
-    for name in ORT_VERSIONS if have_ort and part == "minilm" else ():
-        if (root / name).is_dir():
-            ort = runner("onnx_cuda_runner").OrtCudaEngine(str(root / name / "1" / "model.onnx"), "cuda:0")
-            label = spec.engine_of[name]
-            rates[label] = {
-                b: _rate(_call(ort, [t.cuda() for t in examples(part, b).values()]), b)
-                for b in sorted({*spec.batches, *(extra or {}).get(label, set())})
-            }
-    return rates
+def server_stats(client: Any, model: str, headers: dict[str, str]) -> dict[str, Any]:
+    """Triton's cumulative statistics of ``model``'s version (tritonclient gRPC, admin headers)."""
+    s = client.get_inference_statistics(model_name=model, headers=headers, as_json=True)["model_stats"][0]
+    inf = s["inference_stats"]
+    return {
+        "requests": int(inf["success"].get("count", 0)),
+        **{
+            f"{k}_ns": int(inf[k].get("ns", 0))
+            for k in ("queue", "compute_input", "compute_infer", "compute_output")
+        },
+        "executions": int(s.get("execution_count", 0)),
+        "rows": int(s.get("inference_count", 0)),
+        "batches": {
+            int(b["batch_size"]): int(b["compute_infer"].get("count", 0)) for b in s.get("batch_stats", [])
+        },
+    }
 
 
-def accuracy(root: Path, part: str, have_ort: bool) -> dict[str, dict[str, float]]:
-    """Each served engine's outputs against the FP32 module run eagerly on the GPU with TF32 off, on
-    held-out inputs (another seed than the export's; ragged text for MiniLM): cosine min and mean
-    over rows, and top-1 agreement (meaningful for ResNet's logits). The engines run under torch's
-    defaults, as in the served stubs (TF32 convolutions on), so in-process rates match them too."""
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    spec = PARTS[part]
-    rows = 256 if part == "minilm" else spec.max_batch
-    feeds = [t.cuda() for t in examples(part, rows, seed=7, held_out=True).values()]
-    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        with torch.inference_mode():
-            ref = reference(part).cuda()(*feeds).float()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
-    result = {}
-    for name, _precision, _label, graphs in spec.engines:
-        if graphs and (root / name).is_dir():
-            (out,) = _torch_engine(root, name, sorted({1, 16, 64, rows})).run(feeds)
-            result[name] = _compare(out, ref)
-    for name in ORT_VERSIONS if have_ort and part == "minilm" else ():
-        if (root / name).is_dir():
-            ort = runner("onnx_cuda_runner").OrtCudaEngine(str(root / name / "1" / "model.onnx"), "cuda:0")
-            (out,) = ort.run(feeds)
-            result[name] = _compare(out.float(), ref)
-    del ref
-    torch.cuda.empty_cache()
-    return result
+def _level(before: dict[str, Any], after: dict[str, Any], buckets: Sequence[int]) -> dict[str, Any]:
+    """A level's server figures from two snapshots: µs per request in the queue, µs per execution in
+    compute input / infer / output (Triton adds each execution's span once per request it carried),
+    the average batch formed, the batch histogram and the share of padded rows."""
+    d = {k: after[k] - before[k] for k in after if k != "batches"}
+    batches = {
+        b: n - before["batches"].get(b, 0)
+        for b, n in after["batches"].items()
+        if n - before["batches"].get(b, 0)
+    }
+    requests = max(d["requests"], 1)
+    share = padded_share(batches, buckets)
+    return {
+        "queue_us": d["queue_ns"] / requests / 1000,
+        **{
+            f"{k}_us": d[f"{k}_ns"] / requests / 1000
+            for k in ("compute_input", "compute_infer", "compute_output")
+        },
+        "avg_batch": d["rows"] / max(d["executions"], 1),
+        "batches": {str(k): v for k, v in sorted(batches.items())},
+        "padded_share": share,
+    }
 
 
-def served(
-    root: Path, versions: dict[str, str], seconds: float, log: Callable[[str], None]
+def sweep(
+    root: Path,
+    part: str,
+    levels: Sequence[int],
+    seconds: float,
+    log: Callable[[str], None],
+    *,
+    log_file: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every scenario of every part whose version is in ``versions``, on one embedded server."""
+    """Requests of one row at each number in flight in ``levels``, on a server of ``root`` as its
+    configs are now; one row of figures per level."""
     import psutil  # noqa: PLC0415 (optional (dev extra))
+    import tritonclient.grpc as grpcclient  # noqa: PLC0415 (the statistics API through tritonclient)
 
+    spec = PARTS[part]
+    buckets = buckets_of(load(root / spec.model / "config.pbtxt"))
     rows = []
-    extra = [
-        "--backend-config=python,shm-default-byte-size=16777216",
-        "--backend-config=python,shm-growth-byte-size=16777216",
-    ]
-    with EmbeddedServer(
-        root, startup_timeout=600.0, extra_args=extra, log_file=root.parent / "server.log"
-    ) as server:
-        metrics = server.metrics_url
-        for _ in range(100):  # the metrics listener starts a moment after readiness
-            try:
-                scrape(metrics)
-                break
-            except Exception:
-                time.sleep(0.1)
-        server_proc = psutil.Process(server.pid)
+    with (
+        EmbeddedServer(root, startup_timeout=600.0, extra_args=SERVER_ARGS, log_file=log_file) as server,
+        pool(8) as workers,
+    ):
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        headers = grpc_headers(server.admin_headers) or {}
+        procs = [psutil.Process(server.pid)]
 
         def cpu() -> float:
             total = 0.0
-            for p in [server_proc, *server_proc.children(recursive=True)]:
-                try:
+            for p in [*procs, *procs[0].children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
                     t = p.cpu_times()
                     total += t.user + t.system
-                except psutil.Error:
-                    pass
             return total
 
-        for spec in PARTS.values():
-            for model, batch, in_flight in spec.scenarios:
-                if model not in versions:
-                    continue
-                before, cpu0, t0 = scrape(metrics), cpu(), time.perf_counter()
-                with _GpuSampler() as gpu:
-                    load = run_load(
-                        server.grpc_url,
-                        model,
-                        payload=spec.payload,
-                        batch=batch,
-                        in_flight=in_flight,
-                        seconds=seconds,
-                    )
-                after, cpu1, wall = scrape(metrics), cpu(), time.perf_counter() - t0
-                key = f"{model}:1"
-                delta = {
-                    k: after.get(key, {}).get(k, 0.0) - before.get(key, {}).get(k, 0.0)
-                    for k in after.get(key, {})
-                }
-                success = delta.get("success", 0.0) or 1.0
-                cores = os.cpu_count() or 1
-                row = {
-                    "part": spec.name,
-                    "model": model,
-                    "batch": batch,
-                    "in_flight": in_flight,
-                    "samples_per_s": load.requests * batch / load.seconds,
-                    "requests": load.requests,
-                    "errors": load.errors,
-                    "first_error": load.first_error,
-                    "p50_ms": load.percentile(50),
-                    "p99_ms": load.percentile(99),
-                    "avg_batch": delta.get("inferences", 0.0) / max(delta.get("executions", 0.0), 1.0),
-                    "queue_us": delta.get("queue_us", 0.0) / success,
-                    "compute_us": delta.get("compute_infer_us", 0.0) / success,
-                    "client_cpu_share": load.client_cpu_s / (load.seconds * cores),
-                    "server_cpu_share": (cpu1 - cpu0) / (wall * cores),
-                    "gpu_util": gpu.mean,
-                }
-                rows.append(row)
-                log(
-                    f"{model} batch {batch} x{in_flight}: {row['samples_per_s']:,.0f} samples/s, "
-                    f"avg batch {row['avg_batch']:.1f}, p99 {row['p99_ms']:.1f} ms, "
-                    f"errors {load.errors} {load.first_error}"
-                )
+        for in_flight in levels:
+            before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
+            with _GpuSampler() as gpu:
+                load_ = run_load(server.grpc_url, spec.model, payload=spec.payload, batch=1,
+                                 in_flight=in_flight, seconds=seconds, workers=workers)  # fmt: skip
+            after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0
+            cores = os.cpu_count() or 1
+            row = {
+                "in_flight": in_flight,
+                "samples_per_s": load_.requests / load_.seconds,
+                "p50_ms": load_.percentile(50),
+                "p99_ms": load_.percentile(99),
+                "errors": load_.errors,
+                "first_error": load_.first_error,
+                "client_cpu_share": load_.client_cpu_s / (load_.seconds * cores),
+                "server_cpu_share": (cpu() - cpu0) / (wall * cores),
+                "gpu_util": gpu.mean,
+                **_level(before, after, buckets),
+            }
+            rows.append(row)
+            log(
+                f"{spec.model} c{in_flight}: {row['samples_per_s']:,.0f}/s p50 {row['p50_ms']:.2f} ms "
+                f"p99 {row['p99_ms']:.2f} ms batch {row['avg_batch']:.1f} padded "
+                f"{(row['padded_share'] or 0):.1%} errors {load_.errors} {load_.first_error}"
+            )
+        client.close()
     return rows

@@ -1,51 +1,52 @@
-"""The GPU benchmark's tune section (:mod:`tritonkit_bench.gpu`): ``tritonkit tune`` on the GPU.
+"""The GPU benchmark's tune step (:mod:`tritonkit_bench.gpu`): ``tritonkit tune`` on a part's built
+version as a user runs it, then ``tritonkit profile`` of the config it wrote.
 
-Owns the version tuned (MiniLM FP16, torch runner, built like the benchmark's ``minilm_fp16`` except
-that its batch buckets are left to the runner: powers of two up to whatever max batch the config being
-tried sets, since a fixed bucket list above a smaller max batch is refused at load), the small grid and
-short windows that keep the search to about two minutes, and the figures kept for the page (read back
-from the search's own ``tune.json``).
+Both run as the command (``python -m tritonkit``) in a child process, on the version exactly as the
+build wrote it, with tune's default grid for a GPU version (``tritonkit.tune.space``) and the quick
+search; the step keeps the command lines, the wall time, where the trials' seconds went (loading the
+config vs measuring it, from ``trials.jsonl``), the winner against the built config, and the profile's
+figure at the winner's concurrency against the tune's own (the reproduction check).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
-from tritonkit.tune.tuner import TuneOptions, tune
-from tritonkit_bench.gpu_models import MINILM_MAX_BATCH, minilm, text_examples
+from tritonkit_bench.gpu_models import PARTS
 
-__all__ = ["MODEL", "TuneSettings", "parse_grid", "run", "write_tune_version"]
-
-MODEL = "minilm_fp16"
+__all__ = ["TuneSettings", "parse_grid", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TuneSettings:
-    """The search: grid, budget, transport and measurement windows."""
+    """Measurement flags of the tune and profile commands (the grid is tune's default)."""
 
-    # HTTP: with gRPC, tune's generator printed grpc.aio "Event loop is closed" and, on a loaded
-    # host, a trial sometimes ended with no level measured; being fixed in tune itself.
-    protocol: str = "http"
-    budget_ms: float = 20.0
-    window_s: float = 0.25
-    instances: tuple[int, ...] = (1, 2)
-    max_batch_sizes: tuple[int, ...] = (16, 256)
-    delays_us: tuple[int | str, ...] = ("off", 500)
-    max_concurrency: int = 64
-    workers: int = 4
-    search: str = "quick"
+    window_s: float = 0.3
+    max_windows: int = 4
+    stability_pct: float = 15.0
+    workers: int = 8
+    max_concurrency: int = 512
+    finalists: int = 2
+    final_rounds: int = 2
+    #: the tune command is stopped after this many seconds (its finished trials stay in trials.jsonl)
+    timeout_s: float = 320.0
+    #: more tune flags (tests narrow the grid with them; the benchmark passes none)
+    extra: tuple[str, ...] = ()
+
+    def flags(self) -> list[str]:
+        return [
+            "--protocol", "grpc", "--workers", str(self.workers), "--window-s", str(self.window_s),
+            "--max-windows", str(self.max_windows), "--stability-pct", str(self.stability_pct),
+        ]  # fmt: skip
 
 
 def parse_grid(text: str, what: str, allow_off: bool = False) -> tuple[Any, ...]:
@@ -63,82 +64,131 @@ def parse_grid(text: str, what: str, allow_off: bool = False) -> tuple[Any, ...]
     return tuple(values)
 
 
-def write_tune_version(repo: Path, gpus: list[int] | None = None) -> Path:
-    """The tuned version (2 instances, max batch 256, 500 µs delay, as the benchmark's ``minilm_fp16``)."""
-    plan = plan_execution(
-        ServingSpec(engine="torch", precision="fp16"), max_batch_size=MINILM_MAX_BATCH, gpus=gpus
-    )
-    plan = dataclasses.replace(plan, batch_buckets=())  # the runner's default: follows the max batch
-    return write_torch_version(
-        repo,
-        MODEL,
-        minilm(),
-        text_examples(2),
-        ["EMBEDDING"],
-        plan,
-        max_batch_size=MINILM_MAX_BATCH,
-        max_queue_delay_us=500,
-    )
-
-
-def run(work: Path, settings: TuneSettings, log: Callable[[str], None]) -> dict[str, Any]:
-    """Build the version, tune it, and return the section's figures (``error`` set when it failed)."""
-    about = (
-        "FP16 torch program + `torch_runner`, CUDA graphs for buckets 1, 2, 4, ... up to the config's max "
-        "batch; built with 2 KIND_GPU instances, max batch 256, 500 µs delay"
-    )
-    figures: dict[str, Any] = {
-        "settings": {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()},
-            "model": MODEL,
-            "about": about,
-        }
-    }
-    repo, report = work / "tune-repo", work / "tune-report"
+def _command(args: list[str], log: Callable[[str], None], out: Path, timeout: float) -> tuple[int, float]:
+    """Run ``python -m tritonkit ARGS`` with its output in ``out``; (exit code, seconds). Stopped
+    (SIGINT, as a user would, then killed) after ``timeout`` seconds: exit code -2."""
+    line = [sys.executable, "-m", "tritonkit", *args]
+    log("$ " + " ".join(line[1:]))
     started = time.monotonic()
-    try:
-        write_tune_version(repo)
-        log(f"tune: built {MODEL}; searching")
-        tune(
-            TuneOptions(
-                MODEL,
-                settings.budget_ms,
-                report,
-                repo=repo,
-                protocol=settings.protocol,
-                search=settings.search,
-                max_concurrency=settings.max_concurrency,
-                refine=1,
-                max_batch_sizes=list(settings.max_batch_sizes),
-                delays_us=list(settings.delays_us),
-                instances=list(settings.instances),
-                preferred=False,
-                queue=False,
-                measure=MeasureOptions(
-                    window=WindowSpec(settings.window_s),
-                    stability=StabilityRule(3, 0.15),
-                    max_windows=3,  # the stability rule's count: each level costs 3 windows
-                    workers=settings.workers,
-                ),
-                write="none",
-                plots=False,
-                require_stable=False,  # short windows on a busy host: an unstable best is still reported
-                stream=sys.stdout,
-            )
-        )
-        summary = json.loads((report / "tune.json").read_text(encoding="utf-8"))
-    except Exception as exc:  # the rest of the page is still written; the section says why it is empty
-        message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        log(f"tune failed: {type(exc).__name__}: {message}")
-        return {**figures, "error": f"{type(exc).__name__}: {message}", "seconds": time.monotonic() - started}
-    trials = summary.get("trials", [])
-    return {
-        **figures,
-        "seconds": time.monotonic() - started,
-        "evaluations": len(trials),
-        "measurements": summary.get("measurements", 0),
-        "winner": summary.get("winner"),
-        "baseline": summary.get("baseline"),
-        "trials": trials,
-        "report_dir": str(report),
+    with out.open("w", encoding="utf-8") as handle:
+        child = subprocess.Popen(line, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            code = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            code = -2
+    return code, time.monotonic() - started
+
+
+def _trials(report: Path) -> list[dict[str, Any]]:
+    path = report / "trials.jsonl"
+    rows = (
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    )
+    return [r for r in rows if r.get("kind") in ("trial", "final")]
+
+
+def run(
+    repo: Path, part: str, work: Path, settings: TuneSettings, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Tune ``part``'s version in ``repo`` (its config.pbtxt becomes the winner), then profile it."""
+    spec = PARTS[part]
+    work.mkdir(parents=True, exist_ok=True)
+    report = work / f"tune-{part}"
+    tune_args = [
+        "tune", "--model", spec.model, "--repo", str(repo), "--latency-budget-ms", f"{spec.budget_ms:g}",
+        "--report", str(report), "--max-concurrency", str(settings.max_concurrency), "--accept-unstable",
+        "--finalists", str(settings.finalists), "--final-rounds", str(settings.final_rounds), "--no-plots",
+        *settings.flags(), *settings.extra,
+    ]  # fmt: skip
+    figures: dict[str, Any] = {"command": "tritonkit " + " ".join(tune_args), "budget_ms": spec.budget_ms}
+    rc, seconds = _command(tune_args, log, work / f"tune-{part}.log", settings.timeout_s)
+    figures.update(rc=rc, seconds=round(seconds, 1), log_tail=_tail(work / f"tune-{part}.log"))
+    summary_path = report / "tune.json"
+    if not summary_path.exists():
+        rows = _trials(report)
+        return {**figures, "error": f"tune wrote no tune.json (exit {rc}) after {len(rows)} config loads",
+                "trials": [_trial(t) for t in rows if t.get("kind") == "trial"], "runs": len(rows),
+                "load_s": round(sum(r.get("load_s", 0.0) for r in rows), 1),
+                "measure_s": round(sum(r.get("measure_s", 0.0) for r in rows), 1)}  # fmt: skip
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    rows = _trials(report)
+    figures.update(
+        trials=[_trial(t) for t in summary.get("trials", [])],
+        finals=summary.get("finals", []),
+        winner=_trial(summary["winner"]) if summary.get("winner") else None,
+        baseline=_trial(summary["baseline"]) if summary.get("baseline") else None,
+        measurements=summary.get("measurements"),
+        load_s=round(sum(r.get("load_s", 0.0) for r in rows), 1),
+        measure_s=round(sum(r.get("measure_s", 0.0) for r in rows), 1),
+        refused=[r["key"] for r in rows if r.get("error")],
+        runs=len(rows),
+    )
+    winner = summary.get("winner")
+    if winner and winner.get("concurrency"):
+        figures["profile"] = _profile(repo, part, work, settings, winner, log)
+    return figures
+
+
+def _trial(t: dict[str, Any]) -> dict[str, Any]:
+    keep = ("key", "point", "throughput", "concurrency", "p50_ms", "p99_ms", "padded_share", "load_s", "measure_s",
+            "confirmed_throughput", "error", "feasible")  # fmt: skip
+    out = {k: t[k] for k in keep if k in t}
+    best = t.get("best") or {}
+    out["average_batch"] = best.get("average_batch")
+    return out
+
+
+def _profile(
+    repo: Path,
+    part: str,
+    work: Path,
+    settings: TuneSettings,
+    winner: dict[str, Any],
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """``tritonkit profile`` of the written config at the winner's concurrency, against tune's figure."""
+    spec = PARTS[part]
+    out = work / f"profile-{part}.json"
+    args = [
+        "profile", "--model", spec.model, "--repo", str(repo), "--concurrency", str(winner["concurrency"]),
+        "--json", str(out), *settings.flags(), "--max-windows", "8",
+    ]  # fmt: skip
+    rc, seconds = _command(args, log, work / f"profile-{part}.log", 120.0)
+    result: dict[str, Any] = {
+        "command": "tritonkit " + " ".join(args),
+        "rc": rc,
+        "seconds": round(seconds, 1),
     }
+    if not out.exists():
+        return {
+            **result,
+            "error": f"profile wrote no JSON (exit {rc})",
+            "log_tail": _tail(work / f"profile-{part}.log"),
+        }
+    data = json.loads(out.read_text(encoding="utf-8"))
+    level = (data.get("levels") or [{}])[-1]
+    figure = float(winner.get("confirmed_throughput") or winner["throughput"])
+    throughput = float(level.get("throughput", 0.0))
+    result.update(
+        concurrency=winner["concurrency"],
+        throughput=throughput,
+        p99_ms=level.get("p99_ms"),
+        padded_share=(data.get("padded_share") or {}).get(f"c{winner['concurrency']}"),
+        tune_figure=figure,
+        ratio=throughput / figure if figure else None,
+    )
+    return result
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return (
+        "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+        if path.exists()
+        else ""
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tritonkit.convert.buildspec import (
     apply_overrides,
     load_spec,
 )
+from tritonkit.convert.export import EXPORTERS
 from tritonkit.convert.onnx_import import import_spec
 from tritonkit.convert.pipeline import BuildResult, build_from_spec
 from tritonkit.convert.portable_target import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS
@@ -100,6 +102,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--gpu", metavar="PROFILE", help="GPU profile: T4, L4, A10, A100, H100 (default: detected, else T4)"
     )
+    group.add_argument(
+        "--exporter",
+        choices=EXPORTERS,
+        help="torch sources: auto (default: dynamo, then torchscript) | dynamo | torchscript",
+    )
+    group.add_argument(
+        "--dynamic-batch",
+        action="store_true",
+        default=None,
+        help="ONNX sources with a fixed first axis: rewrite it to a dynamic batch axis (verified by running it)",
+    )
     group.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 calibration method")
     group.add_argument(
         "--calibration-data", metavar="PATH", help="calibration data: pydoc, synthetic, .txt or .npz"
@@ -133,7 +146,7 @@ def _onnx_spec(args: argparse.Namespace) -> BuildSpec:
             raise RepositoryError(f"{exc} (derived from the file name; pass --name)") from None
         raise
     spec = apply_overrides(dataclasses.replace(import_spec(onnx, name), as_is=False), _flags(args))
-    if spec.target == "portable" and spec.precisions == ["fp32"]:
+    if spec.target == "portable" and spec.precisions == ["fp32"] and not spec.source.dynamic_batch:
         return dataclasses.replace(spec, as_is=True)
     if set(spec.precisions) - {"fp32"} and "pydoc" in (spec.calibration.data, spec.evaluation.data):
         raise SpecError(
@@ -182,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
     )
     for result in results:
         print(_summary(result, spec, args.repo))
+    for result in results:  # a gate that passed only trivially is said, not hidden in build.json
+        if result.accuracy is not None and result.accuracy.get("warning"):
+            print(f"warning: {result.accuracy['warning']}", file=sys.stderr)
     return 0
 
 

@@ -65,6 +65,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     package.add_argument("--calibration-data", type=Path, metavar="NPZ", help="--onnx: INT8 calibration data")
     package.add_argument("--eval-data", type=Path, metavar="NPZ", help="--onnx: held-out data for fp16/int8")
     package.add_argument(
+        "--dynamic-batch",
+        action="store_true",
+        help="--onnx: rewrite a fixed first axis to a dynamic batch at build time (source.dynamic_batch)",
+    )
+    package.add_argument(
         "--include",
         action="append",
         default=[],
@@ -126,6 +131,7 @@ def run_package(args: argparse.Namespace) -> int:
                 ("--name", args.name),
                 ("--calibration-data", args.calibration_data),
                 ("--eval-data", args.eval_data),
+                ("--dynamic-batch", args.dynamic_batch or None),
             )
             if value is not None
         ]
@@ -147,6 +153,7 @@ def run_package(args: argparse.Namespace) -> int:
             calibration_data=args.calibration_data,
             eval_data=args.eval_data,
             force=args.force,
+            dynamic_batch=args.dynamic_batch,
         )
     files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
     print(f"packed {folder} ({len(files)} files: {', '.join(files)})")

@@ -1,8 +1,10 @@
 """``tritonkit profile``: a concurrency or request-rate sweep of one model, or the highest load within a budget.
 
 Each level is measured in windows until ``--stability-windows`` of them agree within ``--stability-pct``
-(throughput and p99); an unstable or generator-limited level is printed and exported as such. Exit code
-0, or 3 with ``--find-max`` when no level met the budget.
+(throughput and p99); an unstable or generator-limited level is printed and exported as such. For a
+runner that pads batches to buckets (the torch GPU runner) each level also says what share of the rows it
+computed were padding, from the batches Triton formed. Exit code 0, or 3 with ``--find-max`` when no
+level met the budget.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.client import Client
 from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, parse_levels, target
+from tritonkit.config import from_proto
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
+from tritonkit.tune.space import buckets_of, padded_share
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -47,15 +52,27 @@ def run(args: argparse.Namespace) -> int:
     model, _, version = args.model.partition(":")
     results: list[Any] = []
     best = None
+    padding: dict[str, float] = {}
     with connect(args, [model]) as conn, Measurer(target(conn, model, args, version), options) as measurer:
         provenance = collect(
             conn.url(args.protocol), args.protocol, [(model, version)],
             repo=args.repo if conn.server is not None else None,
         )  # fmt: skip
         print(markdown_lines(provenance)[0], flush=True)
+        with Client(
+            conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None
+        ) as client:
+            buckets = buckets_of(from_proto(client.config(model)))
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
+            share = padded_share(result.server.batches, buckets)
+            if share is not None:
+                padding[result.level.label()] = round(share, 4)
+                print(
+                    f"  {result.level.label()}: padded rows {share:.1%} of the rows the runner computed",
+                    flush=True,
+                )
 
         print(table([]), flush=True)
         if args.find_max:
@@ -72,12 +89,14 @@ def run(args: argparse.Namespace) -> int:
             for result in sweep(measurer, levels):
                 show(result)
                 results.append(result)
-    extra = {
+    extra: dict[str, Any] = {
         "model": args.model,
         "protocol": args.protocol,
         "shared_memory": args.shared_memory,
         "provenance": provenance.as_dict(),
     }
+    if buckets:
+        extra.update(buckets=buckets, padded_share=padding)
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None

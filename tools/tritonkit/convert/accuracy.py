@@ -4,7 +4,10 @@ Two views of the same run: Polygraphy's comparator (``Comparator.run`` over two 
 ``SimpleCompareFunc`` element-wise statistics per output) and a task metric over the gated output
 (cosine similarity per sample for embeddings, top-1 agreement for classifiers). The task metric
 decides; the element-wise statistics go into ``build.json`` next to it. A failing gate raises
-:class:`AccuracyError` naming the worst samples, before anything is written.
+:class:`AccuracyError` naming the worst samples, before anything is written. A gate whose FP32
+reference answers every sample alike (one class, constant embeddings) passes only trivially: its
+result carries a ``warning`` (printed by ``tritonkit build``, kept in ``build.json``). Both models'
+sessions run in the build's worker (:mod:`tritonkit.convert.isolate`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tritonkit.convert import isolate
 from tritonkit.convert.data import Feeds
 from tritonkit.errors import AccuracyError, SpecError
 
@@ -26,6 +30,7 @@ __all__ = [
     "compare_engine",
     "compare_models",
     "cosine_rows",
+    "degenerate",
     "gate",
     "top1_agreement",
 ]
@@ -77,7 +82,29 @@ def compare_models(
     """Run both models with Polygraphy on ``feeds``; return (comparator stats, candidate, reference).
 
     The two arrays are the gated output (``output`` or the first one) concatenated over all batches.
+    The sessions run in the build's worker (:mod:`tritonkit.convert.isolate`), as the step
+    ``<candidate file stem> accuracy gate`` (``fp16 accuracy gate``).
     """
+    return isolate.run(
+        f"{Path(candidate).stem} accuracy gate",
+        _compare_models,
+        Path(reference),
+        Path(candidate),
+        list(feeds),
+        output,
+        atol,
+        rtol,
+    )
+
+
+def _compare_models(
+    reference: Path,
+    candidate: Path,
+    feeds: list[Feeds],
+    output: str | None,
+    atol: float,
+    rtol: float,
+) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
     from polygraphy.comparator import Comparator, SimpleCompareFunc  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
     from polygraphy.logger import G_LOGGER  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
@@ -130,7 +157,28 @@ def compare_engine(
     """Run a TensorRT engine and the FP32 ONNX reference on ``feeds``, batch ``i`` on optimization
     profile ``profiles[i]`` (:func:`tritonkit.convert.tensorrt.evaluation_profiles`): a ``TrtRunner``
     left on profile 0 fails every batch outside profile 0's range. ``input_dtypes`` (numpy dtypes by
-    input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6)."""
+    input name) are the engine's own, which may differ from the ONNX's (INT32 for INT64 on 8.6).
+    Runs in the build's worker, as the step ``<plan stem> engine accuracy gate``."""
+    return isolate.run(
+        f"{Path(plan_file).stem} engine accuracy gate",
+        _compare_engine,
+        Path(reference),
+        Path(plan_file),
+        list(feeds),
+        list(profiles),
+        output,
+        dict(input_dtypes or {}),
+    )
+
+
+def _compare_engine(
+    reference: Path,
+    plan_file: Path,
+    feeds: list[Feeds],
+    profiles: list[int],
+    output: str | None,
+    input_dtypes: dict[str, Any],
+) -> tuple[dict[str, Any], NDArray[Any], NDArray[Any]]:  # pragma: no cover - needs TensorRT
     from polygraphy.backend.common import BytesFromPath  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
@@ -157,6 +205,29 @@ def compare_engine(
     cand = np.concatenate([np.asarray(it[name], dtype=np.float32) for it in trt_out])
     ref = np.concatenate([np.asarray(it[name]) for it in ref_out])
     return {"output": name, "profiles": sorted(set(profiles))}, cand, ref
+
+
+def degenerate(reference: NDArray[Any], metric: str) -> str | None:
+    """Why a gate on these FP32 ``reference`` outputs would pass trivially (None: it would not):
+    every sample gets the same answer (constant outputs), or, for top-1, the same class."""
+    if reference.shape[0] < 2:
+        return None
+    rows = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    scale = max(float(np.abs(rows).max()), 1e-30)
+    what = "constant weights, random BatchNorm statistics or noise as data?"
+    if float(np.abs(rows - rows[0]).max()) <= 1e-5 * scale:
+        return (
+            f"the fp32 reference gives the same output for all {rows.shape[0]} evaluation samples, "
+            f"so agreement with it proves nothing ({what})"
+        )
+    if metric == "top1":
+        classes = np.unique(rows.argmax(1))
+        if classes.size == 1:
+            return (
+                f"the fp32 reference picks class {int(classes[0])} for all {rows.shape[0]} evaluation "
+                f"samples, so top-1 agreement proves nothing ({what})"
+            )
+    return None
 
 
 def gate(
@@ -191,6 +262,9 @@ def gate(
     }
     if thresholds.metric == "top1":
         result["cosine_mean"] = round(float(cosine_rows(candidate, reference).mean()), 6)
+    trivial = degenerate(reference, thresholds.metric)
+    if trivial is not None:
+        result["warning"] = f"`{model_name}` ({precision}) gate: {trivial}"
     failures = []
     if mean < thresholds.mean:
         failures.append(f"mean {thresholds.metric} {mean:.4f} < {thresholds.mean}")

@@ -65,6 +65,10 @@ class SourceSpec:
     onnx: str | None = None
     torch: str | None = None
     synthetic: bool = False  # labels seeded-weight models in reports
+    #: torch sources: ``dynamo`` (torch.export), ``torchscript`` (tracing), ``auto``: dynamo, then torchscript.
+    exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
+    #: ONNX sources with a fixed first axis: rewrite it to a dynamic batch axis (checked by running it).
+    dynamic_batch: bool = False
 
 
 @dataclass
@@ -116,6 +120,16 @@ class DataSpec:
     samples: int = 256
     min_samples: int = 32
     batch_size: int = 16
+
+
+@dataclass
+class EvaluationSpec(DataSpec):
+    """``evaluation``: as :class:`DataSpec`, with the evaluation defaults also when the section is given
+    in part (a ``DataSpec`` would take the calibration defaults for the keys left out)."""
+
+    samples: int = 500
+    min_samples: int = 1
+    batch_size: int = 32
 
 
 @dataclass
@@ -222,7 +236,7 @@ class BuildSpec:
     fp16: Fp16Spec = field(default_factory=Fp16Spec)
     int8: Int8Spec = field(default_factory=Int8Spec)
     calibration: DataSpec = field(default_factory=DataSpec)
-    evaluation: DataSpec = field(default_factory=lambda: DataSpec(samples=500, min_samples=1, batch_size=32))
+    evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     target: Literal["portable", "onnxruntime", "tensorrt"] = "portable"
     gpu: str | None = None
@@ -345,6 +359,12 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _flag(text: str) -> bool:
+    if text.strip().lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(text)
+    return text.strip().lower() in ("1", "true", "yes")
+
+
 def _int_or_auto(text: str) -> int | str:
     return "auto" if text.strip() == "auto" else int(text)
 
@@ -368,6 +388,8 @@ ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
     ("eval_data", "TRITONKIT_EVAL_DATA", "evaluation.data", str),
     ("eval_samples", "TRITONKIT_EVAL_SAMPLES", "evaluation.samples", int),
     ("timing_cache", "TRITONKIT_TIMING_CACHE", "tensorrt.timing_cache", str),
+    ("exporter", "TRITONKIT_EXPORTER", "source.exporter", str),
+    ("dynamic_batch", "TRITONKIT_DYNAMIC_BATCH", "source.dynamic_batch", _flag),
 )
 
 #: Spec keys holding a file path. Given in the spec they resolve against the spec's folder; given

@@ -1,5 +1,7 @@
 """Calibration and evaluation data: the bundled English text corpus, text encoding with a
-``tokenizers`` tokenizer, ``.npz`` tensor files, seeded synthetic images, and batching into feed dicts.
+``tokenizers`` tokenizer, ``.npz``/``.npy`` tensor files and how they fit a model's inputs (names,
+dtypes with value-preserving casts, shapes, sample counts, per-sample digests for overlap checks),
+seeded synthetic images, and batching into feed dicts.
 
 Everything here returns plain NumPy feed dicts (``{input name: array}``); the precision and accuracy
 modules never see where the data came from. Bad data raises :class:`CalibrationError` in one line.
@@ -7,6 +9,7 @@ modules never see where the data came from. Bad data raises :class:`CalibrationE
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import zipfile
@@ -19,6 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tritonkit.config.dtypes import triton_to_numpy
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import CalibrationError
 
 __all__ = [
@@ -27,8 +32,10 @@ __all__ = [
     "batch_arrays",
     "corpus_split",
     "english_sentences",
-    "load_npz",
+    "fit_arrays",
     "load_text_lines",
+    "read_arrays",
+    "sample_digests",
     "synthetic_images",
 ]
 
@@ -89,29 +96,130 @@ def load_text_lines(path: str | Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def load_npz(path: str | Path, input_names: Sequence[str]) -> dict[str, NDArray[Any]]:
-    """Arrays named after the model inputs from an ``.npz`` file, all with the same sample count."""
+_NPZ_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_arrays(path: str | Path, section: str = "calibration") -> dict[str, NDArray[Any]]:
+    """Every array of an ``.npz`` archive (or the one array of an ``.npy`` file, named ``""``).
+
+    CalibrationError in one line naming the file when it is missing, of another kind (a text file
+    named ``.npz``: its first bytes are quoted, not numpy's pickle message), or corrupt.
+    """
     file = Path(path)
     if not file.is_file():
-        raise CalibrationError(f"calibration data not found: {str(file)!r}; expected an .npz file")
+        raise CalibrationError(f"{section} data not found: {str(file)!r}; expected an .npz file")
+    if file.suffix not in (".npz", ".npy"):
+        raise CalibrationError(
+            f"{section} data {str(file)!r}: expected an .npz file of input arrays (or .npy for one input)"
+        )
+    with file.open("rb") as handle:
+        head = handle.read(16)
+    magic = _NPZ_MAGIC if file.suffix == ".npz" else _NPY_MAGIC
+    if not head.startswith(magic):
+        kind = "an .npz archive (numpy.savez)" if file.suffix == ".npz" else "a .npy array (numpy.save)"
+        raise CalibrationError(f"{section} data {str(file)!r} is not {kind}: it starts with {head[:12]!r}")
     try:
         # Opened here, not by np.load: it leaks its handle when the archive is corrupt.
-        with file.open("rb") as handle, np.load(handle, allow_pickle=False) as archive:
-            arrays = {name: np.asarray(archive[name]) for name in archive.files}
+        with file.open("rb") as handle:
+            if file.suffix == ".npy":
+                return {"": np.load(handle, allow_pickle=False)}
+            with np.load(handle, allow_pickle=False) as archive:
+                return {name: np.asarray(archive[name]) for name in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise CalibrationError(
-            f"calibration data {str(file)!r} is corrupt ({type(exc).__name__}); expected an .npz archive"
+            f"{section} data {str(file)!r} is corrupt ({type(exc).__name__}); expected an .npz archive"
         ) from None
-    missing = [name for name in input_names if name not in arrays]
+
+
+def _cast(value: NDArray[Any], want: np.dtype[Any]) -> NDArray[Any] | None:
+    """``value`` as ``want`` when no value changes on the way (None: it would)."""
+    kinds = (value.dtype.kind, want.kind)
+    if value.dtype.kind not in "fiub" or want.kind not in "fiub" or (kinds[0] == "f" and kinds[1] in "iub"):
+        return None
+    if (kinds[0] == "b") != (kinds[1] == "b"):
+        return None
+    if want.kind == "f":
+        finite = value[np.isfinite(value)] if value.dtype.kind == "f" else value
+        if finite.size and np.abs(finite).max() > np.finfo(want).max:
+            return None
+        return value.astype(want)
+    if want.kind in "iu" and value.size:
+        info = np.iinfo(want)
+        if value.min() < info.min or value.max() > info.max:
+            return None
+    return value.astype(want)
+
+
+def fit_arrays(
+    arrays: dict[str, NDArray[Any]], inputs: Sequence[TensorSpec], file: Path, section: str
+) -> tuple[dict[str, NDArray[Any]], list[str]]:
+    """The model's inputs from ``arrays`` (read from ``file``): names, dtypes, shapes, sample counts.
+
+    Returns the arrays by input name, cast where the cast changes no value (float64 to float32,
+    int32 to int64...), and one warning per cast and per array no input takes. CalibrationError in
+    one line naming the file and the array for anything else.
+    """
+    where = f"{section} data {file.name}"
+    names = [t.name for t in inputs]
+    if set(arrays) == {""}:  # an .npy file: the one input's array
+        if len(names) != 1:
+            raise CalibrationError(
+                f"{where}: an .npy file holds one array; the model has inputs {names}: use an .npz of named arrays"
+            )
+        arrays = {names[0]: arrays[""]}
+    missing = [n for n in names if n not in arrays]
     if missing:
         raise CalibrationError(
-            f"calibration data {str(file)!r} lacks inputs {missing}; expected arrays {list(input_names)}, "
-            f"got {sorted(arrays)}"
+            f"{where} lacks inputs {missing}; expected arrays {names}, got {sorted(arrays)}"
         )
-    counts = {name: arrays[name].shape[0] if arrays[name].ndim else 0 for name in input_names}
+    warnings = [
+        f"{where}: array `{extra}` is not an input of the model (inputs: {names}); it is not used"
+        for extra in sorted(set(arrays) - set(names))
+    ]
+    fitted: dict[str, NDArray[Any]] = {}
+    for spec in inputs:
+        value = arrays[spec.name]
+        want = triton_to_numpy(spec.datatype)
+        if value.ndim != len(spec.shape) or any(
+            d > 0 and d != s for d, s in zip(spec.shape[1:], value.shape[1:], strict=False)
+        ):
+            raise CalibrationError(
+                f"{section} array `{spec.name}` has shape {list(value.shape)}; the model expects "
+                f"{list(spec.shape)} (-1: any) ({file.name}: the first axis counts samples)"
+            )
+        if value.dtype != want:
+            cast = _cast(value, want)
+            if cast is None:
+                raise CalibrationError(
+                    f"{where}: array `{spec.name}` is {value.dtype}; the model's input is {want} and "
+                    f"casting would change values; save it as {want}"
+                )
+            warnings.append(
+                f"{where}: array `{spec.name}` is {value.dtype}; cast to {want}, the model's type"
+            )
+            value = cast
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            bad = int(np.argwhere(~np.isfinite(value.reshape(value.shape[0], -1)).all(1))[0][0])
+            raise CalibrationError(f"{where}: array `{spec.name}` has NaN or Inf values (sample {bad} first)")
+        fitted[spec.name] = value
+    counts = {name: value.shape[0] for name, value in fitted.items()}
     if len(set(counts.values())) != 1:
-        raise CalibrationError(f"calibration arrays in {str(file)!r} differ in sample count: {counts}")
-    return {name: arrays[name] for name in input_names}
+        raise CalibrationError(f"{section} arrays in {file.name} differ in sample count: {counts}")
+    return fitted, warnings
+
+
+def sample_digests(arrays: dict[str, NDArray[Any]]) -> list[bytes]:
+    """One digest per sample (row 0..N-1 of every array, by name): equal samples, equal digests."""
+    count = next(iter(arrays.values())).shape[0] if arrays else 0
+    digests = []
+    for i in range(count):
+        digest = hashlib.blake2b(digest_size=16)
+        for name in sorted(arrays):
+            row = np.ascontiguousarray(arrays[name][i])
+            digest.update(name.encode() + str(row.dtype).encode() + str(row.shape).encode() + row.tobytes())
+        digests.append(digest.digest())
+    return digests
 
 
 def batch_arrays(arrays: dict[str, NDArray[Any]], batch_size: int) -> list[Feeds]:

@@ -1,20 +1,23 @@
 """The calibration and held-out evaluation sets of one build (:class:`Datasets`), made from the
 spec's ``calibration`` and ``evaluation`` sections: bundled text, seeded synthetic images, or the
-user's ``.txt``/``.npz`` files (loaders in :mod:`tritonkit.convert.data`). Evaluation samples never
-appear in the calibration set.
+user's ``.txt``/``.npz`` files (loaders in :mod:`tritonkit.convert.data`), batched to what the model
+takes. Evaluation samples never appear in the calibration set (text: dropped from it; arrays: refused
+by :mod:`tritonkit.convert.preflight` before the build starts).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert import data
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.source import Source
 from tritonkit.errors import CalibrationError, SpecError
 
-__all__ = ["Datasets", "prepare_data"]
+__all__ = ["Datasets", "fixed_batch", "prepare_data"]
 
 
 @dataclass
@@ -46,35 +49,43 @@ def _text_sets(spec: BuildSpec) -> tuple[list[str], list[str], dict[str, Any]]:
     return cal, ev, {"calibration": cal_spec.data, "evaluation": ev_spec.data, "disjoint": True}
 
 
-def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> dict[str, Any]:
+def fixed_batch(inputs: Sequence[TensorSpec]) -> int | None:
+    """N when the model's first axis is fixed at N on every input (feeds must hold exactly N), else None."""
+    sizes = {t.shape[0] if t.shape else -1 for t in inputs}
+    return sizes.pop() if len(sizes) == 1 and min(sizes) > 0 else None
+
+
+def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> tuple[dict[str, Any], list[str]]:
     ds = getattr(spec, section)
     if ds.data == "synthetic":
         if source.image_shape is None or len(source.input_names) != 1:
             raise SpecError(f"spec key `{section}.data`: `synthetic` needs a single image input (N, C, H, W)")
-        return {source.input_names[0]: data.synthetic_images(ds.samples, source.image_shape, seed)}
+        return {source.input_names[0]: data.synthetic_images(ds.samples, source.image_shape, seed)}, []
     if ds.data == "pydoc":
         raise SpecError(f"spec key `{section}.data`: `pydoc` text needs `preprocessing.kind: text`")
     path = spec.resolve(ds.data)
-    if path.suffix != ".npz":
-        raise CalibrationError(f"{section} data {str(path)!r}: expected an .npz file of input arrays")
-    arrays = data.load_npz(path, source.input_names)
-    return {k: v[: ds.samples] for k, v in arrays.items()}
+    arrays, notes = data.fit_arrays(data.read_arrays(path, section), source.graph.inputs, path, section)
+    return {k: v[: ds.samples] for k, v in arrays.items()}, notes
 
 
-def _check_array_shapes(arrays: dict[str, Any], source: Source, section: str) -> None:
-    graph = {t.name: t for t in source.graph.inputs}
-    for name, value in arrays.items():
-        dims = graph[name].shape
-        if value.ndim != len(dims) or any(
-            d > 0 and d != s for d, s in zip(dims[1:], value.shape[1:], strict=False)
-        ):
-            raise CalibrationError(
-                f"{section} array `{name}` has shape {list(value.shape)}; the model expects {list(dims)} (-1: any)"
-            )
+def _batch(arrays: dict[str, Any], size: int, fixed: int | None) -> tuple[list[data.Feeds], int]:
+    """Feeds of ``size`` samples, or of exactly ``fixed`` (a model whose first axis is fixed):
+    (feeds, samples left out to fill whole batches)."""
+    if not arrays:
+        return [], 0
+    if fixed is None:
+        return data.batch_arrays(arrays, size), 0
+    count = next(iter(arrays.values())).shape[0]
+    whole = count - count % fixed
+    return data.batch_arrays({k: v[:whole] for k, v in arrays.items()}, fixed), count - whole
 
 
 def prepare_data(spec: BuildSpec, source: Source, needs_calibration: bool) -> Datasets:
-    """Load, split, check and batch the sets; CalibrationError when there are too few samples."""
+    """Load, split, check and batch the sets; CalibrationError when there are too few samples.
+
+    A model whose first axis is fixed at N (``light_resnet50``: 1) gets feeds of exactly N samples,
+    whatever ``evaluation.batch_size``/``calibration.batch_size`` say (recorded in ``details``).
+    """
     if spec.preprocessing.kind == "text":
         assert source.tokenizer is not None
         cal, ev, details = _text_sets(spec)
@@ -90,24 +101,29 @@ def prepare_data(spec: BuildSpec, source: Source, needs_calibration: bool) -> Da
         evaluation = list(encoder.batches(ev, spec.evaluation.batch_size))
         details.update(calibration_samples=len(cal), evaluation_samples=len(ev), padded_to=pad)
         return Datasets(calibration, evaluation, ev, details)
-    cal_arrays = _array_set(spec, "calibration", source, seed=1) if needs_calibration else {}
-    ev_arrays = _array_set(spec, "evaluation", source, seed=2)
-    for section, arrays in (("calibration", cal_arrays), ("evaluation", ev_arrays)):
-        if arrays:
-            _check_array_shapes(arrays, source, section)
-    count = next(iter(cal_arrays.values())).shape[0] if cal_arrays else 0
+    cal_arrays, cal_notes = _array_set(spec, "calibration", source, seed=1) if needs_calibration else ({}, [])
+    ev_arrays, ev_notes = _array_set(spec, "evaluation", source, seed=2)
+    fixed = fixed_batch(source.graph.inputs)
+    calibration, cal_dropped = _batch(cal_arrays, spec.calibration.batch_size, fixed)
+    evaluation, ev_dropped = _batch(ev_arrays, spec.evaluation.batch_size, fixed)
+    count = sum(next(iter(f.values())).shape[0] for f in calibration)
     if needs_calibration and count < spec.calibration.min_samples:
         raise CalibrationError(
             f"too few calibration samples: expected at least {spec.calibration.min_samples}, got {count}"
         )
-    return Datasets(
-        data.batch_arrays(cal_arrays, spec.calibration.batch_size) if cal_arrays else [],
-        data.batch_arrays(ev_arrays, spec.evaluation.batch_size),
-        None,
-        {
-            "calibration": spec.calibration.data,
-            "evaluation": spec.evaluation.data,
-            "calibration_samples": count,
-            "evaluation_samples": next(iter(ev_arrays.values())).shape[0],
-        },
-    )
+    if not evaluation:
+        raise CalibrationError(
+            f"no evaluation batch: the model takes exactly {fixed} samples per batch; got "
+            f"{ev_dropped} evaluation samples"
+        )
+    record: dict[str, Any] = {
+        "calibration": spec.calibration.data,
+        "evaluation": spec.evaluation.data,
+        "calibration_samples": count,
+        "evaluation_samples": sum(next(iter(f.values())).shape[0] for f in evaluation),
+    }
+    if fixed is not None:
+        record["fixed_batch"] = {"batch_size": fixed, "samples_left_out": cal_dropped + ev_dropped}
+    if cal_notes or ev_notes:
+        record["notes"] = cal_notes + ev_notes
+    return Datasets(calibration, evaluation, None, record)

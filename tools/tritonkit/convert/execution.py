@@ -28,6 +28,8 @@ __all__ = [
     "ExecutionPlan",
     "Placement",
     "ServingSpec",
+    "bucket_ladder",
+    "bucket_style",
     "choose_device",
     "default_buckets",
     "gpu_placement_problems",
@@ -129,14 +131,35 @@ def _positive(value: object) -> bool:
 
 def default_buckets(max_batch_size: int) -> tuple[int, ...]:
     """Powers of two up to ``max_batch_size`` (which is itself the last bucket)."""
+    return bucket_ladder(max_batch_size, "pow2")
+
+
+#: Bucket ladders: ``pow2`` (1, 2, 4, ... up to the max batch) and ``fine`` (1, 2, 4, 8, then steps of
+#: a quarter of the power of two below, never under 8: 16, 24, ... 64, 80, 96, ... 128, 160, ...). With
+#: the ladder as the batcher's preferred sizes most batches are a bucket; a batch that is not wastes at
+#: most the step (a quarter of the batch at worst, far less near the top) instead of up to half.
+BUCKET_STYLES: tuple[str, ...] = ("pow2", "fine")
+
+
+def bucket_ladder(max_batch_size: int, style: str = "fine") -> tuple[int, ...]:
+    """The batch buckets of ``style`` up to ``max_batch_size`` (which is itself the last bucket)."""
+    if style not in BUCKET_STYLES:
+        raise SpecError(f"bucket style {style!r}: expected one of {', '.join(BUCKET_STYLES)}")
     if max_batch_size <= 0:
         return (1,)
-    buckets = []
-    size = 1
+    buckets, size = [], 1
     while size < max_batch_size:
         buckets.append(size)
-        size *= 2
+        if style == "pow2" or size < 8:
+            size *= 2
+        else:
+            size += max(8, (1 << (size.bit_length() - 1)) // 4)
     return (*buckets, max_batch_size)
+
+
+def bucket_style(buckets: Sequence[int], max_batch_size: int) -> str | None:
+    """The ladder ``buckets`` are (``pow2`` or ``fine``), or None for a list of one's own."""
+    return next((s for s in BUCKET_STYLES if tuple(buckets) == bucket_ladder(max_batch_size, s)), None)
 
 
 @dataclass(frozen=True)
@@ -245,7 +268,7 @@ def plan_execution(
         precision = "fp32"
     if device == "cpu" and precision == "fp16":
         raise SpecError("serving.precision fp16 needs the GPU; this version runs on the CPU")
-    buckets = spec.batch_buckets or default_buckets(max_batch_size)
+    buckets = spec.batch_buckets or bucket_ladder(max_batch_size, "fine")
     if max_batch_size > 0 and buckets[-1] > max_batch_size:
         raise SpecError(f"serving.batch_buckets {list(buckets)} exceed max_batch_size {max_batch_size}")
     groups = instance_groups(spec.placement, device, visible)

@@ -14,7 +14,10 @@ build's steps, each taking and returning named values, each called once:
 9. :meth:`tritonkit.repository.ModelRepository.write_versions`: all checked, then written, under the
    repository's lock.
 
-Every check that can fail without building runs in step 1; the graphs are judged before any target is
+Every check that can fail without building runs in step 1 and in the preflight after it
+(:func:`~tritonkit.convert.preflight.check_build`: shapes, batch axis, data files); steps 2 to 7 run
+their native code (export, clean-up, precisions, gates, engines) in one worker process per build
+(:mod:`~tritonkit.convert.isolate`), so a crash there is one line. The graphs are judged before any target is
 made (a TensorRT build runs, and fails, here up to the builder, which needs ``import tensorrt``);
 every artifact is made and judged, and every model checked against the repository, before the
 first version is written, so a failure leaves the repository untouched (and a repository that did
@@ -34,12 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonkit.convert import isolate
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import convert_precisions
 from tritonkit.convert.datasets import Datasets, prepare_data
 from tritonkit.convert.flagship import FLAGSHIP_SPECS, flagship_spec
 from tritonkit.convert.gates import gate_all, merged
 from tritonkit.convert.plan import Log, plan_build, quiet
+from tritonkit.convert.preflight import check_build
 from tritonkit.convert.source import prepare_source
 from tritonkit.convert.targets import make_targets
 from tritonkit.convert.versions import version_writes
@@ -93,14 +98,18 @@ def build_from_spec(
     existing = _existing(repo)
     if existing is not None:
         existing.check_free(plan.names, version, force=force)
-    with tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
+    checked = check_build(spec)  # shapes, batch axis, data files: one line each, before any build work
+    for warning in checked.warnings:
+        log(f"warning: {warning}")
+    # Native steps (export, clean-up, precisions, gates, engines) run in one child worker per build.
+    with isolate.session(spec.name), tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
         workdir = Path(tmp)
         log(
             f"reading {spec.source.onnx} as given"
             if spec.as_is
             else f"exporting and sanitizing the {spec.name} source"
         )
-        source = prepare_source(spec, workdir)
+        source = prepare_source(spec, workdir, checked.torch)
         converts = set(spec.precisions) - {"fp32"}
         sets = prepare_data(spec, source, "int8" in spec.precisions) if converts else Datasets()
         converted = convert_precisions(plan, source, sets, workdir, log)

@@ -30,6 +30,7 @@ conversion turns every float tensor, scales included, into float16, never blocki
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tempfile
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from tritonkit.convert import isolate
 from tritonkit.convert.data import Feeds
 from tritonkit.errors import BuildError, CalibrationError
 
@@ -50,10 +52,12 @@ __all__ = [
     "QDQ_FP16_OPSET",
     "Int8Options",
     "UnsupportedOpError",
+    "activation_scales",
     "int32_dequantize_nodes",
     "qdq_to_fp16",
     "quantize_int8",
     "to_fp16",
+    "transposes_into_matmul",
 ]
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
@@ -89,16 +93,50 @@ def to_fp16(
     op_block_list: Sequence[str] = (),
     node_block_list: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Convert ``source`` to float16 weights and compute; FP32 inputs/outputs when ``keep_io_types``."""
+    """Convert ``source`` to float16 weights and compute; FP32 inputs/outputs when ``keep_io_types``.
+    Runs in the build's worker (:mod:`tritonkit.convert.isolate`)."""
+    return isolate.run(
+        "fp16 conversion",
+        _to_fp16,
+        Path(source),
+        Path(dest),
+        keep_io_types,
+        list(op_block_list),
+        list(node_block_list),
+    )
+
+
+def transposes_into_matmul(model: Any) -> list[str]:
+    """Names of the Transpose nodes whose output feeds a MatMul (nameless ones are named here).
+
+    ONNX Runtime's CPU session creation segfaults (its NchwcTransformer, seen with 1.30 and 1.32) on
+    a float16 Transpose followed by a MatMul: the pattern ``nn.MultiheadAttention`` exports to (ViT,
+    ``nn.TransformerEncoder``). The FP16 conversion keeps these Transposes in float32 (a Cast on each
+    side, exact), which ONNX Runtime loads, instead of a graph that crashes the gate and the server."""
+    into_matmul = {i for n in model.graph.node if n.op_type == "MatMul" for i in n.input}
+    names = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type == "Transpose" and any(o in into_matmul for o in node.output):
+            if not node.name:
+                node.name = f"tritonkit_transpose_{index}"
+            names.append(node.name)
+    return names
+
+
+def _to_fp16(
+    source: Path, dest: Path, keep_io_types: bool, op_block_list: list[str], node_block_list: list[str]
+) -> dict[str, Any]:
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
 
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+    graph = onnx.load(str(source))
+    kept_fp32 = [n for n in transposes_into_matmul(graph) if n not in node_block_list]
     try:
         model = convert_float_to_float16(
-            onnx.load(str(source)),
+            graph,
             keep_io_types=keep_io_types,
             op_block_list=blocked,
-            node_block_list=list(node_block_list) or None,
+            node_block_list=[*node_block_list, *kept_fp32] or None,
         )
     except Exception as exc:
         raise BuildError(
@@ -110,11 +148,14 @@ def to_fp16(
     wrapper = OnnxModel(model)
     wrapper.topological_sort()
     onnx.save(wrapper.model, str(dest))
-    return {
+    details: dict[str, Any] = {
         "keep_io_types": keep_io_types,
         "op_block_list": list(op_block_list),
         "node_block_list": list(node_block_list),
     }
+    if kept_fp32:
+        details["transposes_kept_fp32"] = len(kept_fp32)  # see transposes_into_matmul
+    return details
 
 
 def _weight_inputs(graph: Any) -> set[str]:
@@ -180,6 +221,14 @@ class _Reader:
         return item
 
 
+#: Histogram bins of entropy and percentile calibration. ONNX Runtime's quantize_static cannot pass
+#: them, and its entropy default (128 bins searched for 128 quantized bins) leaves one candidate
+#: threshold, the full range: the same model as MinMax. 2048 bins, 128 quantized (TensorRT's
+#: entropy calibrator's numbers), give the KL search 961 candidate thresholds.
+HISTOGRAM_BINS = 2048
+QUANTIZED_BINS = 128
+
+
 def quantize_int8(
     source: str | Path,
     dest: str | Path,
@@ -191,14 +240,12 @@ def quantize_int8(
     """Write the Q/DQ model of ``source`` calibrated on ``calibration`` to ``dest``; return details.
 
     ``quantize_bias``: Gemm/Conv biases as INT32 behind a DequantizeLinear (ONNX Runtime's default);
-    False keeps them float, the form TensorRT parses (module docstring).
+    False keeps them float, the form TensorRT parses (module docstring). The work runs in the build's
+    worker (:mod:`tritonkit.convert.isolate`).
 
     Raises CalibrationError for too few samples or batch shapes the method cannot use, and
     UnsupportedOpError when nothing INT8-capable remains to quantize.
     """
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
-    from onnxruntime.quantization.shape_inference import quant_pre_process  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
-
     if options.method not in CALIBRATION_METHODS:
         raise CalibrationError(
             f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}; got {options.method!r}"
@@ -215,11 +262,98 @@ def quantize_int8(
                 f"{options.method} calibration collects histograms and needs equally shaped samples; "
                 f"got {len(shapes)} different shapes (pad the calibration data)"
             )
-    method = {
-        "minmax": CalibrationMethod.MinMax,
-        "entropy": CalibrationMethod.Entropy,
-        "percentile": CalibrationMethod.Percentile,
-    }[options.method]
+    details = isolate.run(
+        "int8 calibration and quantization",
+        _quantize,
+        Path(source),
+        Path(dest),
+        list(calibration),
+        options,
+        quantize_bias,
+    )
+    details["calibration_samples"] = samples
+    return details
+
+
+class _OneBatch(_Reader):
+    """The first batch only: quantize_static's own MinMax pass, whose ranges the overrides replace."""
+
+    def __init__(self, feeds: Sequence[Feeds]) -> None:
+        super().__init__(list(feeds)[:1])
+
+
+def _histogram_ranges(
+    prepared: Path, calibration: Sequence[Feeds], options: Int8Options
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Activation ranges by entropy or percentile calibration with :data:`HISTOGRAM_BINS`, as
+    TensorQuantOverrides, and how far they clip the observed min/max."""
+    from onnxruntime.quantization import CalibrationMethod  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+    from onnxruntime.quantization.calibrate import create_calibrator  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+
+    method = CalibrationMethod.Entropy if options.method == "entropy" else CalibrationMethod.Percentile
+    extra: dict[str, Any] = {"num_bins": HISTOGRAM_BINS, "symmetric": True}
+    if options.method == "entropy":
+        extra["num_quantized_bins"] = QUANTIZED_BINS
+    else:
+        extra["percentile"] = options.percentile
+    with tempfile.TemporaryDirectory(prefix="tritonkit-calibrate-") as tmp:
+        calibrator = create_calibrator(
+            prepared,
+            list(options.op_types),
+            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+            calibrate_method=method,
+            extra_options=extra,
+        )
+        calibrator.collect_data(_Reader(calibration))
+        ranges = calibrator.compute_data()
+        observed = calibrator.collector.histogram_dict  # (hist, edges, min, max, ...) per tensor
+    overrides: dict[str, Any] = {}
+    ratios = []
+    for name in ranges:
+        low, high = (float(v) for v in ranges.data[name].range_value)
+        overrides[name] = [{"rmin": np.array(low, np.float32), "rmax": np.array(high, np.float32)}]
+        seen = max(abs(float(observed[name][2])), abs(float(observed[name][3])))
+        if seen > 0:
+            ratios.append(max(abs(low), abs(high)) / seen)
+    clipping = {
+        "histogram_bins": HISTOGRAM_BINS,
+        "tensors": len(ratios),
+        "tensors_clipped": sum(1 for r in ratios if r < 0.999),
+        "median_range_vs_minmax": round(float(np.median(ratios)), 4) if ratios else None,
+    }
+    if options.method == "entropy":
+        clipping["quantized_bins"] = QUANTIZED_BINS
+    return overrides, clipping
+
+
+def activation_scales(model: Any) -> dict[str, Any]:
+    """What calibration produced: the activation (non-initializer) QuantizeLinear scales of a Q/DQ
+    model, summarised, and a digest of all of them, so two methods can be told apart in build.json."""
+    inits = {i.name: i for i in model.graph.initializer}
+    scales = []
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] not in inits and node.input[1] in inits:
+            scales.append(float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0]))
+    digest = hashlib.sha256(np.asarray(scales, dtype=np.float64).tobytes()).hexdigest()[:16]
+    if not scales:
+        return {"activation_scales": 0, "digest": digest}
+    values = np.asarray(scales)
+    return {
+        "activation_scales": len(scales),
+        "scale_min": float(values.min()),
+        "scale_median": float(np.median(values)),
+        "scale_max": float(values.max()),
+        "digest": digest,
+    }
+
+
+def _quantize(
+    source: Path, dest: Path, calibration: list[Feeds], options: Int8Options, quantize_bias: bool
+) -> dict[str, Any]:
+    """The quantization itself (runs in the worker)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+    from onnxruntime.quantization.shape_inference import quant_pre_process  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
+
     with tempfile.TemporaryDirectory(prefix="tritonkit-int8-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         try:
@@ -230,24 +364,31 @@ def quantize_int8(
         model = onnx.load(str(prepared))
         chosen, kept = select_nodes(model, options)
         excluded = [n.name for n in model.graph.node if n.op_type in options.op_types and n.name in kept]
+        extra: dict[str, Any] = {
+            "ActivationSymmetric": True,
+            "WeightSymmetric": True,
+            "QuantizeBias": quantize_bias,
+        }
+        reader: _Reader = _Reader(calibration)
+        clipping: dict[str, Any] = {}
         try:
+            if options.method != "minmax":
+                # quantize_static cannot pass histogram bins (module constants); the ranges of a
+                # calibrator made here replace its own MinMax pass, which then needs one batch.
+                extra["TensorQuantOverrides"], clipping = _histogram_ranges(prepared, calibration, options)
+                reader = _OneBatch(calibration)
             quantize_static(
                 str(prepared),
                 str(dest),
-                _Reader(calibration),
+                reader,
                 quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(options.op_types),
                 nodes_to_exclude=excluded,
                 per_channel=options.per_channel,
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
-                calibrate_method=method,
-                extra_options={
-                    "ActivationSymmetric": True,
-                    "WeightSymmetric": True,
-                    "CalibPercentile": options.percentile,
-                    "QuantizeBias": quantize_bias,
-                },
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options=extra,
             )
         except (CalibrationError, BuildError):
             raise
@@ -262,7 +403,7 @@ def quantize_int8(
         )
     return {
         "method": options.method,
-        "calibration_samples": samples,
+        "calibration": {**activation_scales(quantized), **clipping},
         "per_channel": options.per_channel,
         "op_types": list(options.op_types),
         "quantized_nodes": len(chosen),
@@ -348,7 +489,21 @@ def qdq_to_fp16(
     """Write the FP16-base twin of the Q/DQ model ``source`` to ``dest`` (see the module
     docstring): float16 compute and float16 Q/DQ scales, FP32 I/O when ``keep_io_types``; the
     same INT8 weights, zero points and node set. BuildError when the result is not a valid model
-    or a scale did not become float16."""
+    or a scale did not become float16. Runs in the build's worker."""
+    return isolate.run(
+        "Q/DQ fp16-base conversion",
+        _qdq_to_fp16,
+        Path(source),
+        Path(dest),
+        keep_io_types,
+        list(op_block_list),
+        list(node_block_list),
+    )
+
+
+def _qdq_to_fp16(
+    source: Path, dest: Path, keep_io_types: bool, op_block_list: list[str], node_block_list: list[str]
+) -> dict[str, Any]:
     from onnx import version_converter  # noqa: PLC0415 (only this conversion needs it)
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
     from onnxruntime.transformers.onnx_model import OnnxModel  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)

@@ -10,20 +10,22 @@ imported with the spec's folder first on the import path.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritonkit.convert import isolate
 from tritonkit.convert.buildspec import BuildSpec
-from tritonkit.convert.export import TorchSource, load_torch_source
+from tritonkit.convert.export import TorchSource, export_source, load_torch_source
 from tritonkit.convert.flagship import minilm, resnet
 from tritonkit.convert.sanitize import sanitize_onnx
 from tritonkit.errors import ModelImportError, SpecError
 from tritonkit.repository.onnx_io import GraphIO, read_io
 
-__all__ = ["Source", "prepare_source"]
+__all__ = ["Source", "prepare_source", "spec_folder_importable"]
 
 
 @dataclass
@@ -67,7 +69,7 @@ def _as_is(spec: BuildSpec) -> Source:
 
 
 @contextlib.contextmanager
-def _spec_folder_importable(spec: BuildSpec) -> Iterator[None]:
+def spec_folder_importable(spec: BuildSpec) -> Iterator[None]:
     """The spec's folder first on ``sys.path`` while ``source.torch`` is imported, so a module kept
     beside the spec is found without PYTHONPATH. (A spec is code: that module is imported and run.)"""
     folder = str(Path(spec.base_dir).resolve())
@@ -79,38 +81,56 @@ def _spec_folder_importable(spec: BuildSpec) -> Iterator[None]:
             sys.path.remove(folder)
 
 
-def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
-    """Export (if needed) and clean up the source of ``spec`` into ``workdir``."""
+def _module_file(reference: str, loaded: Any) -> Path | None:
+    """The file defining ``source.torch``'s function: what build.json names and hashes as the source."""
+    func = getattr(sys.modules.get(reference.partition(":")[0]), reference.partition(":")[2], loaded)
+    with contextlib.suppress(TypeError, OSError):
+        found = inspect.getsourcefile(func)
+        return Path(found).resolve() if found else None
+    return None
+
+
+def prepare_source(spec: BuildSpec, workdir: Path, torch_source: TorchSource | None = None) -> Source:
+    """Export (if needed) and clean up the source of ``spec`` into ``workdir``.
+
+    ``torch_source``: the ``source.torch`` entry point's result when the caller (the preflight) has
+    loaded it already. Export and clean-up run in the build's worker (:mod:`.isolate`).
+    """
     if spec.as_is:
         return _as_is(spec)
     raw = workdir / "exported.onnx"
     clean = workdir / "fp32.onnx"
     tokenizer: Path | None = None
     image_shape: tuple[int, int, int] | None = None
-    torch_source: TorchSource | None = None
     max_seq = spec.preprocessing.max_seq_length
+    exported: dict[str, Any] = {}
+    origin: Path | None
     if spec.source.flagship == "minilm":
-        minilm.export_minilm(raw)
+        isolate.run("export", minilm.export_minilm, raw)
         origin = minilm.model_dir() / "model.safetensors"
         tokenizer = minilm.tokenizer_file()
         max_seq = min(max_seq, minilm.max_seq_length())
     elif spec.source.flagship == "resnet50":
         size = spec.preprocessing.image_size
-        resnet.export_resnet50(raw, image_size=size)
-        origin = raw
+        isolate.run("export", resnet.export_resnet50, raw, image_size=size)
+        origin = Path(inspect.getfile(resnet)).resolve()  # seeded weights: the code is the source
         image_shape = (3, size, size)
     elif spec.source.torch is not None:
-        with _spec_folder_importable(spec):
-            torch_source = load_torch_source(spec.source.torch)
-        torch_source.export(raw)
-        origin = raw
+        with spec_folder_importable(spec):
+            if torch_source is None:
+                torch_source = load_torch_source(spec.source.torch)
+            # The module's classes must import in the worker too: the spec's folder is on its path.
+            exported = export_source(torch_source, spec.source.torch, raw, spec.source.exporter)
+        origin = _module_file(spec.source.torch, torch_source)
     else:
         assert spec.source.onnx is not None
         origin = spec.resolve(spec.source.onnx)
         raw = origin
-    details = sanitize_onnx(raw, clean)
-    if origin == raw and spec.source.onnx is None:
-        origin = clean  # an export made here: hash the graph that was built from
+    details = sanitize_onnx(raw, clean, dynamic_batch=spec.source.dynamic_batch)
+    if origin is None:
+        origin = clean  # no file to name: hash the graph built from (it is gone after the build)
+    if exported:
+        details["export"] = exported
     graph = read_io(clean)
     if spec.preprocessing.kind == "text" and tokenizer is None:
         raise SpecError("spec key `preprocessing.kind`: `text` needs a flagship text model (minilm)")
@@ -125,6 +145,11 @@ def prepare_source(spec: BuildSpec, workdir: Path) -> Source:
         tokenizer=tokenizer,
         max_seq_length=max_seq,
         image_shape=image_shape,
-        details={"opset": details["opset"], "sanitize": details, "synthetic_weights": spec.source.synthetic},
+        details={
+            "opset": details["opset"],
+            "sanitize": details,
+            "synthetic_weights": spec.source.synthetic,
+            **({"torch_source": spec.source.torch} if spec.source.torch else {}),
+        },
         torch=torch_source,
     )

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from tritonkit.convert import accuracy, precision
+from tritonkit.convert import accuracy, isolate, precision
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.data import Feeds
 from tritonkit.convert.datasets import Datasets
@@ -290,10 +290,36 @@ def build_engine(
     io: Any,
     calibration: Sequence[Feeds] | None = None,
     typed_int8: TypedInt8 | None = None,
-) -> BuiltEngine:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
+) -> BuiltEngine:
     """Build and save the engine at ``plan_file`` from the FP32 graph, the precision's ONNX or, for
     a strongly typed int8 build, ``typed_int8`` (:func:`tritonkit.convert.tensorrt.builder_flags` says
-    which); describe it."""
+    which); describe it. The builder runs in the build's worker (:mod:`tritonkit.convert.isolate`)."""
+    return isolate.run(
+        f"{precision} TensorRT engine build",
+        _build_engine,
+        fp32_onnx,
+        precision_onnx,
+        plan_file,
+        plan,
+        precision,
+        gpu,
+        io,
+        list(calibration) if calibration is not None else None,
+        typed_int8,
+    )
+
+
+def _build_engine(
+    fp32_onnx: Path,
+    precision_onnx: Path,
+    plan_file: Path,
+    plan: EnginePlan,
+    precision: str,
+    gpu: GpuProfile,
+    io: Any,
+    calibration: Sequence[Feeds] | None = None,
+    typed_int8: TypedInt8 | None = None,
+) -> BuiltEngine:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
     trt = require_tensorrt()
     version = str(trt.__version__)
     check_tensorrt_version(gpu, version)

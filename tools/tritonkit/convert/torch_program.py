@@ -10,6 +10,14 @@ library writers :func:`write_torch_version` / :func:`write_onnx_gpu_version` tha
 use: a program below FP32 is judged by the build's gate (:mod:`.gates`) and every version goes
 through the repository's writer, with its plan in build.json. Export runs on the CPU; the runner
 moves the program to the GPU it is placed on.
+
+Beside ``model.pt2`` a torch-runner version carries ``model.fx.pt``: the same graph as a plain
+``torch.fx.GraphModule`` (flat positional inputs, the shape-guard call dropped) with its parameters and
+input dtypes, saved with ``torch.save``. The runner loads it in about half a second where
+``torch.export.load`` takes about four (it rebuilds every node's fake-tensor metadata, measured on the
+H100 host for BERT-base): that is most of what a reload costs, and ``tritonkit tune`` reloads the model
+for every config it tries. ``model.pt2`` stays the artifact of record (the accuracy gate runs it) and
+the runner falls back to it when the fast file is missing.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from tritonkit.repository.onnx_io import read_io
 from tritonkit.serve.runners import runner_path
 
 __all__ = [
+    "FAST_FILE",
     "ONNX_CUDA_RUNNER",
     "PROGRAM_FILE",
     "TORCH_RUNNER",
@@ -48,6 +57,7 @@ __all__ = [
 ]
 
 PROGRAM_FILE = "model.pt2"
+FAST_FILE = "model.fx.pt"
 TORCH_RUNNER = "torch_runner"
 ONNX_CUDA_RUNNER = "onnx_cuda_runner"
 _TRITON_DTYPES = {
@@ -108,7 +118,34 @@ def export_program(
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(target))
+    save_fast_module(program, target.with_name(FAST_FILE), [a.dtype for a in args])
     return [(_triton_dtype(o.dtype), f"OUTPUT_{i}", list(o.shape[1:])) for i, o in enumerate(outs)]
+
+
+def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> None:
+    """Write the program's module as a plain ``torch.fx.GraphModule`` that loads fast (see the module
+    docstring): flat positional inputs and outputs, the guard call dropped, parameters kept."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    module = program.module()
+    graph = torch.fx.Graph()  # default codegen: flat positional in, a tuple out, what the runner calls
+    graph.output(graph.graph_copy(module.graph, {}))
+    for node in list(graph.nodes):
+        if node.op == "call_module" and not node.users:  # the input-shape guard of the unlifted module
+            graph.erase_node(node)
+    root: dict[str, Any] = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            raise BuildError(f"the exported graph calls submodule {node.target!r}; expected a flat graph")
+        if node.op == "get_attr":
+            value: Any = module
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+            root[str(node.target)] = value
+    fast = torch.fx.GraphModule(root, graph)
+    torch.save(
+        {"module": fast, "input_dtypes": [str(d).removeprefix("torch.") for d in input_dtypes]}, str(path)
+    )
 
 
 class Batching(TypedDict, total=False):
@@ -206,7 +243,11 @@ def torch_version(
         extra_parameters={"program_file": PROGRAM_FILE},
         **batching,
     )
-    return config, {PROGRAM_FILE: program, "model.py": runner_path(TORCH_RUNNER)}
+    return config, {
+        PROGRAM_FILE: program,
+        FAST_FILE: program.with_name(FAST_FILE),
+        "model.py": runner_path(TORCH_RUNNER),
+    }
 
 
 def onnx_gpu_version(

@@ -13,7 +13,10 @@ Owns the workspace layout the build Jobs of ``k8s/overlays/{t4,dev}`` read (the 
 The operator copies ``<output>/inputs`` onto the workspace volume (``$TRITONKIT_BUILD_WORKSPACE``,
 docs/deploy.md); the Job builds each ``inputs/*/spec.yaml``. Every path a spec names must lie inside the
 spec's folder (no ``..``, no absolute path elsewhere, no symlink leading out) and exist; each refusal is
-one line. A packed folder is written under a temporary name and renamed: never half there.
+one line. The build's own preflight (:func:`tritonkit.convert.preflight.check_build`: the graph's batch
+axis, every data file against the model's inputs, calibration/evaluation overlap) runs here too, so
+what the Job would refuse is refused before anything is packed. A packed folder is written under a
+temporary name and renamed: never half there.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import yaml
 
 from tritonkit.atomic import make_dir, replace_dir
 from tritonkit.convert.buildspec import load_spec, parse_spec
+from tritonkit.convert.preflight import check_build
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.repository.onnx_io import external_data_files, load_model
 from tritonkit.repository.store import validate_model_name
@@ -201,6 +205,8 @@ def package_spec(
         copies.append((path, f"{DATA_DIR}/{relative}", f"{key}.data"))
         section["data"] = f"{DATA_DIR}/{relative}"
         data[key] = section
+    # What the build Job would refuse (shapes, batch axis, data files), refused here, before packing.
+    check_build(spec, load_torch=False)
     out = Path(output)
     staging = _staging(out, spec.name)
     try:
@@ -222,14 +228,23 @@ def package_onnx(
     calibration_data: str | os.PathLike[str] | None = None,
     eval_data: str | os.PathLike[str] | None = None,
     force: bool = False,
+    dynamic_batch: bool = False,
 ) -> Path:
-    """Pack an ONNX file and its build flags (as a generated spec) into ``<output>/inputs/<name>/``."""
+    """Pack an ONNX file and its build flags (as a generated spec) into ``<output>/inputs/<name>/``.
+
+    ``dynamic_batch``: the spec's ``source.dynamic_batch`` (rewrite a fixed first axis at build time)."""
 
     onnx_path = Path(onnx)
     if not onnx_path.is_file():
         raise DeployError(f"--onnx {onnx_path} not found; expected an ONNX file")
     model = name or onnx_path.stem
-    data: dict[str, Any] = {"name": model, "source": {"onnx": ONNX_FILE}, "precisions": list(precisions)}
+    data: dict[str, Any] = {
+        "name": model,
+        "source": {"onnx": ONNX_FILE, **({"dynamic_batch": True} if dynamic_batch else {})},
+        "precisions": list(precisions),
+        # As `tritonkit build --onnx`: batched (64) where the first axis is dynamic, else unbatched.
+        "batching": {"max_batch_size": None},
+    }
     if set(precisions) - {"fp32"} and eval_data is None:
         raise DeployError(
             "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
@@ -248,10 +263,14 @@ def package_onnx(
         target = f"{DATA_DIR}/{key}{path.suffix}"
         files.append((path, target))
         data[key] = {"data": target}
+    here = {**data, "source": {**data["source"], "onnx": str(onnx_path.absolute())}}
+    for key, value in (("calibration", calibration_data), ("evaluation", eval_data)):
+        if value is not None:
+            here[key] = {"data": str(Path(value).absolute())}
+    check_build(parse_spec(here))  # one line per bad flag value or data file, before anything is copied
     out = Path(output)
     staging = _staging(out, model)
     try:
-        parse_spec(data, base_dir=staging)  # one line per bad flag value, before anything is copied
         for path, target in files:
             _copy(path, staging / target, path.parent, target)
         _write_spec(staging, data)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit import deploy
-from tritonkit.config import save
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.fleet.devices import CPU
 from tritonkit.fleet.overlays import DEFAULT_PROMETHEUS, OverlaySpec, check_group, write_tree
@@ -32,6 +31,7 @@ from tritonkit.fleet.plots import from_json
 from tritonkit.fleet.report import markdown, to_json
 from tritonkit.fleet.spec import load_fleet
 from tritonkit.fleet.verify import verify_group
+from tritonkit.repository.views import write_configs
 from tritonkit.tune.plan import queue_at
 
 __all__ = ["FleetRunOptions", "check_overlays", "finish", "run_fleet", "specs_from_json"]
@@ -83,12 +83,7 @@ def _placement(
     for i, group in enumerate(packing.groups, 1):
         name = f"group-{i}"
         tuned = {m: plan.tuned[group.gpu_type][m] for m in group.models}
-        configs: dict[str, str] = {}
-        for model, t in tuned.items():
-            target = staging / "configs" / model / "config.pbtxt"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            save(t.config, target)
-            configs[model] = f"configs/{model}/config.pbtxt"
+        configs = write_configs(staging / "configs", {m: t.config for m, t in tuned.items()})
         queue = _queue_us(plan, group)
         top = max(group.replicas + 1, math.ceil(group.replicas * plan.fleet.peak_factor))
         spec = OverlaySpec(

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.client import Client
-from tritonkit.config import ModelConfig, save
+from tritonkit.config import ModelConfig
 from tritonkit.fleet.packing import Group
 from tritonkit.fleet.spec import Fleet
 from tritonkit.loadtest.options import LoadTestOptions, ModelTarget
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
+from tritonkit.repository.views import link_view
 from tritonkit.serve.endpoint import Endpoint
 
 __all__ = ["WARM_UP", "GroupCheck", "paced_users", "verify_group"]
@@ -69,20 +70,6 @@ def paced_users(rate: float, budget_ms: float) -> int:
     return max(1, min(256, math.ceil(rate * interval)))
 
 
-def _repository(root: Path, fleet: Fleet, group: Group, configs: Mapping[str, ModelConfig]) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    for name in group.models:
-        source = fleet.model(name).repository / name
-        target = repo / name
-        target.mkdir()
-        for version in source.iterdir():
-            if version.is_dir() and version.name.isdigit():
-                (target / version.name).symlink_to(version.resolve(), target_is_directory=True)
-        save(configs[name], target / "config.pbtxt")
-    return repo
-
-
 def _warm_up(endpoints: Endpoint, fleet: Fleet, group: Group) -> None:
     """A few requests per model and batch size before the load: the first executions of a fresh server
     (stubs importing, allocators growing) are not the steady state the plan is about."""
@@ -114,7 +101,8 @@ def verify_group(
             ModelTarget(name, batch_mix=dict(spec.batch_mix), rate=rate, users=paced_users(rate, spec.p99_ms))
         )
     with tempfile.TemporaryDirectory(prefix="tritonkit-fleet-verify-") as tmp:
-        repo = _repository(Path(tmp), fleet, group, configs)
+        sources = {name: fleet.model(name).repository / name for name in group.models}
+        repo = link_view(Path(tmp), sources, {name: configs[name] for name in group.models})
         options = LoadTestOptions(
             models=targets,
             report_dir=report_dir,

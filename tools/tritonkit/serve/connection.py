@@ -14,7 +14,7 @@ import ctypes
 import json
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -68,7 +68,7 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     """A request ready to forward (``data``), or an answer the guard gives itself (``answer``)."""
 
@@ -122,7 +122,9 @@ class Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.in_message = False
         self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.header_count = 0
+        #: The header lines Triton gets, written as they arrive (hop-by-hop ones left out).
+        self.forward: list[bytes] = []
         self.fields: dict[bytes, bytes] = {}
         self.head_size = 0
         self.body: list[bytes] = []
@@ -133,8 +135,7 @@ class Connection(asyncio.Protocol):
 
     # --- transport events ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self.guard.connections.add(self)
         if len(self.guard.connections) > self.guard.max_connections or self.guard.draining:
             reason = "the server is stopping" if self.guard.draining else "too many connections"
@@ -234,13 +235,16 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.head_size += len(name) + len(value) + 4
-        if self.head_size > _HEAD_LIMIT or len(self.headers) >= _MAX_HEADERS:
+        self.header_count += 1
+        if self.head_size > _HEAD_LIMIT or self.header_count > _MAX_HEADERS:
             raise RefusedError(431, f"the request head is over {_HEAD_LIMIT} bytes or {_MAX_HEADERS} fields")
         lower = name.lower()
-        if lower in _SINGLE and lower in self.fields:
+        fields = self.fields
+        if lower in fields and lower in _SINGLE:
             raise RefusedError(400, f"header {name.decode('latin-1')} is given twice")
-        self.fields[lower] = value
-        self.headers.append((name, value))
+        fields[lower] = value
+        if lower not in _HOP:
+            self.forward.append(b"%s: %s\r\n" % (name, value))
 
     def on_headers_complete(self) -> None:
         assert self.parser is not None
@@ -327,10 +331,8 @@ class Connection(asyncio.Protocol):
 
     def _head(self, length: int) -> bytes:
         assert self.parser is not None
-        lines = [b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (self.parser.get_method(), self.target)]
-        lines.extend(b"%s: %s\r\n" % pair for pair in self.headers if pair[0].lower() not in _HOP)
-        lines.append(b"Content-Length: %d\r\n\r\n" % length)
-        return b"".join(lines)
+        start = b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (self.parser.get_method(), self.target)
+        return b"".join((start, *self.forward, b"Content-Length: %d\r\n\r\n" % length))
 
     async def _check_later(
         self, item: _Item, route: Route, body: bytes, header_length: bytes | None, head: bytes
@@ -454,6 +456,8 @@ class Connection(asyncio.Protocol):
 class _Upstream(asyncio.Protocol):
     """The connection to Triton of one client connection: relays each answer as it arrives."""
 
+    __slots__ = ("client", "done", "keep", "orphaned", "parser", "started", "transport")
+
     def __init__(self, client: Connection) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
@@ -464,8 +468,7 @@ class _Upstream(asyncio.Protocol):
         self.orphaned = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def send(self, data: bytes) -> None:
         assert self.transport is not None

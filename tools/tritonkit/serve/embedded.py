@@ -64,11 +64,28 @@ from tritonkit.serve.process import (
 )
 from tritonkit.serve.tritonlog import describe_exit, load_failures, startup_failure, stub_failures
 
-__all__ = ["STUB_PYTHON_ENV", "EmbeddedServer", "TritonInstall", "find_triton", "free_port"]
+__all__ = [
+    "MALLOC_ENV",
+    "MALLOC_TUNING_ENV",
+    "STUB_PYTHON_ENV",
+    "EmbeddedServer",
+    "TritonInstall",
+    "find_triton",
+    "free_port",
+]
 
 #: Environment variable: the Python executable whose environment the python-backend stubs use
 #: (default: the one running tritonkit).
 STUB_PYTHON_ENV = "TRITONKIT_STUB_PYTHON"
+
+#: glibc malloc settings given to tritonserver and its stubs unless the environment sets them: the
+#: python-backend stub copies every host input into a new NumPy array (python_backend pb_tensor.cc), and
+#: an array over glibc's mmap threshold (128 KiB: one 224 x 224 FP32 image is 602 KB) comes from fresh
+#: pages that fault in on every request, then goes back to the system. Served from the heap and kept,
+#: the copy is a plain memcpy (measured on the H100 host: docs/benchmarks-gpu.md). Costs memory held at
+#: its peak; ``TRITONKIT_MALLOC_TUNING=0`` leaves glibc's defaults.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+MALLOC_TUNING_ENV = "TRITONKIT_MALLOC_TUNING"
 
 _POLL_INTERVAL_S = 0.1
 
@@ -260,6 +277,9 @@ class EmbeddedServer:
         venv_bin = str(Path(env.get(STUB_PYTHON_ENV) or sys.executable).parent)
         env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
         env.pop("PYTHONHOME", None)
+        if env.get(MALLOC_TUNING_ENV, "1") != "0":
+            for key, value in MALLOC_ENV.items():
+                env.setdefault(key, value)
         return env
 
     def start(self) -> EmbeddedServer:

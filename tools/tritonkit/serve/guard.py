@@ -24,20 +24,33 @@ is dead or stopped. The guard owns the client connections:
   before its answer (a restart) is answered 503, not dropped.
 
 Each client connection gets its own keep-alive connection to Triton (loopback). gRPC is not guarded.
+The guard's event loop is uvloop's where uvloop is installed (a tenth less CPU per request than
+asyncio's own loop, docs/reliability.md), else asyncio's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import resource
 import threading
 from collections.abc import Callable
+from typing import cast
 
 from tritonkit.serve.connection import Connection, trim_heap
 from tritonkit.serve.kserve import RefusedError
 
 __all__ = ["Guard", "RefusedError"]
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where uvloop is installed, else asyncio's."""
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        return asyncio.new_event_loop()
+    return cast(asyncio.AbstractEventLoop, uvloop.new_event_loop())
 
 
 class Guard:
@@ -69,7 +82,7 @@ class Guard:
         self.draining = False
         self.in_flight = 0
         self.connections: set[Connection] = set()
-        self._loop = asyncio.new_event_loop()
+        self._loop = _event_loop()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="tritonkit-guard", daemon=True)
 

@@ -7,6 +7,15 @@ count and kind (``KIND_GPU`` only where a GPU is present and the model can use i
 (``unbounded``, or ``bounded``: at most two full batches per instance waiting); and :func:`apply_point`,
 which returns a new :class:`~tritonkit.config.ModelConfig` (the base is never changed) that
 :func:`~tritonkit.config.problems` accepts.
+
+A version that runs on GPUs (its first instance group ``KIND_GPU``, as every GPU version ``tritonkit
+build`` writes) keeps its kind and its GPUs (the ``gpus`` axis holds the one placement, so trials are
+labelled with it), ``instances`` counts instances per GPU (Triton's meaning of a group's ``count``), and
+its default grid is the GPU one: 2-4 instances per GPU, max batch from a quarter of the model's to its
+own, delays 0/100/500 µs, no queue-policy axis. A torch-runner version (a ``batch_buckets`` parameter)
+gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
+instead of ``preferred``: each trial's buckets follow its max batch and are the batcher's preferred sizes,
+so the runner and the batcher agree on sizes whatever the trial.
 """
 
 from __future__ import annotations
@@ -19,13 +28,59 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems
+from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis
 
-__all__ = ["DEFAULT_DELAYS_US", "apply_point", "axes_for", "base_point", "profile_batch_range"]
+__all__ = [
+    "DEFAULT_DELAYS_US",
+    "DEFAULT_GPU_DELAYS_US",
+    "DEFAULT_GPU_INSTANCES",
+    "apply_point",
+    "axes_for",
+    "base_point",
+    "buckets_of",
+    "on_gpu",
+    "padded_share",
+    "profile_batch_range",
+]
 
 DEFAULT_DELAYS_US: tuple[int | str, ...] = ("off", 0, 500, 2000)
+#: On a GPU no batcher at all is never competitive and long delays only add latency: with the buckets
+#: as preferred sizes a batch leaves as soon as one can be formed.
+DEFAULT_GPU_DELAYS_US: tuple[int | str, ...] = (0, 100, 500)
 DEFAULT_INSTANCES: tuple[int, ...] = (1, 2, 3)
+#: Per GPU. One instance alternates its host work (the python backend's per-request copies and
+#: answers, measured at about 0.1 ms a request on the H100 host) with its GPU work; two or more overlap
+#: them, and requests of one row need more host work in flight than two instances give.
+DEFAULT_GPU_INSTANCES: tuple[int, ...] = (2, 3, 4)
+BUCKETS_PARAMETER = "batch_buckets"
+
+
+def on_gpu(cfg: ModelConfig) -> bool:
+    """True for a version whose (first) instance group runs on GPUs."""
+    return bool(cfg.instance_groups) and cfg.instance_groups[0].kind == "KIND_GPU"
+
+
+def _bucketed(cfg: ModelConfig) -> bool:
+    """True for a runner that pads to batch buckets (the torch runner's ``batch_buckets`` parameter)."""
+    return cfg.backend == "python" and BUCKETS_PARAMETER in cfg.parameters and cfg.max_batch_size > 0
+
+
+def buckets_of(cfg: ModelConfig) -> list[int]:
+    """The batch buckets the torch runner pads to under ``cfg`` (its own rule: listed sizes above the
+    max batch dropped, the max batch last; none listed: powers of two); [] for other models."""
+    if not _bucketed(cfg):
+        return []
+    text = str(cfg.parameters.get(BUCKETS_PARAMETER, ""))
+    sizes = sorted({int(p) for p in text.split(",") if p.strip().isdigit() and int(p) >= 1})
+    if not sizes:
+        return list(bucket_ladder(cfg.max_batch_size, "pow2"))
+    return [b for b in sizes if b < cfg.max_batch_size] + [cfg.max_batch_size]
+
+
+def _placement(group: InstanceGroup) -> str:
+    return ",".join(str(g) for g in group.gpus) if group.gpus else "all"
 
 
 def _is_tensorrt(cfg: ModelConfig) -> bool:
@@ -88,36 +143,41 @@ def axes_for(
         raise TritonKitError(
             f"model `{cfg.name}` is an ensemble; expected a model that runs (tune its steps)"
         )
-    counts = tuple(instances or DEFAULT_INSTANCES)
+    counts = tuple(instances or (DEFAULT_GPU_INSTANCES if on_gpu(cfg) else DEFAULT_INSTANCES))
     if any(c < 1 for c in counts):
         raise TritonKitError(f"instance counts {list(counts)}: expected whole numbers >= 1")
     axes = [Axis("instances", counts)]
     kinds = ["KIND_CPU"]
     if gpu and (_is_tensorrt(cfg) or cfg.backend in ("onnxruntime", "python", "pytorch")):
         kinds = ["KIND_GPU"] if _is_tensorrt(cfg) else ["KIND_CPU", "KIND_GPU"]
-    if _is_tensorrt(cfg):
+    gpu_base = on_gpu(cfg)
+    if _is_tensorrt(cfg) or gpu_base:  # a GPU version stays where it was built to run
         kinds = ["KIND_GPU"]
     axes.append(Axis("kind", tuple(kinds)))
+    if gpu_base:
+        axes.append(Axis("gpus", (_placement(cfg.instance_groups[0]),)))
     if cfg.max_batch_size <= 0:
         return axes
     low, high = profile_batch_range(cfg, model_dir)
-    sizes = tuple(sorted(set(max_batch_sizes))) if max_batch_sizes else _powers(low, high)
+    if max_batch_sizes:
+        sizes = tuple(sorted(set(max_batch_sizes)))
+    else:
+        sizes = _powers(max(low, high // 4) if gpu_base else low, high)
     outside = [s for s in sizes if not low <= s <= high]
     if outside:
         raise TritonKitError(
             f"max batch sizes {outside} are outside the model's range {low}..{high}"
             + (" (its TensorRT profiles)" if _is_tensorrt(cfg) else " (its max_batch_size)")
         )
-    delays = tuple(delays_us if delays_us is not None else DEFAULT_DELAYS_US)
+    delays = tuple(
+        delays_us if delays_us is not None else DEFAULT_GPU_DELAYS_US if gpu_base else DEFAULT_DELAYS_US
+    )
     for d in delays:
         if d != "off" and (not isinstance(d, int) or d < 0):
             raise TritonKitError(f"batching delay {d!r}: expected `off` or whole microseconds >= 0")
-    axes += [
-        Axis("max_batch_size", sizes),
-        Axis("delay_us", delays),
-        Axis("preferred", ("none", "max")),
-    ]
-    if queue:
+    axes += [Axis("max_batch_size", sizes), Axis("delay_us", delays)]
+    axes.append(Axis("buckets", BUCKET_STYLES) if _bucketed(cfg) else Axis("preferred", ("none", "max")))
+    if queue and not gpu_base:
         axes.append(Axis("queue", ("unbounded", "bounded")))
     return axes
 
@@ -126,14 +186,20 @@ def base_point(cfg: ModelConfig) -> dict[str, Any]:
     """The model's own config as a point (the quick search starts there)."""
     groups = cfg.instance_groups or [InstanceGroup()]
     point: dict[str, Any] = {
-        "instances": sum(g.count for g in groups),
+        # On GPUs a group's count is per GPU, and that is what the axis varies.
+        "instances": groups[0].count if on_gpu(cfg) else sum(g.count for g in groups),
         "kind": groups[0].kind if groups[0].kind in ("KIND_CPU", "KIND_GPU") else "KIND_CPU",
     }
+    if on_gpu(cfg):
+        point["gpus"] = _placement(groups[0])
     if cfg.max_batch_size > 0:
         b = cfg.dynamic_batching
         point["max_batch_size"] = cfg.max_batch_size
         point["delay_us"] = "off" if b is None else b.max_queue_delay_microseconds
-        point["preferred"] = "max" if b is not None and b.preferred_batch_size else "none"
+        if _bucketed(cfg):
+            point["buckets"] = bucket_style(buckets_of(cfg), cfg.max_batch_size) or "custom"
+        else:
+            point["preferred"] = "max" if b is not None and b.preferred_batch_size else "none"
         policy = b.default_queue_policy if b is not None else None
         point["queue"] = "bounded" if policy is not None and policy.max_queue_size > 0 else "unbounded"
     return point
@@ -145,16 +211,26 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
     count = int(point.get("instances", 1))
     kind = str(point.get("kind", "KIND_CPU"))
     groups = cfg.instance_groups or [InstanceGroup()]
-    cfg.instance_groups = [dataclass_replace_group(groups[0], kind=kind, count=count)]
+    group = dataclass_replace_group(groups[0], kind=kind, count=count)
+    if kind == "KIND_GPU" and point.get("gpus") not in (None, "all"):
+        group.gpus = [int(g) for g in str(point["gpus"]).split(",")]
+    cfg.instance_groups = [group]
     if cfg.max_batch_size > 0 and "max_batch_size" in point:
         mbs = int(point["max_batch_size"])
         cfg.max_batch_size = mbs
+        buckets: list[int] = []
+        if _bucketed(base):  # the runner's buckets follow the trial's max batch
+            style = str(point.get("buckets", "custom"))
+            buckets = list(bucket_ladder(mbs, style)) if style in BUCKET_STYLES else buckets_of(cfg)
+            cfg.parameters[BUCKETS_PARAMETER] = ",".join(str(b) for b in buckets)
         delay = point.get("delay_us", "off")
         if delay == "off" or (mbs == 1 and point.get("queue") != "bounded"):
             cfg.dynamic_batching = None
         else:
             keep = base.dynamic_batching or DynamicBatching()
             preferred = [mbs] if point.get("preferred") == "max" and mbs > 1 else []
+            if buckets:  # the batcher forms bucket-sized batches: nothing to pad
+                preferred = [b for b in buckets if 1 < b <= mbs]
             policy = None
             if point.get("queue") == "bounded":
                 policy = QueuePolicy(max_queue_size=2 * mbs * count)
@@ -185,3 +261,20 @@ def dataclass_replace_group(group: InstanceGroup, *, kind: str, count: int) -> I
 def describe(point: Mapping[str, Any]) -> str:
     """``instances=2 kind=KIND_CPU max_batch_size=8 delay_us=500 ...`` (stable order)."""
     return " ".join(f"{k}={point[k]}" for k in sorted(point))
+
+
+def padded_share(batches: Mapping[Any, int], buckets: Sequence[int]) -> float | None:
+    """Share of the rows a bucketed runner computed that were padding, for executions of the given
+    sizes (batch size -> count: Triton's ``batch_stats``): each batch padded up to the smallest bucket
+    that holds it, batches over the largest in chunks of it (the torch runner's own rule,
+    ``serve/runners/torch_runner.py``). None without buckets or executions."""
+    if not buckets:
+        return None
+    top, real, padded = buckets[-1], 0, 0
+    for size, count in batches.items():
+        rows = int(size)
+        rest = rows % top
+        pad = (next(b for b in buckets if b >= rest) - rest) if rest else 0
+        real += rows * int(count)
+        padded += pad * int(count)
+    return padded / (real + padded) if real + padded else None

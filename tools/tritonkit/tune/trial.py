@@ -8,6 +8,7 @@ a quick search's trial starts its load search) and :func:`progress_line` (what t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.tune.apply import RepositoryApi
 from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.space import buckets_of, padded_share
 
 __all__ = ["Settings", "measure_config", "progress_line", "start_level"]
 
@@ -45,11 +47,15 @@ def measure_config(
     key: str,
     start: int = 1,
     final: tuple[int, int] | None = None,
+    *,
+    measurer: Measurer | None = None,
 ) -> dict[str, Any]:
     """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
     ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
     highest level below it that fits (halved, then bisected once), stability not required (the rounds
-    are the averaging)."""
+    are the averaging). ``measurer``: the tune's one load generator (None: one for this config). The row
+    says where the seconds went (``load_s``: the config put into service and ready; ``measure_s``: its
+    levels) and, for a runner that pads to buckets, the share of padded rows (``padded_share``)."""
     row: dict[str, Any] = {
         "kind": "trial", "key": key, "point": point, "config": to_dict(cfg), "start_concurrency": start,
     }  # fmt: skip
@@ -60,12 +66,15 @@ def measure_config(
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
+    loaded = started
     try:
         api.load(options.model, cfg)
         wait_ready(target.url, options.protocol, options.model, dict(target.headers))
-        with Measurer(target, options.measure) as measurer:
+        loaded = time.monotonic()
+        with contextlib.ExitStack() as stack:
+            used = measurer or stack.enter_context(Measurer(target, options.measure))
             best, levels = find_max(
-                measurer.measure,
+                used.measure,
                 options.latency_budget_ms,
                 start=start,
                 limit=limit,
@@ -74,8 +83,12 @@ def measure_config(
             )
     except TritonKitError as exc:
         row["error"] = " ".join(str(exc).split())
-    row["levels"] = [r.summary() for r in levels]
-    row["best"] = best.summary() if best is not None else None
+    buckets = buckets_of(cfg)
+    row["levels"] = [_padding(r.summary(), buckets) for r in levels]
+    row["best"] = _padding(best.summary(), buckets) if best is not None else None
+    row["padded_share"] = row["best"].get("padded_share") if row["best"] else None
+    row["load_s"] = round((loaded if loaded > started else time.monotonic()) - started, 2)
+    row["measure_s"] = round(time.monotonic() - loaded, 2) if loaded > started else 0.0
     row["concurrency"] = int(best.level.value) if best is not None else None
     row["throughput"] = best.throughput if best is not None else 0.0
     row["p50_ms"] = best.p50_ms if best is not None else None
@@ -84,6 +97,12 @@ def measure_config(
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
+
+
+def _padding(summary: dict[str, Any], buckets: Sequence[int]) -> dict[str, Any]:
+    """A level's summary with the share of padded rows the runner computed (bucketed runners only)."""
+    share = padded_share(summary.get("batches") or {}, buckets)
+    return {**summary, "padded_share": round(share, 4)} if share is not None else summary
 
 
 def start_level(options: Settings, trials: Sequence[dict[str, Any]]) -> int:
@@ -102,5 +121,7 @@ def progress_line(t: dict[str, Any], n: int) -> str:
     return (
         f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
         + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
+        + (f", padded {t['padded_share']:.1%}" if t.get("padded_share") is not None else "")
+        + (f" ({t['load_s']:.1f} s loading, {t['measure_s']:.1f} s measuring)" if "load_s" in t else "")
         + (f" [{t['error']}]" if t.get("error") else "")
     )

@@ -29,7 +29,7 @@ from tritonkit.loadtest.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import MeasureOptions, wait_ready
+from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
 from tritonkit.tune.space import DEFAULT_DELAYS_US, apply_point, axes_for, base_point, describe
@@ -192,8 +192,10 @@ class _Run:
         base: ModelConfig,
         report: Path,
         interrupt_after: int | None,
+        measurer: Measurer | None = None,
     ) -> None:
         self.options, self.api, self.target, self.base = options, api, target, base
+        self.measurer = measurer  # one load generator for every config (its workers start once)
         self.log = report / LOG
         self.interrupt_after = interrupt_after
         done = load_trials(report)[1] if options.resume else []
@@ -225,8 +227,9 @@ class _Run:
             self._tick()
             cfg = apply_point(self.base, point)
             t = measure_config(
-                self.options, self.api, self.target, cfg, point, key, start_level(self.options, self.trials)
-            )
+                self.options, self.api, self.target, cfg, point, key, start_level(self.options, self.trials),
+                measurer=self.measurer,
+            )  # fmt: skip
             self._measured(t)
             self.trials.append(t)
             self.cached[key] = t
@@ -251,7 +254,14 @@ class _Run:
             if row is None:
                 self._tick()
                 row = measure_config(
-                    self.options, self.api, self.target, self.base, self.own, self.own_key, 1
+                    self.options,
+                    self.api,
+                    self.target,
+                    self.base,
+                    self.own,
+                    self.own_key,
+                    1,
+                    measurer=self.measurer,
                 )
                 row["kind"] = "baseline"
                 self._measured(row)
@@ -270,7 +280,17 @@ class _Run:
             assert source is not None
             c = int(source["concurrency"])
             cfg = self.base if own else apply_point(self.base, point)
-            f = measure_config(self.options, self.api, self.target, cfg, point, key, c, final=(round_, c))
+            f = measure_config(
+                self.options,
+                self.api,
+                self.target,
+                cfg,
+                point,
+                key,
+                c,
+                final=(round_, c),
+                measurer=self.measurer,
+            )
             if own:
                 f["key"] = "own: " + key
             self._measured(f)
@@ -290,7 +310,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     report.mkdir(parents=True, exist_ok=True)
     if not options.resume and (report / LOG).exists():
         (report / LOG).unlink()
-    with _endpoint(options) as where:
+    with _endpoint(options) as where, contextlib.ExitStack() as stack:
         url, headers, server = where.url(options.protocol), where.headers, where.server
         api = RepositoryApi(where.http, headers)
         try:
@@ -310,7 +330,8 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 shared_memory=options.shared_memory, batch_size=options.batch_size,
                 input_data=options.input_data,
             )  # fmt: skip
-            run = _Run(options, api, target, base, report, interrupt_after)
+            measurer = stack.enter_context(Measurer(target, options.measure))
+            run = _Run(options, api, target, base, report, interrupt_after, measurer)
             result = _search(options, run, axes)
             baseline = run.measure_baseline(axes)
             winner, final_list, verdict = _finals_and_verdict(options, run, result)

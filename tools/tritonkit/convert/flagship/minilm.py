@@ -82,6 +82,7 @@ def export_minilm(path: str | Path) -> Path:
         path,
         input_names=INPUTS,
         output_names=(OUTPUT,),
+        exporter="torchscript",  # traces as it always has: no need for the slower dynamo export
         dynamic_axes={
             "input_ids": {0: "batch", 1: "sequence"},
             "attention_mask": {0: "batch", 1: "sequence"},

@@ -1,33 +1,41 @@
 """tritonkit GPU runner: a Triton python-backend model that executes a ``torch.export`` program.
 
-Copied by the build into ``<model>/<version>/model.py`` next to ``model.pt2``. Self-contained on
-purpose: it runs inside the python-backend stub and imports nothing from tritonkit.
+Copied by the build into ``<model>/<version>/model.py`` next to ``model.pt2`` (and its fast-loading
+twin ``model.fx.pt``). Self-contained: it runs inside the python-backend stub and imports nothing from
+tritonkit.
 
-Why this shape: at small batches a transformer on a GPU is bound by kernel launches, not arithmetic,
-so every batch size the runner meets is padded up to a *bucket* and replayed from a CUDA graph
-captured for that bucket (one launch instead of hundreds). Tensors cross the stub by DLPack only:
-this release's stub rejects NumPy-2 arrays, and DLPack lets tensors that arrive in GPU memory stay
-there. The program's precision is fixed at build time (an FP16 program is exported from a half
-module), so the runner never casts weights; it casts float inputs to the program's input dtype and
-outputs to the config's dtype inside the captured graph.
+At small batches a model on a GPU is bound by kernel launches, so every batch is padded up to a
+*bucket* and replayed from a CUDA graph captured for it; the build makes the buckets the batcher's
+preferred sizes, so batches are mostly bucket-sized. One execute (measured: docs/benchmarks-gpu.md):
+every request's input concatenated into one pinned staging buffer per input (NumPy views where the
+stub's NumPy is 1.x, else DLPack), one copy up per chunk into the graph's static inputs, the replay,
+one copy down into pinned output buffers, the responses built as views of them while the GPU runs,
+one wait. Nothing is allocated on the device per execute; inputs in GPU memory take the general path.
+Casts to the program's precision and to the config's output dtype are inside the captured graph.
 
 Config ``parameters`` it reads (string values; ``runner``, ``engine``, ``precision`` are recorded
 for ``tritonkit check`` and not needed here):
   ``program_file``   artifact name in the version directory (default ``model.pt2``)
   ``device``         ``auto`` (default: CUDA when torch sees a GPU and the instance is not KIND_CPU),
                      ``cuda`` or ``cpu``
-  ``batch_buckets``  comma-separated batch sizes to pad to, ascending (default: powers of two up
-                     to ``max_batch_size``); batches over the largest run in chunks of it
-  ``cuda_graphs``    ``true`` (default on CUDA) or ``false``
-  ``capture_at_load`` ``true`` (default): capture every bucket at load time when the config's
-                     dims are all fixed; other shapes are captured on first use
-  ``max_graphs``     most graphs kept (default 64); shapes beyond it run without a graph
+  ``batch_buckets``  comma-separated batch sizes to pad to (default: powers of two up to
+                     ``max_batch_size``); sizes above ``max_batch_size`` are dropped and
+                     ``max_batch_size`` is the last bucket; batches over it run in chunks of it
+  ``cuda_graphs``    ``true`` (default on CUDA) or ``false``; ``max_graphs`` most kept (64)
+  ``capture_at_load`` ``true`` (default): capture every bucket at load when all dims are fixed
+  ``host_threads``   torch's host threads (default 1 on the GPU)
+  ``tensor_exchange`` ``auto`` (NumPy views where the stub's NumPy is 1.x, else DLPack), ``numpy``, ``dlpack``
+  ``stats_interval_s`` log the host-time split of executes every so many seconds (default 0: off)
+  ``profile_dir``    torch.profiler trace and table of executes ``profile_skip`` (100) to
+                     ``profile_skip`` + ``profile_executes`` (200) written there (diagnosis)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
 from typing import Any
 
 try:  # absent outside the stub: tests and the benchmark import the engine alone
@@ -56,7 +64,10 @@ def _param(params: dict[str, Any], key: str, default: str) -> str:
 
 
 def parse_buckets(text: str, max_batch_size: int) -> list[int]:
-    """Ascending batch buckets from ``"1,2,4"``; empty text means powers of two up to the max batch."""
+    """Ascending batch buckets from ``"1,2,4"``; empty text means powers of two up to the max batch.
+
+    Buckets above ``max_batch_size`` are dropped and ``max_batch_size`` becomes the last bucket, so a
+    config whose max batch was lowered (by hand or by ``tritonkit tune``) still loads."""
     if not text.strip():
         top = max(max_batch_size, 1)
         buckets = []
@@ -75,7 +86,7 @@ def parse_buckets(text: str, max_batch_size: int) -> list[int]:
     if not buckets or buckets[0] < 1:
         raise ValueError(f"parameter `batch_buckets` must hold integers >= 1; got {text!r}")
     if max_batch_size > 0 and buckets[-1] > max_batch_size:
-        raise ValueError(f"batch bucket {buckets[-1]} exceeds max_batch_size {max_batch_size}")
+        buckets = [b for b in buckets if b < max_batch_size] + [max_batch_size]
     return buckets
 
 
@@ -92,11 +103,17 @@ def plan_chunks(batch: int, buckets: list[int]) -> list[tuple[int, int]]:
     return pieces
 
 
+def padded_rows(batch: int, buckets: list[int]) -> int:
+    """Rows of padding the engine computes for a batch of ``batch`` rows (0 when it is a bucket)."""
+    return sum(bucket - rows for rows, bucket in plan_chunks(batch, buckets))
+
+
 class GraphEngine:
     """Runs a module on padded batch buckets, from captured CUDA graphs where it can.
 
-    ``run`` takes and returns tensors on ``device``; rows past the real batch are padding whose
-    results are dropped (rows of a batch are independent for every model this serves).
+    ``run`` takes and returns tensors on ``device``; ``launch`` takes host tensors and fills
+    host output buffers (valid after ``wait``). Rows past the real batch are padding whose results
+    are dropped (rows of a batch are independent for every model this serves).
     """
 
     def __init__(
@@ -122,9 +139,15 @@ class GraphEngine:
         self.max_graphs = max_graphs
         self.graphs: dict[tuple[Any, ...], tuple[Any, list[Any], list[Any]]] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        self.pinned = self.device.type == "cuda"
+        self.host_out: dict[tuple[Any, ...], list[Any]] = {}
 
     def _forward(self, inputs: list[Any]) -> list[Any]:
-        out = self.module(*inputs)
+        cast = [
+            t.to(d) if d is not None and t.dtype != d else t
+            for t, d in zip(inputs, self.input_dtypes, strict=True)
+        ]
+        out = self.module(*cast)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(self.output_dtypes):
             raise ValueError(
@@ -132,22 +155,22 @@ class GraphEngine:
             )
         return [o.to(d) if d is not None else o for o, d in zip(outs, self.output_dtypes, strict=True)]
 
-    def _key(self, bucket: int, inputs: list[Any]) -> tuple[Any, ...]:
-        return (bucket, *((tuple(t.shape[1:]), t.dtype) for t in inputs))
+    @staticmethod
+    def _shapes(inputs: list[Any]) -> tuple[Any, ...]:
+        return tuple((tuple(t.shape[1:]), t.dtype) for t in inputs)
 
     def _capture(self, key: tuple[Any, ...], bucket: int, inputs: list[Any]) -> Any:
+        """A graph for ``bucket`` rows shaped like ``inputs`` (the cast to the program's dtype is
+        captured too)."""
         torch = self.torch
-        static_in = [
-            torch.zeros((bucket, *t.shape[1:]), dtype=d or t.dtype, device=self.device)
-            for t, d in zip(inputs, self.input_dtypes, strict=True)
-        ]
+        static_in = [torch.zeros((bucket, *t.shape[1:]), dtype=t.dtype, device=self.device) for t in inputs]
         for buf, t in zip(static_in, inputs, strict=True):  # real rows, so warm-up sees real values
             rows = min(bucket, t.shape[0])
             buf[:rows].copy_(t[:rows])
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):  # warm-up on a side stream, as CUDA graph capture requires
+            for _ in range(1):  # warm-up on a side stream (lazy inits), as CUDA graph capture requires
                 self._forward(static_in)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
@@ -156,88 +179,193 @@ class GraphEngine:
         self.graphs[key] = (graph, static_in, static_out)
         return self.graphs[key]
 
-    def _run_bucket(self, rows: int, bucket: int, inputs: list[Any]) -> list[Any]:
-        torch = self.torch
-        if self.use_graphs:
-            key = self._key(bucket, inputs)
-            entry = self.graphs.get(key)
-            if entry is None and len(self.graphs) < self.max_graphs:
-                entry = self._capture(key, bucket, inputs)
-            if entry is not None:
-                graph, static_in, static_out = entry
-                for buf, t in zip(static_in, inputs, strict=True):
-                    buf[:rows].copy_(t, non_blocking=True)
-                graph.replay()
-                # Cloned: the next replay overwrites the static outputs.
-                return [o[:rows].clone() for o in static_out]
-        padded = []
-        for given, d in zip(inputs, self.input_dtypes, strict=True):
-            t = given.to(d) if d is not None else given
-            if bucket > rows:  # pad with copies of the last row: valid values, dropped afterwards
-                t = torch.cat([t, t[-1:].expand(bucket - rows, *t.shape[1:])], dim=0)
-            padded.append(t)
-        with torch.inference_mode():
-            return [o[:rows] for o in self._forward(padded)]
+    def _graph(self, bucket: int, shapes: tuple[Any, ...], inputs: list[Any]) -> Any:
+        """The graph of ``bucket`` for inputs of ``shapes`` (captured on first use), or None."""
+        key = (bucket, *shapes)
+        entry = self.graphs.get(key)
+        if entry is None and len(self.graphs) < self.max_graphs:
+            entry = self._capture(key, bucket, inputs)
+        return entry
+
+    def _step(self, piece: int, bucket: int, shapes: tuple[Any, ...], feeds: list[Any]) -> list[Any]:
+        """Outputs (on the device, valid until the next step) of ``piece`` rows run as ``bucket``."""
+        entry = self._graph(bucket, shapes, feeds) if self.use_graphs else None
+        if entry is None:  # eager: the exact batch, no padding needed
+            with self.torch.inference_mode():
+                return self._forward([t.to(self.device, non_blocking=True) for t in feeds])
+        graph, static_in, static_out = entry
+        for buf, t in zip(static_in, feeds, strict=True):
+            (buf if piece == bucket else buf[:piece]).copy_(t, non_blocking=True)
+        graph.replay()
+        return static_out if piece == bucket else [o[:piece] for o in static_out]
+
+    def _outputs(self, shapes: tuple[Any, ...], rows: int, like: list[Any], host: bool) -> list[Any]:
+        """Output buffers of ``rows`` rows shaped like ``like``: reused host buffers (pinned on a
+        GPU), or new device tensors the caller keeps."""
+        if not host:
+            return [self.torch.empty((rows, *o.shape[1:]), dtype=o.dtype, device=self.device) for o in like]
+        buffers = self.host_out.get(shapes)
+        if buffers is None or int(buffers[0].shape[0]) < rows:
+            capacity = max(rows, self.buckets[-1])
+            buffers = [
+                self.torch.empty((capacity, *o.shape[1:]), dtype=o.dtype, pin_memory=self.pinned)
+                for o in like
+            ]
+            self.host_out[shapes] = buffers
+        return [b[:rows] for b in buffers]
+
+    def launch(self, inputs: list[Any], rows: int, host: bool = True) -> list[Any]:
+        """Start the work for ``inputs`` of ``rows`` rows (host or device tensors); return output
+        views that hold the answers once :meth:`wait` returns: reused host buffers (``host``; the
+        inputs must stay untouched until then) or new device tensors."""
+        shapes = self._shapes(inputs)
+        start = 0
+        outs: list[Any] | None = None
+        for piece, bucket in plan_chunks(rows, self.buckets):
+            feeds = inputs if piece == rows else [t[start : start + piece] for t in inputs]
+            results = self._step(piece, bucket, shapes, feeds)
+            if outs is None:
+                outs = self._outputs(shapes, rows, results, host)
+            for dst, value in zip(outs, results, strict=True):
+                (dst if piece == rows else dst[start : start + piece]).copy_(value, non_blocking=True)
+            start += piece
+        assert outs is not None
+        return outs
 
     def run(self, inputs: list[Any]) -> list[Any]:
         """Outputs for ``inputs`` (tensors on the engine's device sharing their batch size)."""
-        batch = int(inputs[0].shape[0])
-        start = 0
-        parts: list[list[Any]] = []
-        for rows, bucket in plan_chunks(batch, self.buckets):
-            parts.append(self._run_bucket(rows, bucket, [t[start : start + rows] for t in inputs]))
-            start += rows
-        if len(parts) == 1:
-            return parts[0]
-        return [self.torch.cat(list(pieces), dim=0) for pieces in zip(*parts, strict=True)]
+        return self.launch(inputs, int(inputs[0].shape[0]), host=False)
 
-    def warm(self, shapes: list[tuple[int, ...]]) -> None:
-        """Capture (or warm) every bucket for inputs of these non-batch shapes."""
+    def wait(self) -> None:
+        """Block until the work launched so far is done (host outputs filled, inputs free)."""
+        if self.device.type == "cuda":
+            self.torch.cuda.current_stream(self.device).synchronize()
+
+    def warm(self, shapes: list[tuple[int, ...]], dtypes: list[Any]) -> None:
+        """Capture every bucket for inputs of these non-batch shapes and dtypes (without graphs
+        there is nothing to prepare: eager runs take the exact batch)."""
         torch = self.torch
+        if not self.use_graphs:
+            return
         for bucket in self.buckets:
             inputs = [
-                torch.zeros((bucket, *shape), dtype=d or torch.float32, device=self.device)
-                for shape, d in zip(shapes, self.input_dtypes, strict=True)
+                torch.zeros((bucket, *shape), dtype=d, device=self.device)
+                for shape, d in zip(shapes, dtypes, strict=True)
             ]
             self.run(inputs)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self.wait()
 
 
 def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
-    """The exported program's module on ``device`` and its user inputs' dtypes (None when unknown)."""
+    """The program's module on ``device`` and its user inputs' dtypes (None when unknown): from the
+    fast plain-FX copy beside it (``model.fx.pt``, written by the build) when there is one, else from
+    the ``torch.export`` program itself."""
     import torch  # noqa: PLC0415 (torch loads only in the stub that serves this model)
 
+    fast = os.path.join(os.path.dirname(path), "model.fx.pt")
+    if os.path.isfile(fast):
+        saved = torch.load(fast, map_location="cpu", weights_only=False)  # the version's own artifact
+        module = saved["module"]
+        if device != "cpu":  # devices written into the graph (torch.arange(device=...), .to(device), checks)
+
+            def moved(value: Any) -> Any:
+                if isinstance(value, (list, tuple)):
+                    return type(value)(moved(v) for v in value)
+                return torch.device(device) if getattr(value, "type", None) == "cpu" else value
+
+            for node in module.graph.nodes:
+                node.args, node.kwargs = moved(node.args), {k: moved(v) for k, v in node.kwargs.items()}
+            module.recompile()
+        return module.to(device), [getattr(torch, name) for name in saved["input_dtypes"]]
     program = torch.export.load(path)
     if device != "cpu":
         # Moves weights and the devices written into the graph (torch.arange(device=...)).
         from torch.export.passes import move_to_device_pass  # noqa: PLC0415 (torch loads only in the stub that serves this model)
 
         program = move_to_device_pass(program, device)
-    user_inputs = list(program.graph_signature.user_inputs)
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    dtypes = []
-    for name in user_inputs:
-        value = placeholders[name].meta.get("val") if name in placeholders else None
-        dtypes.append(getattr(value, "dtype", None))
-    return program.module(), dtypes
+    vals = [
+        placeholders[n].meta.get("val") if n in placeholders else None
+        for n in program.graph_signature.user_inputs
+    ]
+    return program.module(), [getattr(v, "dtype", None) for v in vals]
+
+
+class HostStats:
+    """Where an instance's execute time goes (seconds summed since the last report), logged through
+    the stub's logger every ``interval`` seconds (0: never)."""
+
+    PHASES = ("gather", "launch", "respond", "wait")
+
+    def __init__(self, name: str, interval: float, buckets: list[int]) -> None:
+        self.name, self.interval, self.buckets = name, interval, buckets
+        self.reset(time.perf_counter())
+
+    def reset(self, now: float) -> None:
+        self.since = now
+        self.executes = self.requests = self.rows = self.padded = 0
+        self.seconds = dict.fromkeys(("total", *self.PHASES), 0.0)
+
+    def add(self, requests: int, rows: int, marks: list[float]) -> None:
+        self.executes += 1
+        self.requests += requests
+        self.rows += rows
+        self.padded += padded_rows(rows, self.buckets)
+        for phase, (a, b) in zip(self.PHASES, itertools.pairwise(marks), strict=False):
+            self.seconds[phase] += b - a
+        self.seconds["total"] += marks[-1] - marks[0]
+        if self.interval > 0 and marks[-1] - self.since >= self.interval:
+            self.report(marks[-1])
+
+    def line(self, now: float) -> str:
+        per = {k: round(1e6 * v / max(self.executes, 1), 1) for k, v in self.seconds.items()}
+        busy = self.seconds["total"] / max(now - self.since, 1e-9)
+        return "tritonkit torch_runner stats " + json.dumps({
+            "model": self.name, "pid": os.getpid(), "window_s": round(now - self.since, 3),
+            "executes": self.executes, "requests": self.requests, "rows": self.rows,
+            "padded_rows": self.padded, "busy_share": round(busy, 4), "us_per_execute": per,
+        }, sort_keys=True)  # fmt: skip
+
+    def report(self, now: float) -> None:
+        if self.executes:
+            _log(self.line(now))
+        self.reset(now)
+
+
+def _log(text: str) -> None:
+    logger = getattr(pb_utils, "Logger", None)  # the stub's logger (absent outside the stub: print)
+    logger.log_info(text) if logger is not None else print(text, flush=True)
 
 
 class TritonPythonModel:
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
+        started = time.perf_counter()
+        import numpy  # noqa: PLC0415 (numpy and torch load only in the stub that serves this model)
         import torch  # noqa: PLC0415 (torch loads only in the stub that serves this model)
         import torch.utils.dlpack as torch_dlpack  # noqa: PLC0415 (torch loads only in the stub that serves this model)
 
-        self.torch = torch
+        imported = time.perf_counter()
+        self.torch, self.np = torch, numpy
         self.dlpack: Any = torch_dlpack
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
+        self.name = str(config.get("name", "model"))
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.inputs = [t["name"] for t in config.get("input", [])]
         self.outputs = [t["name"] for t in config.get("output", [])]
         out_dtypes = [getattr(torch, _TORCH_DTYPES.get(t["data_type"], "float32")) for t in config["output"]]
+        in_dtypes_config = [
+            getattr(torch, _TORCH_DTYPES.get(t["data_type"], "float32")) for t in config["input"]
+        ]
+        exchange = _param(params, "tensor_exchange", "auto")
+        if exchange not in ("auto", "numpy", "dlpack"):
+            raise ValueError(f"parameter `tensor_exchange` must be auto, numpy or dlpack; got {exchange!r}")
+        # The stub of server 2.51 mishandles NumPy-2 arrays; with NumPy 1.x its views are the cheapest way in.
+        self.use_numpy = exchange == "numpy" or (
+            exchange == "auto" and int(numpy.__version__.split(".")[0]) < 2
+        )
 
         wanted = _param(params, "device", "auto")
         if wanted not in ("auto", "cuda", "cpu"):
@@ -261,25 +389,148 @@ class TritonPythonModel:
         module, in_dtypes = load_program(
             os.path.join(version_dir, _param(params, "program_file", "model.pt2")), device
         )
+        loaded = time.perf_counter()
         if len(in_dtypes) != len(self.inputs):
             raise ValueError(f"program takes {len(in_dtypes)} inputs; the config names {len(self.inputs)}")
-        buckets = parse_buckets(_param(params, "batch_buckets", ""), self.max_batch_size)
-        graphs = _param(params, "cuda_graphs", "true") == "true"
+        self.buckets = parse_buckets(_param(params, "batch_buckets", ""), self.max_batch_size)
+        if self.max_batch_size <= 0:
+            self.buckets = [1]
         self.engine = GraphEngine(
             module,
             device,
             in_dtypes,
             out_dtypes,
-            buckets if self.max_batch_size > 0 else [1],
-            cuda_graphs=graphs,
+            self.buckets,
+            cuda_graphs=_param(params, "cuda_graphs", "true") == "true",
             max_graphs=int(_param(params, "max_graphs", "64")),
         )
         self.device = self.engine.device
-        self.staging: dict[int, Any] = {}
+        self.staging: dict[int, tuple[Any, Any, Any, dict[int, Any]]] = {}
         shapes = [tuple(int(d) for d in t["dims"]) for t in config.get("input", [])]
         fixed = all(d >= 0 for shape in shapes for d in shape)
         if self.max_batch_size > 0 and fixed and _param(params, "capture_at_load", "true") == "true":
-            self.engine.warm(shapes)
+            self.engine.warm(shapes, in_dtypes_config)
+        padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
+        self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), padded_to)
+        self.profile_dir = _param(params, "profile_dir", "")
+        self.profile_skip = int(_param(params, "profile_skip", "100"))
+        self.profile_count = int(_param(params, "profile_executes", "200"))
+        self.profiler: Any = None
+        self.executes = 0
+        done = time.perf_counter()
+        _log(
+            f"tritonkit torch_runner ready: {self.name} on {device} in {done - started:.2f} s (import "
+            f"{imported - started:.2f}, program {loaded - imported:.2f}, graphs {done - loaded:.2f} for "
+            f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange)"
+        )
+
+    # --- the fast path: host inputs of every request into one pinned buffer per input -------------
+
+    def _staged(self, position: int, rows: int, like: Any) -> tuple[Any, Any]:
+        """(torch view, numpy view or None) of ``rows`` rows of input ``position``'s staging buffer,
+        shaped like ``like`` (pinned on a GPU; grown when too small; views cached per row count)."""
+        held = self.staging.get(position)
+        if held is None or held[0] != (like.dtype, like.shape[1:]) or held[1].shape[0] < rows:
+            torch = self.torch
+            dtype = (
+                torch.from_numpy(self.np.empty(0, dtype=like.dtype)).dtype if self.use_numpy else like.dtype
+            )
+            capacity = max(rows, self.buckets[-1])
+            buffer = torch.empty(
+                (capacity, *like.shape[1:]), dtype=dtype, pin_memory=self.device.type == "cuda"
+            )
+            held = ((like.dtype, like.shape[1:]), buffer, buffer.numpy() if self.use_numpy else None, {})
+            self.staging[position] = held
+        views = held[3].get(rows)
+        if views is None:
+            views = held[3][rows] = (held[1][:rows], held[2][:rows] if held[2] is not None else None)
+        return views
+
+    def _execute_fast(self, requests: list[Any], marks: list[float]) -> tuple[list[Any], int] | None:
+        """(responses, rows) for host-input requests, or None to take the general path (an input in
+        GPU memory or missing, shapes that differ between requests)."""
+        get = pb_utils.get_input_tensor_by_name
+        staged, sizes, rows = [], [0], 0
+        for position, name in enumerate(self.inputs):
+            tensors = [get(request, name) for request in requests]
+            if any(t is None or not t.is_cpu() for t in tensors):
+                return None
+            if self.use_numpy:
+                arrays = [t.as_numpy() for t in tensors]
+            else:
+                arrays = [self.dlpack.from_dlpack(t.to_dlpack()) for t in tensors]
+            if position == 0:
+                sizes = [int(a.shape[0]) for a in arrays]
+                rows = sum(sizes)
+            view, np_view = self._staged(position, rows, arrays[0])
+            if np_view is not None:
+                self.np.concatenate(arrays, axis=0, out=np_view)
+            else:
+                self.torch.cat(arrays, dim=0, out=view)
+            staged.append(view)
+        marks.append(time.perf_counter())
+        outs = self.engine.launch(staged, rows)
+        marks.append(time.perf_counter())
+        try:  # answers are views of the output buffers: built while the GPU works, filled by wait()
+            arrays = [o.numpy() for o in outs] if self.use_numpy else outs
+            responses, start = [], 0
+            make = pb_utils.Tensor if self.use_numpy else None
+            for size in sizes:
+                end = start + size
+                if make is not None:
+                    tensors = [make(n, a[start:end]) for n, a in zip(self.outputs, arrays, strict=True)]
+                else:
+                    tensors = [
+                        pb_utils.Tensor.from_dlpack(n, self.dlpack.to_dlpack(a[start:end]))
+                        for n, a in zip(self.outputs, arrays, strict=True)
+                    ]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+                start = end
+            marks.append(time.perf_counter())
+        finally:
+            self.engine.wait()
+        marks.append(time.perf_counter())
+        return responses, rows
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        self.executes += 1
+        if self.profile_dir:
+            self._profile_step()
+        marks = [time.perf_counter()]
+        done = None
+        if self.max_batch_size > 0:
+            try:
+                done = self._execute_fast(requests, marks)
+            except Exception:  # the general path answers each request, errors included
+                done = None
+        if done is None:
+            return self._execute_general(requests)
+        responses, rows = done
+        self.stats.add(len(requests), rows, marks)
+        return responses
+
+    def _profile_step(self) -> None:
+        """torch.profiler over executes [skip, skip + count): a trace and a table in ``profile_dir``."""
+        torch = self.torch
+        if self.executes == self.profile_skip + 1 and self.profiler is None:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.profiler = torch.profiler.profile(activities=activities)
+            self.profiler.__enter__()
+        elif self.executes == self.profile_skip + self.profile_count + 1 and self.profiler is not None:
+            self.engine.wait()
+            self.profiler.__exit__(None, None, None)
+            os.makedirs(self.profile_dir, exist_ok=True)
+            stem = os.path.join(self.profile_dir, f"{self.name}-{os.getpid()}")
+            self.profiler.export_chrome_trace(stem + ".trace.json")
+            with open(stem + ".txt", "w", encoding="utf-8") as handle:
+                table = self.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+                handle.write(f"{self.profile_count} executes\n{table}\n")
+            self.profiler = None
+            self.profile_dir = ""
+
+    # --- the general path: any input memory, any shapes, one error per bad request ---------------
 
     def _input(self, request: Any, name: str) -> Any:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -289,25 +540,7 @@ class TritonPythonModel:
         value = self.dlpack.from_dlpack(tensor.to_dlpack())
         return value.unsqueeze(0) if self.max_batch_size == 0 else value
 
-    def _gather(self, position: int, parts: list[Any]) -> Any:
-        """One device tensor holding ``parts`` in order. Host parts are concatenated straight into
-        a pinned staging buffer and go up in one copy: per-request copies (and their syncs) cost
-        more than the model itself at small batches."""
-        torch = self.torch
-        if any(p.is_cuda for p in parts) or self.device.type != "cuda":
-            return torch.cat([p.to(self.device) for p in parts], dim=0)
-        rows = sum(int(p.shape[0]) for p in parts)
-        shape = (rows, *parts[0].shape[1:])
-        count = rows * (parts[0][0].numel() if rows else 0)
-        buffer = self.staging.get(position)
-        if buffer is None or buffer.dtype != parts[0].dtype or buffer.numel() < count:
-            buffer = torch.empty(max(count, 1), dtype=parts[0].dtype, pin_memory=True)
-            self.staging[position] = buffer
-        host = buffer[:count].view(shape)
-        torch.cat(parts, dim=0, out=host)
-        return host.to(self.device, non_blocking=True)
-
-    def _respond(self, outputs: list[Any], to_host: bool) -> Any:
+    def _respond(self, outputs: list[Any]) -> Any:
         tensors = []
         for name, value in zip(self.outputs, outputs, strict=True):
             out = value.squeeze(0) if self.max_batch_size == 0 else value
@@ -321,26 +554,23 @@ class TritonPythonModel:
 
     def _run_members(self, members: list[tuple[int, list[Any], bool]]) -> list[tuple[int, Any]]:
         """Run requests sharing shapes as one batch; (request index, response) pairs."""
+        torch = self.torch
         sizes = [int(feeds[0].shape[0]) for _, feeds, _ in members]
         columns = list(zip(*(feeds for _, feeds, _ in members), strict=True))
-        outputs = self.engine.run([self._gather(i, list(parts)) for i, parts in enumerate(columns)])
-        # Answers to host inputs leave the GPU in one copy per output (this also waits for the
-        # staging copies above, so the pinned buffers are free for the next call).
-        if any(to_host for _, _, to_host in members):
-            host = [o.cpu() for o in outputs]
-        else:
-            host = None
-            if self.device.type == "cuda":
-                self.torch.cuda.current_stream(self.device).synchronize()
+        batch = [torch.cat([p.to(self.device) for p in parts], dim=0) for parts in columns]
+        outputs = self.engine.run(batch)
+        host = [o.cpu() for o in outputs] if any(to_host for _, _, to_host in members) else None
+        self.engine.wait()
         on_device = [o.split(sizes, dim=0) for o in outputs]
         on_host = [h.split(sizes, dim=0) for h in host] if host is not None else None
         pairs = []
         for position, (index, _, to_host) in enumerate(members):
+            # Answers go back where the inputs came from: host for host, GPU for CUDA memory.
             source = on_host if to_host and on_host is not None else on_device
-            pairs.append((index, self._respond([parts[position] for parts in source], to_host)))
+            pairs.append((index, self._respond([parts[position] for parts in source])))
         return pairs
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def _execute_general(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[tuple[int, list[Any], bool]]] = {}
         for index, request in enumerate(requests):
@@ -350,7 +580,6 @@ class TritonPythonModel:
                 responses[index] = self._error(exc)
                 continue
             key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
-            # Answers go back where the inputs came from: host for host, GPU for CUDA memory.
             groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
         for members in groups.values():
             try:
@@ -366,4 +595,5 @@ class TritonPythonModel:
         return responses
 
     def finalize(self) -> None:
+        self.stats.report(time.perf_counter())
         del self.engine

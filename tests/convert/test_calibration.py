@@ -1,0 +1,52 @@
+"""INT8 calibration methods do what they say: on activations with outliers, entropy and percentile
+calibration clip ranges that MinMax keeps whole, so the three give different quantization parameters
+(ONNX Runtime's quantize_static alone gave entropy a single candidate threshold: MinMax's model,
+byte for byte). And a gate whose FP32 reference answers every sample alike says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from tritonkit.convert.accuracy import Thresholds, degenerate, gate
+from tritonkit.convert.precision import Int8Options, activation_scales, quantize_int8
+
+
+def _heavy_tailed(batches: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_t(2, (16, 16)).astype(np.float32)} for _ in range(batches)]
+
+
+def test_minmax_entropy_and_percentile_give_different_scales(tiny_onnx: Path, tmp_path: Path) -> None:
+    feeds = _heavy_tailed(4, seed=3)
+    produced = {}
+    for method in ("minmax", "entropy", "percentile"):
+        out = tmp_path / f"{method}.onnx"
+        # 99.9: a thousand values per tensor here; at the default 99.999 only the largest is cut.
+        options = Int8Options(method=method, percentile=99.9, op_types=["Gemm", "MatMul"], min_samples=16)
+        details = quantize_int8(tiny_onnx, out, feeds, options)
+        produced[method] = details["calibration"]
+        assert produced[method] == {**activation_scales(onnx.load(str(out))), **produced[method]}
+    digests = {method: record["digest"] for method, record in produced.items()}
+    assert len(set(digests.values())) == 3, digests
+    for method in ("entropy", "percentile"):
+        record = produced[method]
+        assert record["tensors_clipped"] >= 1 and record["median_range_vs_minmax"] < 1.0, record
+        assert record["scale_max"] < produced["minmax"]["scale_max"], (record, produced["minmax"])
+    assert "tensors_clipped" not in produced["minmax"]
+
+
+def test_a_degenerate_reference_is_named_and_the_gate_still_decides() -> None:
+    rng = np.random.default_rng(0)
+    one_class = np.tile(np.array([[0.1, 3.0, 0.2]]), (8, 1)) + rng.normal(0, 0.01, (8, 3))
+    constant = np.ones((8, 4))
+    varied = rng.normal(size=(8, 4))
+    assert "picks class 1 for all 8 evaluation samples" in (degenerate(one_class, "top1") or "")
+    assert degenerate(one_class, "cosine") is None  # embeddings that vary are not degenerate
+    assert "gives the same output for all 8 evaluation samples" in (degenerate(constant, "cosine") or "")
+    assert degenerate(varied, "top1") is None
+    result = gate("m_fp16", "fp16", one_class, one_class, Thresholds("top1", 0.9))
+    assert result["passed"] and "`m_fp16` (fp16) gate: the fp32 reference picks class 1" in result["warning"]
+    assert "warning" not in gate("m_fp16", "fp16", varied, varied, Thresholds("cosine", 0.9))

@@ -1,0 +1,106 @@
+"""tune's config space on a GPU version as ``tritonkit build`` writes it: the kind and GPUs kept and
+labelled, the GPU axes and defaults, the torch runner's buckets following every trial's max batch (the
+batcher's preferred sizes equal to them), and the padded share computed by the runner's own rule."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import pytest
+
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems
+from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.torch_program import gpu_config
+from tritonkit.serve.runners import runner_path
+from tritonkit.tune.search import snap
+from tritonkit.tune.space import apply_point, axes_for, base_point, buckets_of, describe, padded_share
+
+
+def _built(gpus: tuple[int, ...] = (0,), max_batch: int = 128) -> ModelConfig:
+    """The config `tritonkit build` writes for a torch-runner GPU version (2 instances per GPU)."""
+    plan = plan_execution(
+        ServingSpec(engine="torch", precision="fp16"), max_batch_size=max_batch, gpus=list(gpus)
+    )
+    return gpu_config(
+        "bert_fp16",
+        [TensorConfig("input_ids", "INT64", [128]), TensorConfig("attention_mask", "INT64", [128])],
+        [TensorConfig("CLS", "FP32", [768])],
+        plan,
+        runner="torch_runner",
+        max_batch_size=max_batch,
+        max_queue_delay_us=500,
+    )
+
+
+def test_a_gpu_version_keeps_its_kind_and_gpus_and_gets_the_gpu_grid() -> None:
+    cfg = _built(gpus=(0, 1))
+    axes = {a.name: a.values for a in axes_for(cfg)}
+    assert axes == {
+        "instances": (2, 3, 4),  # per GPU
+        "kind": ("KIND_GPU",),
+        "gpus": ("0,1",),
+        "max_batch_size": (32, 64, 128),
+        "delay_us": (0, 100, 500),
+        "buckets": ("pow2", "fine"),
+    }
+    base = base_point(cfg)
+    assert snap(axes_for(cfg), base) == {k: base[k] for k in axes}  # the built config is on the grid
+    assert (base["instances"], base["kind"], base["gpus"], base["buckets"]) == (2, "KIND_GPU", "0,1", "fine")
+    assert describe(snap(axes_for(cfg), base)) == (
+        "buckets=fine delay_us=500 gpus=0,1 instances=2 kind=KIND_GPU max_batch_size=128"
+    )
+    # --gpu on a GPU version adds nothing: it already runs there
+    assert axes_for(cfg, gpu=True)[1].values == ("KIND_GPU",)
+
+
+@pytest.mark.parametrize(("max_batch", "style"), [(16, "pow2"), (32, "fine"), (64, "fine"), (128, "pow2")])
+def test_every_trial_buckets_follow_its_max_batch(max_batch: int, style: str) -> None:
+    cfg = _built()
+    point = {**base_point(cfg), "max_batch_size": max_batch, "buckets": style, "instances": 3, "delay_us": 0}
+    trial = apply_point(cfg, point)
+    assert problems(trial) == []
+    buckets = [int(b) for b in trial.parameters["batch_buckets"].split(",")]
+    assert buckets[-1] == max_batch == trial.max_batch_size and buckets == buckets_of(trial)
+    assert trial.dynamic_batching is not None
+    assert trial.dynamic_batching.preferred_batch_size == [b for b in buckets if b > 1]
+    (group,) = trial.instance_groups
+    assert (group.kind, group.count, group.gpus) == ("KIND_GPU", 3, [0])
+    # what the runner loads from that config: the same buckets, nothing refused
+    spec = importlib.util.spec_from_file_location("torch_runner_space", runner_path("torch_runner"))
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    assert runner.parse_buckets(trial.parameters["batch_buckets"], trial.max_batch_size) == buckets
+    # a hand-lowered max batch with the built list still loads: the runner clamps
+    assert runner.parse_buckets(cfg.parameters["batch_buckets"], max_batch)[-1] == max_batch
+
+
+def test_cpu_models_keep_the_cpu_grid() -> None:
+    cfg = ModelConfig(
+        name="add", backend="python", max_batch_size=8,
+        inputs=[TensorConfig("X", "FP32", [4])], outputs=[TensorConfig("Y", "FP32", [4])],
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=500),
+    )  # fmt: skip
+    axes = {a.name: a.values for a in axes_for(cfg)}
+    assert axes["kind"] == ("KIND_CPU",) and axes["instances"] == (1, 2, 3) and "gpus" not in axes
+    assert axes["preferred"] == ("none", "max") and axes["queue"] == ("unbounded", "bounded")
+    assert axes["delay_us"] == ("off", 0, 500, 2000) and buckets_of(cfg) == []
+    assert axes_for(cfg, gpu=True)[1].values == ("KIND_CPU", "KIND_GPU")
+
+
+def test_padded_share_is_the_runners_own_rule() -> None:
+    spec = importlib.util.spec_from_file_location("torch_runner_pad", runner_path("torch_runner"))
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    buckets = buckets_of(_built())
+    rng = random.Random(5)
+    for _ in range(50):
+        batches = {rng.randint(1, 300): rng.randint(1, 9) for _ in range(rng.randint(1, 6))}
+        real = sum(size * n for size, n in batches.items())
+        padded = sum(runner.padded_rows(size, buckets) * n for size, n in batches.items())
+        assert padded_share(batches, buckets) == pytest.approx(padded / (real + padded))
+    assert padded_share({"41": 2}, [1, 2, 4, 8, 16, 32, 64]) == pytest.approx(46 / 128)
+    assert padded_share({}, buckets) is None and padded_share({8: 1}, []) is None
