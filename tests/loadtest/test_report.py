@@ -37,9 +37,12 @@ def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     assert (
         "| model | precision | batch | p50 ms | p95 ms | p99 ms | p99 95% CI (n) | throughput (req/s) |" in md
     )
-    # the p99 comes with the number of requests it was read from and its order-statistic interval
+    # the p99 comes with the number of requests it was read from and its order-statistic interval;
+    # answers that arrive while Locust stops its users are counted but not timed (their time is
+    # Locust's shutdown)
     model = data["models"]["probe_add:1"]
-    assert model["p99_samples"] == model["requests"] and len(model["p99_ci_ms"]) == 2
+    assert 0 < model["p99_samples"] <= model["requests"]
+    assert len(model["p99_ci_ms"]) == 2
     # provenance: the device, Triton, the model version's engine, precision and instances
     provenance = data["provenance"]
     assert provenance["triton_version"] == "2.51.0" and provenance["device"]["cores"] > 0
