@@ -10,6 +10,7 @@ import pytest
 
 from tritonkit import cli
 from tritonkit.cli import COMMANDS, build_parser
+from tritonkit.serve.options import DEFAULT_LOG_MAX_BYTES, DEFAULT_MAX_BODY_BYTES
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -77,3 +78,13 @@ def test_user_error_is_one_line_without_traceback(tmp_path: object) -> None:
         "tritonkit serve: error: model repository /nonexistent/repository is not a directory; "
         "expected a folder of models"
     ]
+
+
+def test_serve_size_flags_are_mib_with_the_servers_byte_defaults() -> None:
+    args = build_parser("serve").parse_args(["serve", "--repo", "r", "--max-inflight-mb", "0.5"])
+    assert (
+        args.max_body_mb * 2**20 == DEFAULT_MAX_BODY_BYTES
+        and args.log_max_mb * 2**20 == DEFAULT_LOG_MAX_BYTES
+    )
+    assert args.max_inflight_mb == 0.5
+    assert build_parser("serve").parse_args(["serve", "--repo", "r"]).max_inflight_mb is None

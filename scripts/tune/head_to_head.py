@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tritonkit.config import from_dict, save
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, sweep
 
 LEVELS = (4, 8, 12, 16, 24, 32)

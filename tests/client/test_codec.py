@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit.client.codec import (
     AnswerError,
     MissingOutputError,
+    grpc_answer,
     grpc_request,
     grpc_result,
     http_error,
@@ -241,3 +242,42 @@ def test_unknown_datatype_in_an_answer_is_an_answer_error() -> None:
     response.raw_output_contents.append(b"\x01")
     with pytest.raises(AnswerError, match="unknown datatype 'FP8'"):
         grpc_result(response, ("Q",))
+
+
+def test_no_names_asked_gives_every_output_in_the_answers_order() -> None:
+    """What the load tests' users decode: the whole answer, whatever it holds, for their own checks."""
+    outputs = [("B", "INT32", np.arange(4, dtype=np.int32)), ("A", "FP16", np.ones((1, 2), np.float16))]
+    body, length = _answer(outputs)
+    got = http_result(body, length, None)
+    assert list(got) == ["B", "A"]
+    for (_, _, array), value in zip(outputs, got.values(), strict=True):
+        _same(value, array)
+    response = service_pb2.ModelInferResponse(model_name="m")
+    for name, datatype, array in outputs:
+        response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        response.raw_output_contents.append(array.tobytes())
+    got = grpc_answer(response.SerializeToString(), None)
+    assert list(got) == ["B", "A"]
+    _same(got["A"], outputs[1][2])
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "BF16"])
+def test_answer_bytes_that_do_not_hold_the_shape_are_answer_errors(datatype: str) -> None:
+    array = np.ones((2, 3), np.float32).astype(ml_dtypes.bfloat16 if datatype == "BF16" else np.float32)
+    short = array.tobytes()[:8]
+    wanted = rf"output `Y` carries 8 bytes, expected {array.nbytes} for shape \[2, 3\] {datatype}"
+    header = {
+        "outputs": [
+            {"name": "Y", "datatype": datatype, "shape": [2, 3], "parameters": {"binary_data_size": 8}}
+        ]
+    }
+    text = rapidjson.dumps(header).encode()
+    with pytest.raises(AnswerError, match=wanted):
+        http_result(text + short, len(text), None)
+    response = service_pb2.ModelInferResponse(model_name="m")
+    response.outputs.add(name="Y", datatype=datatype, shape=[2, 3])
+    response.raw_output_contents.append(short)
+    with pytest.raises(AnswerError, match=wanted):
+        grpc_result(response, ("Y",))
+    with pytest.raises(AnswerError, match="not a ModelInferResponse"):
+        grpc_answer(b"\xff\xff\xff", None)

@@ -15,7 +15,7 @@ from tritonkit.fleet.colocate import ServerSession
 from tritonkit.fleet.openloop import MeasureSettings, Stream
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
-from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 

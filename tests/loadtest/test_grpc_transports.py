@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tritonkit.client.codec import grpc_answer
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
 from tritonkit.loadtest.transports import wire as grpc_wire
-from tritonkit.loadtest.transports.hub import parse_answer
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import check_outputs
 from tritonkit.serve.embedded import EmbeddedServer, free_port
@@ -29,14 +29,9 @@ def test_large_bodies_right_answers_and_errors(server: EmbeddedServer) -> None:
         for _ in range(3):  # several streams on one connection
             seconds, message, status, error = connection.infer(body, timeout=60)
             assert error is None and message is not None and seconds > 0 and status == 0
-            response = parse_answer(message)
-            got = {
-                o.name: (o.datatype, tuple(o.shape), response.raw_output_contents[i])
-                for i, o in enumerate(response.outputs)
-            }
+            got = grpc_answer(message, None)
             assert check_outputs(payload.checks, got) is None
-            values = np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(2, 50_000)
-            np.testing.assert_allclose(values, payload.inputs["INPUT0"] + 1, rtol=1e-6)
+            np.testing.assert_allclose(got["OUTPUT0"], payload.inputs["INPUT0"] + 1, rtol=1e-6)
         unknown = request_body("nosuch", "", payload.inputs)
         _, message, status, error = connection.infer(unknown, timeout=60)
         assert message is None and error is not None and "Request for unknown model: 'nosuch'" in error
@@ -66,9 +61,8 @@ def test_wire_many_streams_interleaved(server: EmbeddedServer) -> None:
         for _ in range(20):
             _, message, _, error = connection.infer(bodies[index], timeout=60)
             assert error is None and message is not None
-            out = parse_answer(message)
-            values = np.frombuffer(out.raw_output_contents[0], dtype=np.float32)
-            np.testing.assert_allclose(values, payloads[index].inputs["INPUT0"].reshape(-1) + 1, rtol=1e-6)
+            values = grpc_answer(message, ("OUTPUT0",))["OUTPUT0"]
+            np.testing.assert_allclose(values, payloads[index].inputs["INPUT0"] + 1, rtol=1e-6)
 
     try:
         greenlets = [gevent.spawn(one, i) for i in range(len(payloads))]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.cli_args import cuda_missing
-from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, OpenLoop, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.stats import StabilityRule
 
@@ -45,7 +45,8 @@ def test_windows_have_microsecond_percentiles_and_the_server_split(
 def test_failures_are_never_throughput(server: EmbeddedServer) -> None:
     # An open-loop rate the generator keeps up with (a closed loop on this fast model can saturate it)
     with Measurer(
-        Target(server.http_url, "flaky", late_us=5000, headers=server.admin_headers), QUICK
+        Target(server.http_url, "flaky", open_loop=OpenLoop(late_us=5000), headers=server.admin_headers),
+        QUICK,
     ) as measurer:
         result = measurer.measure(Level("rate", 300.0))
     assert result.failures > 0 and result.successes > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tritonkit.client import ModelStatistics
-from tritonkit.tune.generator import Level
+from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, find_max
 from tritonkit.tune.stats import ServerSplit, StabilityRule, latency_percentiles, merge_splits, server_split
 

@@ -15,7 +15,7 @@ from tests.support.slow_model import slow_repository
 
 from tritonkit.cli import main
 from tritonkit.config import from_pbtxt, to_dict
-from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.space import base_point, describe
 from tritonkit.tune.stats import StabilityRule

@@ -1,10 +1,10 @@
 """The ``tritonkit`` command line: argument parsing, dispatch, and error-to-exit-code mapping.
 
-Each subcommand lives in :mod:`tritonkit.commands.<name>` and exposes ``register(subparsers)``,
-which adds its parser and sets ``func`` to a callable ``(argparse.Namespace) -> int``. Only the
-module of the command being run is imported, so that ``tritonkit --help`` and ``tritonkit serve``
-do not pay for torch or locust imports; :data:`COMMANDS` holds the help text of the others. A
-command module that cannot be imported is an error, never a command quietly left out.
+Each subcommand lives in :mod:`tritonkit.commands.<name>` and exposes ``register(parser)``, which
+adds its arguments to the parser made here (with the command's help from :data:`COMMANDS`) and sets
+``func`` to a callable ``(argparse.Namespace) -> int``. Only the module of the command being run is
+imported, so that ``tritonkit --help`` and ``tritonkit serve`` do not pay for torch or locust imports.
+A command module that cannot be imported is an error, never a command quietly left out.
 
 User errors (:class:`~tritonkit.TritonKitError`) become one line on stderr and a non-zero exit;
 only unexpected exceptions show a traceback.
@@ -77,10 +77,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tritonkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name, help_text in COMMANDS:
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
-            _load(name, module_name).register(sub, name=name, help=help_text)
-        else:
-            sub.add_parser(name, help=help_text, description=help_text)
+            _load(name, module_name).register(command_parser)
     return parser
 
 

@@ -11,7 +11,9 @@ roots below so callers can catch by area.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AccuracyError",
@@ -24,6 +26,7 @@ __all__ = [
     "LoadTestError",
     "ModelImportError",
     "ModelLoadError",
+    "OptionError",
     "PortInUseError",
     "RepositoryError",
     "ServerError",
@@ -32,6 +35,7 @@ __all__ = [
     "SpecError",
     "TensorRTUnavailableError",
     "TritonKitError",
+    "read_json",
     "read_text",
 ]
 
@@ -40,6 +44,19 @@ class TritonKitError(Exception):
     """Root of every error raised by tritonkit."""
 
     exit_code: int = 1
+
+
+class OptionError(TritonKitError):
+    """A library call's option has a value it cannot take: ``option`` names the field, ``given`` the
+    value, ``expected`` what would do. A command names its own flag instead (:meth:`naming`)."""
+
+    def __init__(self, option: str, given: object, expected: str) -> None:
+        self.option, self.given, self.expected = option, given, expected
+        super().__init__(self.naming(f"`{option}`"))
+
+    def naming(self, name: str) -> str:
+        """The message with the option called ``name`` (e.g. its command-line flag)."""
+        return f"{name} {self.given}: expected {self.expected}"
 
 
 # --- model configuration and repository -------------------------------------------------
@@ -123,3 +140,13 @@ def read_text(path: Path, error: type[TritonKitError], *, missing: str, unreadab
         raise error(missing) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{unreadable}: {exc}") from None
+
+
+def read_json(path: Path, error: type[TritonKitError], *, missing: str, invalid: str) -> Any:
+    """``path``'s JSON document: :func:`read_text`'s errors (``invalid`` as the unreadable text), and
+    ``error("<invalid> (<cause>)")`` when it does not parse."""
+    text = read_text(path, error, missing=missing, unreadable=invalid)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise error(f"{invalid} ({' '.join(str(exc).split())})") from None

@@ -42,7 +42,7 @@ from tritonkit.client.aio import AsyncClient
 from tritonkit.client.sync import Client
 from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.machine import cpu_model
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import endpoint
 
 __all__ = ["run"]
 
@@ -186,9 +186,9 @@ def run(quick: bool = False) -> str:
     throughput_rows = []
     with tempfile.TemporaryDirectory(prefix="tritonkit-bench-") as tmp:
         repo = _model_repo(Path(tmp))
-        with EmbeddedServer(repo, exit_timeout=1) as server:
+        with endpoint(repo=repo, exit_timeout=1) as server:
             for protocol in ("http", "grpc"):
-                url = server.http_url if protocol == "http" else server.grpc_url
+                url = server.url(protocol)
                 module: Any = httpclient if protocol == "http" else grpcclient
                 raw = module.InferenceServerClient(url)
                 ours = Client(url, protocol)

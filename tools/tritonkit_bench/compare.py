@@ -20,9 +20,9 @@ from typing import Any
 from tritonkit.errors import TritonKitError
 from tritonkit.machine import description
 from tritonkit.repository.store import ModelRepository
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import endpoint
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
 
 __all__ = ["FAMILIES", "compare_models", "run"]
@@ -48,11 +48,10 @@ def compare_models(
 ) -> dict[str, Any]:
     """``models`` of ``repo`` on one embedded Triton, compared in interleaved rounds (:func:`summarize`)."""
     options = MeasureOptions(window=WindowSpec(window_s))
-    loads = [f"--load-model={m}" for m in models]
-    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
+    with endpoint(repo=repo, load=models, exit_timeout=1) as server:
 
         def measure(model: str, level: Level) -> LevelResult:
-            target = Target(server.http_url, model, "http", headers=server.admin_headers)
+            target = Target(server.http, model, "http", headers=server.headers)
             with Measurer(target, options) as measurer:
                 return measurer.measure(level)
 

@@ -28,7 +28,7 @@ from tritonkit.fleet.openloop import MeasureSettings
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
 from tritonkit.loadtest.payloads import parse_batch_mix
-from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.tuner import TuneOptions, tune

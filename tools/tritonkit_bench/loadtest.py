@@ -23,7 +23,7 @@ from tritonkit.loadtest.run import LoadTestOptions, parse_model
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.wrk import cross_check, wrk_available
 from tritonkit.machine import description
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit_bench.probe_model import write_probe_model
 
 __all__ = ["run"]
@@ -32,15 +32,15 @@ USERS = 16
 
 
 def _locust(
-    server: Any, report: Path, protocol: str, seconds: float, workers: int = 0, transport: str = ""
+    server: Endpoint, report: Path, protocol: str, seconds: float, workers: int = 0, transport: str = ""
 ) -> dict[str, Any]:
 
     options = LoadTestOptions(
         models=[parse_model("probe")],
         report_dir=report,
-        url=server.grpc_url if protocol == "grpc" else server.http_url,
-        http_url=server.http_url,
-        metrics_url=server.metrics_url,
+        url=server.url(protocol),
+        http_url=server.http,
+        metrics_url=server.metrics,
         protocol=protocol,
         users=USERS,
         duration=seconds,
@@ -63,15 +63,15 @@ def _locust(
 
 def _measure(
     protocol: str, transport: str, workers: int, seconds: float
-) -> Callable[[Any, Path], dict[str, Any]]:
+) -> Callable[[Endpoint, Path], dict[str, Any]]:
     return lambda server, report: _locust(server, report, protocol, seconds, workers, transport)
 
 
-def _wrk(server: Any, report: Path, seconds: float) -> dict[str, Any]:
+def _wrk(server: Endpoint, report: Path, seconds: float) -> dict[str, Any]:
 
     report.mkdir(parents=True, exist_ok=True)
-    spec = fetch_model_spec(server.http_url, "probe")
-    result = cross_check(server.http_url, spec, connections=USERS, duration=seconds, report_dir=report)
+    spec = fetch_model_spec(server.http, "probe")
+    result = cross_check(server.http, spec, connections=USERS, duration=seconds, report_dir=report)
     return {
         "rps": result["rps"],
         "p50_ms": result.get("p50_ms"),
@@ -101,7 +101,7 @@ def run(quick: bool = False) -> str:
         ("grpc", "Locust gRPC user, 1 process, `wire` transport", "grpc", "", 0),
         ("http_workers", f"Locust HTTP user, --workers {cores}", "http", "", cores),
     ]
-    generators: list[tuple[str, str, Callable[[Any, Path], dict[str, Any]]]] = [
+    generators: list[tuple[str, str, Callable[[Endpoint, Path], dict[str, Any]]]] = [
         (key, title, _measure(protocol, transport, workers, seconds))
         for key, title, protocol, transport, workers in locust_runs
     ]
@@ -114,7 +114,7 @@ def run(quick: bool = False) -> str:
     with tempfile.TemporaryDirectory(prefix="tritonkit-loadtest-bench-") as tmp:
         repo = Path(tmp) / "repo"
         write_probe_model(repo, "probe")
-        with EmbeddedServer(repo) as server:
+        with endpoint(repo=repo) as server:
             _locust(server, Path(tmp) / "warmup", "http", 2.0)  # first-run costs (imports, connections)
             for index in range(rounds):
                 order = generators[index % len(generators) :] + generators[: index % len(generators)]
@@ -206,7 +206,7 @@ def _markdown(
         "they hold indexed fields only), driven by the gevent hub: frames queued in one loop turn leave in one "
         "send, one I/O watcher wakes the finished greenlets. It honours the server's stream limit, flow control, "
         "frame sizes and graceful GOAWAY, and sends `grpc-timeout`. Request bodies are serialized once per "
-        "payload and every answer is validated. See `tritonkit/loadtest/transports/wire.py`.",
+        "payload; every answer is decoded by the client's codec and validated. See `tritonkit/loadtest/transports/wire.py`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, from_dict, save, to_pbtxt
 from tritonkit.tune.compare import markdown
-from tritonkit.tune.generator import WindowSpec
+from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.search import Outcome, brute, finals, grid, quick
 from tritonkit.tune.stats import StabilityRule

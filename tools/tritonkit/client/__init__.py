@@ -1,19 +1,20 @@
-"""The client library: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), twins over
-``tritonclient`` HTTP and gRPC with the same methods and keyword arguments.
+"""The client library: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), twins over HTTP
+and gRPC with the same methods and keyword arguments.
 
-Thin: tritonclient does the wire work. This package adds validation before sending, one error
-hierarchy for both protocols, bounded retries with backoff, optional shared-memory transport, and
-documented thread safety. Modules: ``errors`` (classes and mapping), ``retry`` (policy), ``spec``
-(model knowledge and validation), ``core`` (shared state, the shape of an I/O step), ``ops``
-(every operation written once, sans-I/O), ``protocol`` (what each protocol sends and reads),
-``transport``/``aio_transport`` (the blocking and asyncio sends), ``sync``/``aio`` (the clients:
-drivers of the operations), ``shm`` (shared memory), ``cli_args`` (arguments of ``tritonkit
-infer``/``models``), ``codec`` (the bytes of an infer call).
+Infer calls are this package's bytes on tritonclient's connections: ``codec`` builds each request
+body (the HTTP JSON header and binary tensors, the gRPC ``ModelInferRequest``) and reads each answer,
+and the connection objects of tritonclient's own clients (geventhttpclient, aiohttp, the gRPC
+channel) carry them; every other call (health, metadata, statistics, shared-memory registration)
+is tritonclient's public API. On top: validation before sending, one error hierarchy for both
+protocols, bounded retries with backoff, optional shared-memory transport, and documented thread
+safety. Modules: ``errors`` (classes and mapping), ``retry`` (policy), ``spec`` (model knowledge and
+validation), ``core`` (shared state, the shape of an I/O step), ``ops`` (every operation written
+once, sans-I/O), ``protocol`` (what each protocol sends and reads), ``transport``/``aio_transport``
+(the blocking and asyncio sends), ``sync``/``aio`` (the clients: drivers of the operations), ``shm``
+(shared memory), ``codec`` (the bytes of an infer call, shared with the load tests' users).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from tritonkit.client.aio import AsyncClient
 from tritonkit.client.core import ClientStats
@@ -32,9 +33,6 @@ from tritonkit.client.errors import (
 from tritonkit.client.retry import RetryPolicy
 from tritonkit.client.spec import ModelInfo, ModelMetadata, ModelStatistics, TensorSpec
 from tritonkit.client.sync import Client
-
-if TYPE_CHECKING:
-    from tritonkit.client.aio import AsyncClient
 
 __all__ = [
     "AsyncClient",
@@ -56,10 +54,3 @@ __all__ = [
     "TensorSpec",
     "UnexpectedAnswerError",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # AsyncClient pulls in aiohttp and grpc.aio; load them only when asked for.
-    if name == "AsyncClient":
-        return AsyncClient
-    raise AttributeError(f"module 'tritonkit.client' has no attribute {name!r}")

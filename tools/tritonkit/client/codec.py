@@ -3,15 +3,17 @@
 Owns the bytes of one ``infer`` call on both protocols: the HTTP body (JSON header followed by the
 binary tensors, the layout ``tritonclient.http.InferenceServerClient.generate_request_body``
 produces) and the gRPC ``ModelInferRequest`` (``tritonclient.grpc.service_pb2``, tensors in
-``raw_input_contents``), and the ``{output name: ndarray}`` of their answers.
+``raw_input_contents``), and the ``{output name: ndarray}`` of their answers. The one encoder and
+decoder of infer calls: the client, the load tests' payloads (bodies built once per payload) and
+their Locust users (the answers of the ``lean`` HTTP and the ``wire`` gRPC transports) all use it.
 
 Why not ``InferInput``/``InferResult``: built per call, those objects are most of what
 ``tritonclient`` spends on a small request in Python. ``tritonclient.http.InferResult`` defines a
 class on every answer (about 10 µs), and the gRPC ``InferInput`` builds a protobuf message that is
 then copied into the request. The client validates every request against the model before it
 gets here (:meth:`tritonkit.client.spec.ModelSpec.prepare`), so this module only lays out bytes.
-The wire itself (connections, HTTP/1.1, HTTP/2, gRPC) stays with ``tritonclient``'s connection
-objects; the byte conversions of BYTES tensors are ``tritonclient.utils``'.
+The client sends these bytes on ``tritonclient``'s connection objects (the load tests on their own
+gevent connections); the byte conversions of BYTES tensors are ``tritonclient.utils``'.
 
 Fixed-size tensors that arrive as binary data are decoded into read-only views of the answer's
 bytes, as ``tritonclient`` returns them (BYTES tensors, JSON data and empty tensors are new arrays).
@@ -22,6 +24,8 @@ server's fault (``InternalServerError``), never as a bad request.
 from __future__ import annotations
 
 import gzip
+import math
+import struct
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +34,7 @@ from urllib.parse import quote
 import grpc
 import numpy as np
 import rapidjson
+from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import (
@@ -46,6 +51,7 @@ __all__ = [
     "AnswerError",
     "HttpRequest",
     "MissingOutputError",
+    "grpc_answer",
     "grpc_error",
     "grpc_request",
     "grpc_result",
@@ -141,19 +147,35 @@ def tensor_bytes(datatype: str, array: NDArray[Any]) -> bytes:
     return array.tobytes()
 
 
-def _from_bytes(datatype: str, data: Any, offset: int, size: int, shape: Sequence[int]) -> NDArray[Any]:
+def _from_bytes(
+    name: str, datatype: str, data: Any, offset: int, size: int, shape: Sequence[int]
+) -> NDArray[Any]:
+    """Output ``name``'s array from ``size`` bytes of ``data`` at ``offset``; :class:`AnswerError` when
+    they do not hold ``shape``."""
     if datatype == "BYTES":
-        items: NDArray[Any] = deserialize_bytes_tensor(bytes(data[offset : offset + size]))
-        return items.reshape(shape)
+        try:
+            items: NDArray[Any] = deserialize_bytes_tensor(bytes(data[offset : offset + size]))
+            return items.reshape(shape)
+        except (ValueError, struct.error):
+            raise AnswerError(f"output `{name}` (BYTES) does not hold shape {list(shape)}") from None
     dtype = _dtype(datatype)
+    if size != math.prod(shape) * dtype.itemsize or offset + size > len(data):
+        raise _size_error(name, datatype, shape, min(size, len(data) - offset))
     if size == 0:
         return np.empty(shape, dtype)
     return np.frombuffer(data, dtype, size // dtype.itemsize, offset).reshape(shape)
 
 
-def _pick(found: dict[str, NDArray[Any]], names: tuple[str, ...]) -> dict[str, NDArray[Any]]:
-    """``found`` (in the answer's order) as ``{name: array}`` in the order of ``names``."""
-    if tuple(found) == names:  # the usual case: the server answers in the order asked
+def _size_error(name: str, datatype: str, shape: Sequence[int], size: int) -> AnswerError:
+    expected = math.prod(shape) * _dtype(datatype).itemsize
+    return AnswerError(
+        f"output `{name}` carries {size} bytes, expected {expected} for shape {list(shape)} {datatype}"
+    )
+
+
+def _pick(found: dict[str, NDArray[Any]], names: tuple[str, ...] | None) -> dict[str, NDArray[Any]]:
+    """``found`` (in the answer's order) as ``{name: array}`` in the order of ``names`` (None: as found)."""
+    if names is None or tuple(found) == names:  # the usual case: the server answers in the order asked
         return found
     out = {}
     for name in names:
@@ -207,9 +229,10 @@ def http_request(
 
 
 def http_result(
-    body: bytes, header_length: int | None, names: tuple[str, ...], encoding: str | None = None
+    body: bytes, header_length: int | None, names: tuple[str, ...] | None, encoding: str | None = None
 ) -> dict[str, NDArray[Any]]:
-    """``{name: array}`` for ``names`` from an infer answer's body (binary or JSON tensor data).
+    """``{name: array}`` for ``names`` (None: every output, in the answer's order) from an infer
+    answer's body (binary or JSON tensor data).
 
     ``encoding`` is the answer's ``Content-Encoding`` (the transports ask for ``identity``, but a
     proxy may still compress). Raises :class:`MissingOutputError` when the answer lacks one of ``names``.
@@ -229,14 +252,14 @@ def http_result(
             array = np.array(output["data"], dtype=_dtype(datatype) if datatype != "BYTES" else object)
             array = array.reshape(output["shape"])
         else:
-            array = _from_bytes(datatype, body, offset, size, output["shape"])
+            array = _from_bytes(output["name"], datatype, body, offset, size, output["shape"])
             offset += size
         found[output["name"]] = array
     return _pick(found, names)
 
 
 def http_answer(
-    status: int, body: bytes, header: Callable[[str], str | None], names: tuple[str, ...]
+    status: int, body: bytes, header: Callable[[str], str | None], names: tuple[str, ...] | None
 ) -> dict[str, NDArray[Any]]:
     """``{name: array}`` of an infer answer, given its status, body and header lookup; raises
     :func:`http_error`'s exception for a non-200 status."""
@@ -287,8 +310,10 @@ def grpc_request(
     return request
 
 
-def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]) -> dict[str, NDArray[Any]]:
-    """``{name: array}`` for ``names`` from a ``ModelInferResponse``.
+def grpc_result(
+    response: service_pb2.ModelInferResponse, names: tuple[str, ...] | None
+) -> dict[str, NDArray[Any]]:
+    """``{name: array}`` for ``names`` (None: every output, in the answer's order) from a ``ModelInferResponse``.
 
     Raises :class:`MissingOutputError` when the answer lacks one of ``names``.
     """
@@ -297,13 +322,22 @@ def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]
     dtypes = _DTYPES
     # Output i's bytes are raw_output_contents[i] when there are that many (always, from Triton);
     # outputs past the end carry typed ``contents``, as tritonclient reads them.
-    for output, data in zip(response.outputs, raw):  # noqa: B905 - the rest are read below
-        dtype = dtypes.get(output.datatype)
-        # shape[:] copies the repeated field to a list in C: a third of what tuple(shape) costs
-        if dtype is not None and data:  # the usual case, inline: it runs for every output
-            found[output.name] = np.frombuffer(data, dtype).reshape(output.shape[:])
-        else:
-            found[output.name] = _from_bytes(output.datatype, data, 0, len(data), output.shape[:])
+    try:
+        for output, data in zip(response.outputs, raw):  # noqa: B905 - the rest are read below
+            dtype = dtypes.get(output.datatype)
+            # shape[:] copies the repeated field to a list in C: a third of what tuple(shape) costs
+            if dtype is not None and data:  # the usual case, inline: it runs for every output
+                found[output.name] = np.frombuffer(data, dtype).reshape(output.shape[:])
+            else:
+                found[output.name] = _from_bytes(
+                    output.name, output.datatype, data, 0, len(data), output.shape[:]
+                )
+    except ValueError:  # some output's bytes do not hold its shape: name it
+        for output, data in zip(response.outputs, raw):  # noqa: B905
+            dtype = dtypes.get(output.datatype)
+            if dtype is not None and len(data) != math.prod(output.shape) * dtype.itemsize:
+                raise _size_error(output.name, output.datatype, output.shape[:], len(data)) from None
+        raise
     for output in response.outputs[len(raw) :]:
         field = _CONTENTS.get(output.datatype)
         if field is None:
@@ -314,6 +348,15 @@ def grpc_result(response: service_pb2.ModelInferResponse, names: tuple[str, ...]
         kind = np.dtype(object) if output.datatype == "BYTES" else _DTYPES[output.datatype]
         found[output.name] = np.array(values, dtype=kind).reshape(output.shape[:])
     return _pick(found, names)
+
+
+def grpc_answer(message: bytes, names: tuple[str, ...] | None) -> dict[str, NDArray[Any]]:
+    """:func:`grpc_result` of a serialized ``ModelInferResponse`` (a gRPC answer's message bytes)."""
+    try:
+        response = service_pb2.ModelInferResponse.FromString(message)
+    except DecodeError as exc:
+        raise AnswerError(f"the answer is not a ModelInferResponse ({exc})") from None
+    return grpc_result(response, names)
 
 
 def grpc_error(exc: grpc.RpcError) -> InferenceServerException:

@@ -1,1 +1,2 @@
-"""One module per CLI subcommand; each exposes ``register(subparsers, name=..., help=...)``."""
+"""One module per CLI subcommand, each exposing ``register(parser)`` (its arguments on the parser ``cli`` made,
+and ``func``), and the flag groups several commands share (``measure_args``, ``client_args``): argparse lives here only."""

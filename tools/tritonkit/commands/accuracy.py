@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from tritonkit.atomic import write_text
 from tritonkit.convert import report
@@ -16,8 +15,7 @@ from tritonkit.errors import RepositoryError
 __all__ = ["register", "run"]
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repo", default="model_repository", help="model repository (default: model_repository)"
     )

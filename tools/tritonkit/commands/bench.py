@@ -10,7 +10,6 @@ import argparse
 import datetime as dt
 import importlib
 from pathlib import Path
-from typing import Any
 
 from tritonkit.errors import TritonKitError
 from tritonkit.machine import description
@@ -24,8 +23,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output", default="docs/benchmarks.md", help="Markdown file to write (default %(default)s)"
     )

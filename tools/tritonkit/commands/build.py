@@ -201,7 +201,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
     parser.set_defaults(func=run)

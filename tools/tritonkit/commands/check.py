@@ -8,7 +8,6 @@ The rules live in :mod:`tritonkit.repository.check`; this module only parses arg
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from tritonkit.repository.check import CHECK_TARGETS, check_repository, executions
 from tritonkit.repository.store import ModelRepository
@@ -16,8 +15,7 @@ from tritonkit.repository.store import ModelRepository
 __all__ = ["register", "run"]
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repo", default="model_repository", help="model repository directory (default: model_repository)"
     )

@@ -10,20 +10,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from tritonkit.atomic import write_text
+from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
-from tritonkit.tune.cli_args import add_measure_args, connect, measure_options
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.generator import Level
+from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, Measurer
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", help="NAME[:VERSION], at least two; the first is the reference")
     add_measure_args(parser)
     parser.add_argument("--concurrency", type=int, help="closed-loop level (default 4)")
@@ -48,18 +45,18 @@ def run(args: argparse.Namespace) -> int:
     options = measure_options(args)
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
         provenance = collect(
-            conn.url,
+            conn.url(args.protocol),
             args.protocol,
             [(m.partition(":")[0], m.partition(":")[2]) for m in args.models],
             repo=args.repo if conn.server is not None else None,
         )
 
-        def measure(target: str, lvl: Level) -> LevelResult:
-            model, _, version = target.partition(":")
-            with Measurer(conn.target(model, args, version), options) as measurer:
+        def measure(name: str, lvl: Level) -> LevelResult:
+            model, _, version = name.partition(":")
+            with Measurer(target(conn, model, args, version), options) as measurer:
                 result = measurer.measure(lvl)
             print(
-                f"{target}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
+                f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
                 file=sys.stderr,
                 flush=True,
             )

@@ -20,12 +20,11 @@ from numpy.typing import NDArray
 
 from tritonkit.atomic import write_bytes
 from tritonkit.client import Client, ModelMetadata
-from tritonkit.client.cli_args import add_client_arguments, client_of
+from tritonkit.commands.client_args import add_client_arguments, client_of
 from tritonkit.errors import ClientError
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     add_client_arguments(parser)
     parser.add_argument("--model", required=True, help="model name")
     parser.add_argument("--model-version", type=int, help="model version (default: the server's choice)")

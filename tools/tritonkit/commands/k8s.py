@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from tritonkit import deploy
 from tritonkit.atomic import write_text
@@ -20,8 +19,7 @@ from tritonkit.loadtest.scenarios import SCENARIOS  # stdlib-only module, no Loc
 __all__ = ["register", "run_check", "run_package", "run_render"]
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="k8s_command", metavar="ACTION")
     overlays = ", ".join(deploy.OVERLAYS)
 

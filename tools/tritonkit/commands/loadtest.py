@@ -11,7 +11,6 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.input_data import read_entries
@@ -34,8 +33,7 @@ def _number(name: str) -> Callable[[str], float]:
     return parse
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", help="Triton endpoint HOST:PORT of --protocol (default: start the embedded server)"
     )

@@ -12,10 +12,9 @@ import argparse
 import os
 import sys
 from collections import defaultdict
-from typing import Any
 
 from tritonkit.client import Client, ClientError, ModelNotFoundError, RestrictedApiError, TensorSpec
-from tritonkit.client.cli_args import CLI_RETRIES, add_client_arguments, headers_of
+from tritonkit.commands.client_args import CLI_RETRIES, add_client_arguments, headers_of
 from tritonkit.serve.options import ADMIN_HEADER
 
 #: where ``--admin-key`` is read from when not given
@@ -28,8 +27,7 @@ RESTRICTED_HINT = (
 HEADINGS = ("MODEL", "VERSIONS", "STATE", "INPUTS", "OUTPUTS")
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     add_client_arguments(parser)
     parser.add_argument(
         "--model",

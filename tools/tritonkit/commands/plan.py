@@ -21,12 +21,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from tritonkit import __version__
 from tritonkit.atomic import write_text
 from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
-from tritonkit.errors import TritonKitError
+from tritonkit.errors import TritonKitError, read_json
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
 from tritonkit.tune.plan import (
@@ -39,8 +38,7 @@ from tritonkit.tune.plan import (
 )
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune-report", type=Path, help="folder holding tune.json (one model)")
     parser.add_argument("--target-rps", type=float, help="traffic to serve (req/s; one model)")
     parser.add_argument(
@@ -89,14 +87,8 @@ def run(args: argparse.Namespace) -> int:
         )
 
     source = args.tune_report / "tune.json"
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TritonKitError(
-            f"{source} not found; expected the --report folder of `tritonkit tune`"
-        ) from None
-    except ValueError as exc:
-        raise TritonKitError(f"{source} is not valid JSON ({exc})") from None
+    missing = f"{source} not found; expected the --report folder of `tritonkit tune`"
+    data = read_json(source, TritonKitError, missing=missing, invalid=f"{source} is not valid JSON")
     plan = make_plan(
         data,
         target_rps=args.target_rps,

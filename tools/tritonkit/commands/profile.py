@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.client import Client
+from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, parse_levels, target
 from tritonkit.config import from_proto
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect, markdown_lines
-from tritonkit.tune.cli_args import add_measure_args, connect, measure_options, parse_levels
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
 from tritonkit.tune.space import buckets_of, padded_share
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="NAME[:VERSION]")
     add_measure_args(parser)
     parser.add_argument(
@@ -55,12 +53,15 @@ def run(args: argparse.Namespace) -> int:
     results: list[Any] = []
     best = None
     padding: dict[str, float] = {}
-    with connect(args, [model]) as conn, Measurer(conn.target(model, args, version), options) as measurer:
+    with connect(args, [model]) as conn, Measurer(target(conn, model, args, version), options) as measurer:
         provenance = collect(
-            conn.url, args.protocol, [(model, version)], repo=args.repo if conn.server is not None else None
-        )
+            conn.url(args.protocol), args.protocol, [(model, version)],
+            repo=args.repo if conn.server is not None else None,
+        )  # fmt: skip
         print(markdown_lines(provenance)[0], flush=True)
-        with Client(conn.url, args.protocol, timeout=30, headers=conn.headers or None) as client:
+        with Client(
+            conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None
+        ) as client:
             buckets = buckets_of(from_proto(client.config(model)))
 
         def show(result: Any) -> None:

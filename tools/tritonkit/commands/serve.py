@@ -23,7 +23,6 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
 
 from tritonkit.errors import RepositoryError
 from tritonkit.repository import ModelRepository
@@ -35,9 +34,29 @@ from tritonkit.serve.options import (
     ServerOptionError,
 )
 
+MIB = 2**20
+#: the size flags, in MiB (the server takes bytes): (flag, default in bytes or None, help)
+_SIZES_MIB: tuple[tuple[str, int | None, str], ...] = (
+    (
+        "--max-body-mb",
+        DEFAULT_MAX_BODY_BYTES,
+        "largest HTTP request body the guard forwards, in MiB (default %(default)g)",
+    ),
+    (
+        "--max-inflight-mb",
+        None,
+        "request bodies the guard holds at once, all connections together, in MiB; past it new bodies are "
+        "answered 503 (default 4 x --max-body-mb)",
+    ),
+    (
+        "--log-max-mb",
+        DEFAULT_LOG_MAX_BYTES,
+        "the server log rotates to <log>.1 past this many MiB (default %(default)g)",
+    ),
+)
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, help="model repository folder")
     parser.add_argument("--http-port", type=int, help="HTTP port (default: a free one)")
     parser.add_argument("--grpc-port", type=int, help="gRPC port (default: a free one)")
@@ -73,25 +92,8 @@ def register(subparsers: Any, *, name: str, help: str) -> None:
         "a drain that serves nothing new, readiness false on a dead or stopped model stub (default on; its "
         "cost in HTTP req/s: docs/reliability.md)",
     )
-    parser.add_argument(
-        "--max-body-mb",
-        type=float,
-        default=DEFAULT_MAX_BODY_BYTES / 2**20,
-        help="largest HTTP request body the guard forwards, in MiB (default %(default)g)",
-    )
-    parser.add_argument(
-        "--max-inflight-mb",
-        type=float,
-        default=None,
-        help="request bodies the guard holds at once, all connections together, in MiB; past it new bodies are "
-        "answered 503 (default 4 x --max-body-mb)",
-    )
-    parser.add_argument(
-        "--log-max-mb",
-        type=float,
-        default=DEFAULT_LOG_MAX_BYTES / 2**20,
-        help="the server log rotates to <log>.1 past this many MiB (default %(default)g)",
-    )
+    for flag, default, text in _SIZES_MIB:
+        parser.add_argument(flag, type=float, default=None if default is None else default / MIB, help=text)
     parser.add_argument(
         "--max-restarts",
         type=int,
@@ -138,9 +140,9 @@ def run(args: argparse.Namespace) -> int:
         admin_key=args.admin_key,
         extra_args=args.triton_arg,
         guard=args.guard,
-        max_body_bytes=int(args.max_body_mb * 2**20),
-        max_inflight_bytes=int(args.max_inflight_mb * 2**20) if args.max_inflight_mb else None,
-        log_max_bytes=int(args.log_max_mb * 2**20),
+        max_body_bytes=int(args.max_body_mb * MIB),
+        max_inflight_bytes=int(args.max_inflight_mb * MIB) if args.max_inflight_mb else None,
+        log_max_bytes=int(args.log_max_mb * MIB),
     )
     stop = threading.Event()
 

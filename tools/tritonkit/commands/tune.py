@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonkit.errors import TritonKitError
-from tritonkit.tune.cli_args import add_measure_args, measure_options
+from tritonkit.commands.measure_args import add_measure_args, measure_options
+from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.tune.tuner import TuneOptions, TuneResult, tune
 
 
@@ -40,9 +40,7 @@ def _list(text: str | None, what: str, allow_off: bool = False) -> list[Any] | N
     return out
 
 
-def register(subparsers: Any, *, name: str, help: str) -> None:
-
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--latency-budget-ms", type=float, required=True, help="p99 budget (ms)")
     parser.add_argument("--min-throughput", type=float, default=0.0, help="req/s a winner must reach")
@@ -113,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
         final_rounds=args.final_rounds,
         input_data=args.input_data,
     )
-    result = tune(options)
+    try:
+        result = tune(options)
+    except OptionError as exc:  # the library names the option; the user typed its flag
+        raise TritonKitError(exc.naming("--" + exc.option.replace("_", "-"))) from None
     print(
         f"tritonkit tune: {result.evaluations} configs, {result.measurements} load levels; report in {args.report}"
     )

@@ -12,6 +12,7 @@ generator kept its schedule (:mod:`tritonkit.fleet.openloop`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -25,6 +26,7 @@ from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
 from tritonkit.fleet.openloop import GroupLevel, MeasureSettings, Stream, measure_streams
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi
 from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.plan import queue_at
@@ -130,6 +132,8 @@ class ServerSession:
         self.loaded: set[str] = set()
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self.server: EmbeddedServer | None = None
+        self._where: Endpoint | None = None
+        self._stack = contextlib.ExitStack()
         self._api: RepositoryApi | None = None
 
     def __enter__(self) -> ServerSession:
@@ -138,8 +142,9 @@ class ServerSession:
         for name, folder in self.models.items():
             os.symlink(Path(folder).resolve(), root / name, target_is_directory=True)
         try:
-            self.server = EmbeddedServer(root, model_control_mode="explicit", exit_timeout=1).start()
-            self._api = RepositoryApi(self.server.http_url, self.server.admin_headers)
+            self._where = self._stack.enter_context(endpoint(repo=root, load=(), exit_timeout=1))
+            self.server = self._where.server
+            self._api = RepositoryApi(self._where.http, self._where.headers)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -150,17 +155,16 @@ class ServerSession:
     ) -> None:
         if self._api is not None:
             self._api.close()
-        if self.server is not None:
-            self.server.stop()
+        self._stack.close()  # stops the server
         if self._dir is not None:
             self._dir.cleanup()
-        self._api, self.server, self._dir = None, None, None
+        self._api, self.server, self._where, self._dir = None, None, None, None
 
     @property
     def url(self) -> str:
-        if self.server is None:
+        if self._where is None:
             raise TritonKitError("the fleet's measurement server is not running")
-        return self.server.grpc_url if self.settings.protocol == "grpc" else self.server.http_url
+        return self._where.url(self.settings.protocol)
 
     def serve(self, models: Sequence[str]) -> None:
         """Load exactly ``models`` (each with its tuned config), unloading every other."""

@@ -28,6 +28,7 @@ from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
 from tritonkit.repository.views import link_view
+from tritonkit.serve.endpoint import Endpoint
 
 __all__ = ["WARM_UP", "GroupCheck", "paced_users", "verify_group"]
 
@@ -69,10 +70,10 @@ def paced_users(rate: float, budget_ms: float) -> int:
     return max(1, min(256, math.ceil(rate * interval)))
 
 
-def _warm_up(endpoints: Any, fleet: Fleet, group: Group) -> None:
+def _warm_up(endpoints: Endpoint, fleet: Fleet, group: Group) -> None:
     """A few requests per model and batch size before the load: the first executions of a fresh server
     (stubs importing, allocators growing) are not the steady state the plan is about."""
-    with Client(endpoints.http, "http", timeout=60, headers=endpoints.admin_headers or None) as client:
+    with Client(endpoints.http, "http", timeout=60, headers=endpoints.headers or None) as client:
         for name in group.models:
             spec = fleet.model(name)
             payloads = make_payloads(fetch_model_spec(endpoints.http, name), spec.batch_mix, per_batch=1)

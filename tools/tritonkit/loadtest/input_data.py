@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import os
 import struct
@@ -33,7 +32,7 @@ from numpy.typing import NDArray
 
 from tritonkit.config.dtypes import triton_to_numpy
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.errors import LoadTestError
+from tritonkit.errors import LoadTestError, read_json
 
 __all__ = ["read_entries", "requests"]
 
@@ -41,14 +40,12 @@ __all__ = ["read_entries", "requests"]
 def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The ``data`` entries of a perf_analyzer input-data file (one line naming what is wrong)."""
     file = Path(path)
-    try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LoadTestError(
-            f"--input-data {file}: no such file; expected a perf_analyzer JSON file"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise LoadTestError(f"--input-data {file}: not valid JSON ({' '.join(str(exc).split())})") from None
+    document = read_json(
+        file,
+        LoadTestError,
+        missing=f"--input-data {file}: no such file; expected a perf_analyzer JSON file",
+        invalid=f"--input-data {file}: not valid JSON",
+    )
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(data, list) or not data:
         raise LoadTestError(

@@ -19,7 +19,6 @@ from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
-from tritonkit.serve.options import ADMIN_HEADER
 
 __all__ = [
     "ADMIN_KEY_ENV",
@@ -107,11 +106,6 @@ class LoadTestOptions:
     progress: bool = True
     #: where progress lines go (default stderr)
     stream: IO[str] | None = None
-
-    def admin_headers(self) -> dict[str, str]:
-        """The header that opens the restricted APIs of ``url``'s server, when a key is known."""
-        key = self.admin_key or os.environ.get(ADMIN_KEY_ENV)
-        return {ADMIN_HEADER: key} if key else {}
 
     def validate(self) -> None:
         """Raise :class:`LoadTestError` for the first bad value (one line, expected vs given).

@@ -1,10 +1,13 @@
-"""Request payloads for load tests: what a model takes (from Triton's metadata) and seeded data for it.
+"""Request payloads: what a model takes (from Triton's metadata) and seeded data for it.
 
-A :class:`~tritonkit.client.spec.ModelSpec` (the client's) is read once from the server
-(``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` builds a small pool of requests per batch size of the
-*batch mix* (random data of the right dtype and shape from a seeded generator, or real text for
-``BYTES`` inputs), and users draw from the pool by the mix's weights, so a run is repeatable and
-no time is spent generating data while load is on.
+The one generator of request data: the Locust users and ``tune``'s load generator
+(:mod:`tritonkit.tune.loadgen`) both draw their requests from :func:`make_payloads`, so both tools
+load a model alike. A :class:`~tritonkit.client.spec.ModelSpec` (the client's) is read once from the
+server (``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` builds a small pool of
+requests per batch size of the *batch mix* (random data of the right dtype and shape from a seeded
+generator, or real text for ``BYTES`` inputs), and users draw from the pool by the mix's weights, so
+a run is repeatable and no time is spent generating data while load is on. The bytes of each
+request are the client's codec's (:mod:`tritonkit.client.codec`), built once per payload.
 """
 
 from __future__ import annotations

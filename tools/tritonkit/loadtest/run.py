@@ -13,16 +13,16 @@ report files.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
+import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import LoadTestError, TritonKitError
-from tritonkit.loadtest.options import LoadTestOptions, ModelTarget, parse_model
+from tritonkit.loadtest.options import ADMIN_KEY_ENV, LoadTestOptions, ModelTarget, parse_model
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
 from tritonkit.loadtest.provenance import collect as collect_provenance
 from tritonkit.loadtest.report import summary as reporting
@@ -32,62 +32,13 @@ from tritonkit.loadtest.supervise import run_locust
 from tritonkit.loadtest.wrk import cross_check
 from tritonkit.machine import description
 from tritonkit.repository.store import ModelRepository
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import Endpoint, endpoint
 
 __all__ = ["LoadTestOptions", "ModelTarget", "parse_model", "run"]
 
 #: an earlier run's files this run may not rewrite (a scenario without ramp, a run that fails):
 #: removed first so that none of them passes for this run's
 _STALE = ("ramp_steps.json", "summary.json", "summary.md")
-
-
-def _host(url: str) -> str:
-    return url.split("://", 1)[-1].rstrip("/")
-
-
-def _with_port(url: str, port: int) -> str:
-    host = _host(url).rsplit(":", 1)[0] if ":" in _host(url) else _host(url)
-    return f"{host}:{port}"
-
-
-@dataclasses.dataclass
-class Endpoints:
-    """Where the run's Triton answers: HTTP and gRPC ``host:port``, the ``/metrics`` URL."""
-
-    http: str
-    grpc: str
-    metrics: str | None
-    #: the ``/metrics`` URL was named (or is the embedded server's), so it must answer; a guessed
-    #: one (port 8002 of ``--url``'s host) may be closed
-    metrics_explicit: bool
-    #: headers for Triton's restricted APIs (statistics): the embedded server's admin key, or
-    #: ``--admin-key`` with ``--url``
-    admin_headers: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def _server(options: LoadTestOptions) -> Iterator[Endpoints]:
-    """The endpoints of ``--url`` (other ports guessed as Triton's defaults), or of an embedded
-    server on ``--repo`` that stops when the run ends."""
-    if options.url is not None:
-        url = _host(options.url)
-        http = (
-            _host(options.http_url)
-            if options.http_url
-            else (url if options.protocol == "http" else _with_port(url, 8000))
-        )
-        grpc = url if options.protocol == "grpc" else _with_port(url, 8001)
-        metrics = options.metrics_url or f"http://{_with_port(url, 8002)}/metrics"
-        yield Endpoints(http, grpc, metrics, options.metrics_url is not None, options.admin_headers())
-        return
-
-    repo = Path(options.repo)
-    if not repo.is_dir():
-        raise LoadTestError(
-            f"model repository {repo} is not a directory; expected --repo DIR or --url HOST:PORT"
-        )
-    with EmbeddedServer(repo) as server:
-        yield Endpoints(server.http_url, server.grpc_url, server.metrics_url, True, server.admin_headers)
 
 
 def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
@@ -101,9 +52,7 @@ def _precision(options: LoadTestOptions, spec: ModelSpec) -> str:
     return "unknown"
 
 
-def run(
-    options: LoadTestOptions, *, on_ready: Callable[[Endpoints], None] | None = None
-) -> reporting.Summary:
+def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None = None) -> reporting.Summary:
     """Run one load test and write its report; returns its :class:`~tritonkit.loadtest.report.summary.Summary`.
 
     ``summary.exit_code`` is non-zero when an SLO gate broke. Raises :class:`LoadTestError` (or
@@ -114,8 +63,15 @@ def run(
     options.validate()
     assert isinstance(options.duration, float)  # validate() made it seconds
     report = Path(options.report_dir)
-    with _server(options) as endpoints:
-        url = endpoints.grpc if options.protocol == "grpc" else endpoints.http
+    with endpoint(
+        options.url,
+        protocol=options.protocol,
+        repo=options.repo,
+        http_url=options.http_url,
+        metrics_url=options.metrics_url,
+        admin_key=options.admin_key or os.environ.get(ADMIN_KEY_ENV),
+    ) as endpoints:
+        url = endpoints.url(options.protocol)
         specs = [fetch_model_spec(url, m.name, m.version, protocol=options.protocol) for m in options.models]
         for target, spec in zip(options.models, specs, strict=True):
             make_payloads(spec, target.batch_mix, per_batch=1, source=target.source)  # mix vs model
@@ -134,7 +90,7 @@ def run(
         if on_ready is not None:
             on_ready(endpoints)
         scraper, scrape_note = _start_scraper(endpoints)
-        stats_before, stats_note = server_statistics(url, options.protocol, endpoints.admin_headers, specs)
+        stats_before, stats_note = server_statistics(url, options.protocol, endpoints.headers, specs)
         started_at = time.time()
         try:
             wall = run_locust(
@@ -149,7 +105,7 @@ def run(
             if scraper is not None:
                 scraper.stop()
         stats_after, after_note = (
-            server_statistics(url, options.protocol, endpoints.admin_headers, specs)
+            server_statistics(url, options.protocol, endpoints.headers, specs)
             if stats_before is not None
             else (None, None)
         )
@@ -174,7 +130,7 @@ def run(
 
 
 def _locust_config(
-    options: LoadTestOptions, endpoints: Endpoints, specs: Sequence[ModelSpec], report: Path
+    options: LoadTestOptions, endpoints: Endpoint, specs: Sequence[ModelSpec], report: Path
 ) -> dict[str, Any]:
     """``run_config.json``: everything the locustfile in each Locust process needs."""
     return {
@@ -206,7 +162,7 @@ def _locust_config(
     }
 
 
-def _start_scraper(endpoints: Endpoints) -> tuple[MetricsScraper | None, str | None]:
+def _start_scraper(endpoints: Endpoint) -> tuple[MetricsScraper | None, str | None]:
     """The running scraper, or a note why the report has no server view.
 
     A ``/metrics`` URL the caller named (or the embedded server's) must answer; the guessed
@@ -217,7 +173,7 @@ def _start_scraper(endpoints: Endpoints) -> tuple[MetricsScraper | None, str | N
     try:
         return MetricsScraper(endpoints.metrics).start(), None
     except LoadTestError as exc:
-        if endpoints.metrics_explicit:
+        if endpoints.metrics_named:
             raise
         return None, (
             f"server view unavailable: tried {endpoints.metrics} (Triton's default metrics port of "
@@ -226,7 +182,7 @@ def _start_scraper(endpoints: Endpoints) -> tuple[MetricsScraper | None, str | N
         )
 
 
-def _wrk(options: LoadTestOptions, endpoints: Endpoints, spec: ModelSpec, report: Path) -> dict[str, Any]:
+def _wrk(options: LoadTestOptions, endpoints: Endpoint, spec: ModelSpec, report: Path) -> dict[str, Any]:
     """The wrk cross-check on the first model, after the Locust run (never beside it)."""
 
     assert isinstance(options.duration, float)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from tritonkit.errors import LoadTestError
 
@@ -120,15 +121,7 @@ class Histogram:
     def percentile(self, q: float) -> float | None:
         """The ``q`` quantile (0..1) in ms (nearest rank); ``None`` when empty."""
         total = self.total
-        if total == 0:
-            return None
-        rank = max(1, math.ceil(q * total))
-        seen = 0
-        for key in sorted(self.counts):
-            seen += self.counts[key]
-            if seen >= rank:
-                return key / 1000.0
-        return max(self.counts) / 1000.0
+        return self.at_rank(max(1, math.ceil(q * total))) if total else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +167,9 @@ class Totals:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class Breach:
-    """One broken gate: ``gate`` is ``p95_ms``, ``p99_ms``, ``failure_ratio`` or ``min_rps``."""
+class Breach(NamedTuple):
+    """One broken gate (a plain record, printed as its one-line message): ``gate`` is ``p95_ms``,
+    ``p99_ms``, ``failure_ratio`` or ``min_rps``."""
 
     gate: str
     limit: float

@@ -16,22 +16,22 @@ from a run's options. The users are closed-loop (``wait_time = constant(0)``) un
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import gevent.lock
-import numpy as np
 import tritonclient.http as httpclient
 from geventhttpclient import HTTPClient
 from locust import User, constant, task
 from tritonclient.utils import InferenceServerException
 
+from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_result
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS
 from tritonkit.loadtest.payloads import (
     BatchMix,
     ModelSpec,
@@ -41,9 +41,9 @@ from tritonkit.loadtest.payloads import (
     make_payloads,
     request_body,
 )
-from tritonkit.loadtest.transports.hub import GrpcTransport, parse_answer
+from tritonkit.loadtest.transports.hub import GrpcTransport
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
-from tritonkit.loadtest.validation import check_outputs, dtype_of
+from tritonkit.loadtest.validation import OutputCheck, check_outputs
 
 __all__ = [
     "Backoff",
@@ -58,10 +58,9 @@ __all__ = [
     "WrongAnswerError",
 ]
 
-#: gRPC transports a :class:`TritonGrpcUser` can use (one: the hand-framed HTTP/2 ``wire``)
-GRPC_TRANSPORTS = ("wire",)
-#: HTTP transports a :class:`TritonHttpUser` can use
-HTTP_TRANSPORTS = ("lean", "tritonclient")
+_PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+#: what builds a user's client: (Locust environment, ``host:port``, payloads, timeout) -> client
+ClientClass = Callable[[Any, str, "PayloadSet", float], "InferClient"]
 
 
 class TritonInferenceError(LoadTestError):
@@ -166,9 +165,9 @@ class _Client:
 
 
 class HttpLeanClient(_Client):
-    """HTTP/REST requests encoded once per payload by ``tritonclient.http`` and posted with
+    """HTTP/REST requests encoded once per payload by the client's codec and posted with
     geventhttpclient (the HTTP library under ``tritonclient.http``) on one keep-alive connection;
-    answers are read as their JSON header plus raw output bytes."""
+    answers decoded by the codec (:func:`~tritonkit.client.codec.http_result`) and validated."""
 
     request_type = "http"
 
@@ -180,10 +179,7 @@ class HttpLeanClient(_Client):
         self._requests = []
         for payload in payload_set.payloads:
             _, _, body, json_size = http_request(payload)
-            headers = {
-                "Content-Type": "application/octet-stream",
-                "Inference-Header-Content-Length": str(json_size),
-            }
+            headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(json_size)}
             self._requests.append((payload, body, headers))
         host, _, port = url.rpartition(":")
         self._http = HTTPClient(  # connects on the first request
@@ -198,11 +194,16 @@ class HttpLeanClient(_Client):
             data = response.read()
             seconds = time.perf_counter() - start
             if response.status_code != 200:
-                return seconds, len(data), TritonInferenceError(_http_error(data, response.status_code))
-            header_length = response.get("Inference-Header-Content-Length")
-            got = _http_outputs(data, header_length if isinstance(header_length, str) else None)
-            problem = check_outputs(payload.checks, got)
-            return seconds, len(data), WrongAnswerError(problem) if problem else None
+                return (
+                    seconds,
+                    len(data),
+                    TritonInferenceError(http_error(response.status_code, data).message()),
+                )
+            length = response.get(HEADER_LENGTH)
+            wrong = _wrong(
+                payload.checks, http_result, data, int(length) if isinstance(length, str) else None
+            )
+            return seconds, len(data), wrong
 
         self.timed(call)
 
@@ -233,14 +234,14 @@ class HttpTritonClient(_Client):
                 self.spec.name, inputs, model_version=self.spec.version, outputs=outputs
             )
             seconds = time.perf_counter() - start
-            length = 0
-            got = {}
-            for out in result.get_response().get("outputs", []):
-                array = result.as_numpy(out["name"])
-                length += int(array.nbytes) if array is not None else 0
-                got[out["name"]] = (out["datatype"], out["shape"], array if array is not None else b"")
+            names = [out["name"] for out in result.get_response().get("outputs", [])]
+            got = {name: array for name in names if (array := result.as_numpy(name)) is not None}
             problem = check_outputs(payload.checks, got)
-            return seconds, length, WrongAnswerError(problem) if problem else None
+            return (
+                seconds,
+                sum(a.nbytes for a in got.values()),
+                WrongAnswerError(problem) if problem else None,
+            )
 
         self.timed(call)
 
@@ -257,8 +258,8 @@ class HttpTritonClient(_Client):
 class GrpcClient(_Client):
     """Unary ``ModelInfer`` calls on the process's shared gRPC connection (a :class:`GrpcTransport`:
     :class:`~tritonkit.loadtest.transports.wire.WireGrpcConnection`, HTTP/2 framed by hand and
-    driven by the gevent hub); request bodies serialized once per payload, answers parsed and
-    validated here. The connection is taken on the first request (a connect failure is a failed
+    driven by the gevent hub); request bodies serialized once per payload, answers decoded by the
+    client's codec (:func:`~tritonkit.client.codec.grpc_answer`) and validated here. The connection is taken on the first request (a connect failure is a failed
     request) and replaced when it dies, wears out or drains after a GOAWAY."""
 
     request_type = "grpc"
@@ -285,21 +286,11 @@ class GrpcClient(_Client):
         except LoadTestError as exc:
             self.report(time.perf_counter() - start, 0, exc)
             return
-        exception: BaseException | None = None
+        exception: BaseException | None
         if error is not None or message is None:
             exception = TritonInferenceError(error or "empty answer")
         else:
-            try:
-                response = parse_answer(message)
-                got = {
-                    out.name: (out.datatype, tuple(out.shape), response.raw_output_contents[i])
-                    for i, out in enumerate(response.outputs)
-                }
-                problem = check_outputs(self.payload_set.payloads[index].checks, got)
-            except Exception as exc:  # an answer that does not even parse is a wrong answer
-                problem = f"answer does not parse as ModelInferResponse: {exc}"
-            if problem:
-                exception = WrongAnswerError(problem)
+            exception = _wrong(self.payload_set.payloads[index].checks, grpc_answer, message)
         self.report(seconds, len(message or b""), exception)
 
 
@@ -341,9 +332,20 @@ class TritonUser(User):
         self.request_name = self.spec.label
         self.client: InferClient = self.make_client()
 
+    #: transport name -> the client class that speaks it (each protocol's)
+    clients: ClassVar[Mapping[str, ClientClass]] = {}
+
     def make_client(self) -> InferClient:
-        """The user's client (each concrete protocol's)."""
-        raise NotImplementedError
+        """The user's client: the class of its protocol's transport (``http_transport``/``grpc_transport``)."""
+        transport = getattr(self, f"{self.protocol}_transport", "")
+        client = self.clients.get(transport)
+        if client is None:
+            raise LoadTestError(
+                f"{_PROTOCOL_NAMES.get(self.protocol, self.protocol)} transport {transport!r}: "
+                f"expected {' or '.join(self.clients)}"
+            )
+        url = self.grpc_url if self.protocol == "grpc" else self.http_url
+        return client(self.environment, url, self.payload_set, self.request_timeout)
 
     @classmethod
     def shared_payloads(cls) -> PayloadSet:
@@ -396,12 +398,9 @@ class TritonHttpUser(TritonUser):
     abstract = True
     protocol = "http"
     http_transport: ClassVar[str] = os.environ.get("TRITONKIT_HTTP_TRANSPORT", "lean")
-
-    def make_client(self) -> InferClient:
-        if self.http_transport not in HTTP_TRANSPORTS:
-            raise LoadTestError(f"HTTP transport {self.http_transport!r}: expected lean or tritonclient")
-        client = HttpLeanClient if self.http_transport == "lean" else HttpTritonClient
-        return client(self.environment, self.http_url, self.payload_set, self.request_timeout)
+    clients: ClassVar[Mapping[str, ClientClass]] = dict(
+        zip(HTTP_TRANSPORTS, (HttpLeanClient, HttpTritonClient), strict=True)
+    )
 
 
 class TritonGrpcUser(TritonUser):
@@ -416,35 +415,16 @@ class TritonGrpcUser(TritonUser):
     abstract = True
     protocol = "grpc"
     grpc_transport: ClassVar[str] = os.environ.get("TRITONKIT_GRPC_TRANSPORT", "wire")
-
-    def make_client(self) -> InferClient:
-        if self.grpc_transport not in GRPC_TRANSPORTS:
-            raise LoadTestError(f"gRPC transport {self.grpc_transport!r}: expected wire")
-        return GrpcClient(self.environment, self.grpc_url, self.payload_set, self.request_timeout)
+    clients: ClassVar[Mapping[str, ClientClass]] = dict(zip(GRPC_TRANSPORTS, (GrpcClient,), strict=True))
 
 
-def _http_error(data: bytes, status: int) -> str:
-    """Triton's error text from an HTTP error answer (``{"error": "..."}``)."""
+def _wrong(
+    checks: Sequence[OutputCheck], decode: Callable[..., Mapping[str, Any]], *answer: Any
+) -> BaseException | None:
+    """The failure an answer is reported as (None: a right answer): ``decode(*answer)`` (the client's
+    codec) checked against ``checks``; an answer the codec cannot read is a wrong answer too."""
     try:
-        return str(json.loads(data)["error"])
-    except Exception:
-        return f"HTTP {status}: {data[:200].decode(errors='replace')}"
-
-
-def _http_outputs(data: bytes, header_length: str | None) -> dict[str, tuple[str, Any, Any]]:
-    """Outputs of a KServe v2 answer: name → (datatype, shape, raw bytes or JSON values)."""
-
-    size = int(header_length) if header_length else len(data)
-    header = json.loads(data[:size])
-    offset = size
-    got: dict[str, tuple[str, Any, Any]] = {}
-    for out in header.get("outputs", []):
-        binary = out.get("parameters", {}).get("binary_data_size")
-        if binary is not None:
-            raw: Any = data[offset : offset + int(binary)]
-            offset += int(binary)
-        else:  # JSON data: the values themselves
-            dtype = dtype_of(out["datatype"])
-            raw = np.asarray(out.get("data", []), dtype=dtype) if dtype is not None else b""
-        got[out["name"]] = (out["datatype"], out["shape"], raw)
-    return got
+        problem = check_outputs(checks, decode(*answer, None))
+    except Exception as exc:
+        problem = f"the answer does not parse: {exc}"
+    return WrongAnswerError(problem) if problem else None

@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -572,11 +572,3 @@ class EmbeddedServer:
         with contextlib.suppress(Exception):
             if self._process is not None and self._process.poll() is None:
                 self._process.kill()
-
-
-@contextlib.contextmanager
-def serving(repo: str | os.PathLike[str], **options: object) -> Iterator[EmbeddedServer]:
-    """Functional twin of ``with EmbeddedServer(repo, **options) as server``."""
-    server = EmbeddedServer(repo, **options)  # type: ignore[arg-type]
-    with server:
-        yield server

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tritonkit.loadtest.provenance import markdown_lines
-from tritonkit.tune.generator import Level
+from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult
 
 __all__ = ["Comparison", "compare", "markdown", "summarize"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.generator import Level, LoadGenerator, RawWindow, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
 from tritonkit.tune.stats import (
     ServerSplit,
     StabilityRule,

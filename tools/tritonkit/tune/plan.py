@@ -20,13 +20,12 @@ it, which the first line of ``plan.md`` then says.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,8 @@ from tritonkit import deploy
 from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import Provenance, markdown_lines
-from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.options import ADMIN_HEADER
-from tritonkit.tune.generator import Target, WindowSpec
+from tritonkit.serve.endpoint import endpoint
+from tritonkit.tune.loadgen import Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max, wait_ready
 from tritonkit.tune.stats import StabilityRule
 
@@ -323,23 +321,6 @@ def _measure_options(method: Mapping[str, Any]) -> tuple[MeasureOptions, bool]:
     return options, bool(method.get("require_stable", True))
 
 
-@contextlib.contextmanager
-def _endpoint(
-    model: str, protocol: str, repo: str | os.PathLike[str] | None, url: str | None, admin_key: str | None
-) -> Iterator[tuple[str, dict[str, str]]]:
-    """(inference url, headers): ``url`` with its admin key, or an embedded server on ``repo`` serving
-    ``model`` from its ``config.pbtxt``."""
-    if url is not None:
-        yield url, ({ADMIN_HEADER: admin_key} if admin_key else {})
-        return
-    server = EmbeddedServer(
-        Path(repo or "model_repository"), model_control_mode="explicit", extra_args=[f"--load-model={model}"],
-        exit_timeout=1,
-    )  # fmt: skip
-    with server:
-        yield (server.grpc_url if protocol == "grpc" else server.http_url), server.admin_headers
-
-
 def check_knee(
     plan: Plan,
     *,
@@ -360,11 +341,15 @@ def check_knee(
     options, require_stable = _measure_options(method)
     protocol = str(method.get("protocol", "http"))
     start = max(1, plan.concurrency)
-    with _endpoint(plan.model, protocol, repo, url, admin_key) as (endpoint, headers):
-        wait_ready(endpoint, protocol, plan.model, headers)
+    where = endpoint(
+        url, protocol=protocol, repo=repo or "model_repository", admin_key=admin_key, load=[plan.model],
+        exit_timeout=1,
+    )  # fmt: skip
+    with where as server:
+        wait_ready(server.url(protocol), protocol, plan.model, server.headers)
         target = Target(
-            endpoint, plan.model, protocol, headers=headers, shared_memory=str(method.get("shared_memory", "none")),
-            batch_size=int(method.get("batch_size", 1)),
+            server.url(protocol), plan.model, protocol, headers=server.headers,
+            shared_memory=str(method.get("shared_memory", "none")), batch_size=int(method.get("batch_size", 1)),
         )  # fmt: skip
         with Measurer(target, options) as measurer:
             best, levels = find_max(

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from tritonkit.config import ModelConfig, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit.tune.generator import Target
+from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
 from tritonkit.tune.space import buckets_of, padded_share
 

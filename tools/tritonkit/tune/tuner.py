@@ -18,18 +18,17 @@ import dataclasses
 import json
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
-from tritonkit.errors import TritonKitError
+from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.loadtest.provenance import collect
-from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.options import ADMIN_HEADER
+from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
-from tritonkit.tune.generator import Target
+from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
@@ -117,34 +116,36 @@ class TuneOptions:
         }
 
     def validate(self) -> None:
+        """Raise :class:`OptionError` naming the first option whose value cannot work."""
         if not self.latency_budget_ms > 0:
-            raise TritonKitError(f"--latency-budget-ms {self.latency_budget_ms}: expected a positive number")
+            raise OptionError("latency_budget_ms", self.latency_budget_ms, "a positive number of ms")
         if self.search not in ("quick", "brute"):
-            raise TritonKitError(f"--search {self.search!r}: expected quick or brute")
+            raise OptionError("search", repr(self.search), "quick or brute")
         if self.protocol not in ("http", "grpc"):
-            raise TritonKitError(f"--protocol {self.protocol!r}: expected http or grpc")
+            raise OptionError("protocol", repr(self.protocol), "http or grpc")
         if self.write not in {"config", "none", "spec"} and not self.write.startswith(("model:", "spec:")):
-            raise TritonKitError(
-                f"--write {self.write!r}: expected config, none, model:NAME, spec or spec:PATH"
-            )
+            raise OptionError("write", repr(self.write), "config, none, model:NAME, spec or spec:PATH")
         if self.writes_spec and "off" in (self.delays_us or ()):
-            raise TritonKitError(
-                "--write spec with batching delay `off`: a build spec cannot say 'no dynamic batcher'; "
-                "expected --delays-us without `off`"
+            raise OptionError(
+                "delays_us",
+                "with `off`",
+                "no `off` with the build spec written: a build spec cannot say 'no dynamic batcher'",
             )
         if self.url is None and (self.repo is None or not (Path(self.repo) / self.model).is_dir()):
-            raise TritonKitError(
-                f"model folder {self.repo}/{self.model} not found; expected --repo with the model"
-            )
+            raise OptionError("repo", self.repo, f"a model repository holding a folder `{self.model}`")
         if self.url is not None and self.protocol == "grpc" and not self.http_url:
-            raise TritonKitError("--url over gRPC: expected --http-url for the model-repository API")
-        if self.finalists < 0 or self.final_rounds < 0 or not 0 <= self.finals_within <= 1:
-            raise TritonKitError(
-                f"finals: {self.finalists} configs, {self.final_rounds} rounds, within {self.finals_within:.0%}: "
-                "expected whole numbers >= 0 and a share between 0 and 1"
+            raise OptionError(
+                "http_url", "not given", "the HTTP endpoint (model-repository API) of a gRPC url"
             )
+        for name in ("finalists", "final_rounds"):
+            if getattr(self, name) < 0:
+                raise OptionError(name, getattr(self, name), "a whole number >= 0")
+        if not 0 <= self.finals_within <= 1:
+            raise OptionError("finals_within", self.finals_within, "a share between 0 and 1")
         if self.url is not None and not self.admin_key:
-            raise TritonKitError("--url: expected --admin-key (the model-repository API is restricted)")
+            raise OptionError(
+                "admin_key", "not given", "the key of the restricted model-repository API with a url"
+            )
 
 
 @dataclasses.dataclass
@@ -166,18 +167,13 @@ class TuneResult:
     written_to: str = ""
 
 
-@contextlib.contextmanager
-def _server(options: TuneOptions) -> Iterator[tuple[str, str, dict[str, str], EmbeddedServer | None]]:
-    """(inference url, http url, admin headers, embedded server or None)."""
-    if options.url is not None:
-        headers = {ADMIN_HEADER: options.admin_key or ""}
-        yield options.url, options.http_url or options.url, headers, None
-        return
-    assert options.repo is not None
-    server = EmbeddedServer(options.repo, model_control_mode="explicit", exit_timeout=1)
-    with server:
-        url = server.grpc_url if options.protocol == "grpc" else server.http_url
-        yield url, server.http_url, server.admin_headers, server
+def _endpoint(options: TuneOptions) -> contextlib.AbstractContextManager[Endpoint]:
+    """The user's server, or the embedded one on ``repo`` in explicit model control (nothing loaded:
+    tune loads the model, then each config, through the repository API)."""
+    return endpoint(
+        options.url, protocol=options.protocol, repo=options.repo or ".", http_url=options.http_url,
+        admin_key=options.admin_key, load=(), exit_timeout=1,
+    )  # fmt: skip
 
 
 def _say(options: TuneOptions, text: str) -> None:
@@ -314,8 +310,9 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     report.mkdir(parents=True, exist_ok=True)
     if not options.resume and (report / LOG).exists():
         (report / LOG).unlink()
-    with _server(options) as (url, http_url, headers, server), contextlib.ExitStack() as stack:
-        api = RepositoryApi(http_url, headers)
+    with _endpoint(options) as where, contextlib.ExitStack() as stack:
+        url, headers, server = where.url(options.protocol), where.headers, where.server
+        api = RepositoryApi(where.http, headers)
         try:
             if server is not None:
                 api.load(options.model)

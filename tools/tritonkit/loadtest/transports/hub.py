@@ -20,13 +20,12 @@ import socket
 import time
 import urllib.parse
 from collections import deque
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import ClassVar, NamedTuple, Protocol, TypeVar
 
 import grpc
 from gevent import Timeout
 from gevent.hub import Waiter, get_hub
 from gevent.lock import BoundedSemaphore
-from tritonclient.grpc import service_pb2
 
 from tritonkit.errors import LoadTestError
 
@@ -36,7 +35,6 @@ __all__ = [
     "GrpcTransport",
     "HubConnection",
     "Stream",
-    "parse_answer",
     "status_name",
 ]
 
@@ -365,9 +363,3 @@ class HubConnection:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self._sock.close()
-
-
-def parse_answer(message: bytes) -> Any:
-    """The ``ModelInferResponse`` in an answer's bytes."""
-
-    return service_pb2.ModelInferResponse.FromString(message)

@@ -47,10 +47,9 @@ from tritonkit.loadtest.transports.hub import (
     GrpcResult,
     HubConnection,
     Stream,
-    parse_answer,
 )
 
-__all__ = ["WireGrpcConnection", "WireGrpcError", "grpc_timeout", "parse_answer"]
+__all__ = ["WireGrpcConnection", "WireGrpcError", "grpc_timeout"]
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id

@@ -33,15 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
-
 from tritonkit.client import AsyncClient
+from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.input_data import requests
-from tritonkit.loadtest.payloads import sample_sentences
+from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
 from tritonkit.tune import eventloop
 
-__all__ = ["Level", "LoadGenerator", "RawWindow", "Target", "WindowSpec", "make_inputs"]
+__all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
 
 MODES = ("concurrency", "rate", "poisson")
 
@@ -81,6 +79,15 @@ class WindowSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpenLoop:
+    """How an open-loop level judges its own pace: a send that starts more than ``late_us`` after its
+    slot is late; one that finds ``max_in_flight`` requests outstanding is dropped."""
+
+    late_us: float = 1000.0
+    max_in_flight: int = 4096
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     """What the generator sends: one model of one server, the same request every time."""
 
@@ -94,8 +101,7 @@ class Target:
     #: size of every variable (-1) dimension other than the batch
     variable_dim: int = 16
     timeout_s: float = 30.0
-    late_us: float = 1000.0
-    max_in_flight: int = 4096
+    open_loop: OpenLoop = OpenLoop()
     seed: int = 0
     #: a perf_analyzer ``--input-data`` JSON file: its entries are the requests (default: generated data)
     input_data: str | None = None
@@ -113,49 +119,6 @@ class RawWindow:
     cpu_s: float
     wall_s: float
     error: str = ""
-
-
-def make_inputs(
-    metadata: Any, batch_size: int = 1, variable_dim: int = 16, seed: int = 0, count: int = 4
-) -> list[dict[str, Any]]:
-    """``count`` requests' inputs for a model from its metadata: batch ``batch_size``, variable dims ``variable_dim``.
-
-    The same data as ``tritonkit loadtest``'s ``auto`` payloads with the same seed (drawn in the same
-    order): real English sentences for BYTES inputs, ones for integer masks, zeros for type ids, a small
-    vocabulary range for other integers, standard normal floats; so both tools load a model alike.
-    """
-
-    rng = np.random.default_rng(seed)
-    out: list[dict[str, Any]] = []
-    for _ in range(count):
-        inputs: dict[str, Any] = {}
-        for tensor in metadata.inputs:
-            shape = list(tensor.shape)
-            if shape and shape[0] == -1:
-                shape[0] = batch_size
-            shape = [variable_dim if d < 0 else d for d in shape]
-            lowered = tensor.name.lower()
-            if tensor.datatype == "BYTES":
-                sentences = sample_sentences()
-                picks = rng.integers(0, len(sentences), size=shape).reshape(-1)
-                inputs[tensor.name] = np.array([sentences[i].encode() for i in picks], dtype=object).reshape(
-                    shape
-                )
-            elif tensor.datatype == "BOOL":
-                inputs[tensor.name] = rng.integers(0, 2, size=shape).astype(bool)
-            else:
-                dtype = tensor.numpy_dtype
-                if np.issubdtype(dtype, np.integer):
-                    if "mask" in lowered:
-                        inputs[tensor.name] = np.ones(shape, dtype=dtype)
-                    elif "type" in lowered:
-                        inputs[tensor.name] = np.zeros(shape, dtype=dtype)
-                    else:
-                        inputs[tensor.name] = rng.integers(0, 1000, size=shape).astype(dtype)
-                else:
-                    inputs[tensor.name] = rng.standard_normal(size=shape).astype(dtype)
-        out.append(inputs)
-    return out
 
 
 class _Loop:
@@ -209,7 +172,7 @@ class _Loop:
         rng = random.Random(self.target.seed)
         tasks: set[asyncio.Task[None]] = set()
         slot = time.perf_counter()
-        late_s = self.target.late_us / 1e6
+        late_s = self.target.open_loop.late_us / 1e6
         try:
             await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
         finally:
@@ -237,7 +200,7 @@ class _Loop:
                 await asyncio.sleep(delay)
             elif -delay > late_s:
                 self.late += 1
-            if self.in_flight >= self.target.max_in_flight:
+            if self.in_flight >= self.target.open_loop.max_in_flight:
                 self.dropped += 1
                 continue
             task = asyncio.create_task(self._one(client, inputs))
@@ -302,14 +265,15 @@ class _Session:
                 shared_memory=t.shared_memory,
             )  # fmt: skip
         if self._inputs is None:
-            metadata = await self._client.metadata(t.model, t.version or None)
-            if t.input_data:
-                config = await self._client.config(t.model, t.version or None)
-                self._inputs = requests(
-                    t.input_data, metadata.inputs, int(config.max_batch_size), t.batch_size
-                )
-            else:
-                self._inputs = make_inputs(metadata, t.batch_size, t.variable_dim, t.seed)
+            version = t.version or None
+            spec = ModelSpec(
+                await self._client.metadata(t.model, version), await self._client.config(t.model, version)
+            )
+            source = f"{INPUT_DATA}{t.input_data}" if t.input_data else "auto"
+            pool = make_payloads(
+                spec, {t.batch_size: 1.0}, seed=t.seed, source=source, variable_dim=t.variable_dim
+            )
+            self._inputs = [p.inputs for p in pool.payloads]
             with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
                 await self._client.infer(
                     t.model, self._inputs[0], version=t.version or None, timeout=t.timeout_s

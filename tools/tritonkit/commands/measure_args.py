@@ -1,8 +1,9 @@
 """Arguments shared by ``tritonkit profile``, ``tune`` and ``compare``, and the server they measure.
 
-Owns the measurement flags (windows, stability, generator workers, transport, shared memory) and their
-checks (one line, expected vs given), and :func:`connect`: the user's server (``--url``) or the
-embedded one started on ``--repo`` in explicit model-control mode with only the named models loaded.
+Owns the measurement flags (server, windows, stability, generator workers, transport, shared memory)
+and their checks (one line, expected vs given), and :func:`connect`: the server of ``--url`` or the
+embedded one on ``--repo`` with only the named models loaded (:func:`tritonkit.serve.endpoint.endpoint`),
+and the :class:`~tritonkit.tune.loadgen.Target` of a model on it.
 """
 
 from __future__ import annotations
@@ -12,19 +13,17 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.input_data import read_entries
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.options import ADMIN_HEADER
-from tritonkit.tune.generator import Level, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 
-__all__ = ["Connection", "add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels"]
+__all__ = ["add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels", "target"]
 
 SHARED_MEMORY = ("none", "system", "cuda")
 
@@ -120,42 +119,18 @@ def parse_levels(text: str | None, mode: str) -> list[Level]:
     return [Level(mode, int(v) if mode == "concurrency" else v) for v in values]
 
 
-class Connection:
-    """Where the load goes: inference URL, HTTP URL (repository API), headers, the embedded server if any."""
-
-    def __init__(
-        self, url: str, http_url: str, headers: dict[str, str], server: EmbeddedServer | None
-    ) -> None:
-        self.url, self.http_url, self.headers, self.server = url, http_url, headers, server
-
-    def target(self, model: str, args: argparse.Namespace, version: str = "") -> Target:
-        return Target(
-            self.url, model, args.protocol, version=version, headers=self.headers,
-            shared_memory=args.shared_memory, batch_size=args.batch_size, timeout_s=args.timeout_s,
-            input_data=args.input_data,
-        )  # fmt: skip
+def connect(args: argparse.Namespace, models: Sequence[str]) -> contextlib.AbstractContextManager[Endpoint]:
+    """``--url``'s server, or the embedded one on ``--repo`` with only ``models`` loaded."""
+    return endpoint(
+        args.url, protocol=args.protocol, repo=args.repo, http_url=args.http_url, admin_key=args.admin_key,
+        load=models, exit_timeout=1,
+    )  # fmt: skip
 
 
-@contextlib.contextmanager
-def connect(args: argparse.Namespace, models: Sequence[str], **server_options: Any) -> Iterator[Connection]:
-    """The user's server, or the embedded one on ``--repo`` with only ``models`` loaded."""
-    if args.url:
-        if (
-            args.protocol == "grpc"
-            and getattr(args, "http_url", None) is None
-            and server_options.get("need_http")
-        ):
-            raise TritonKitError("--url over gRPC: expected --http-url for the model-repository API")
-        headers = {ADMIN_HEADER: args.admin_key} if args.admin_key else {}
-        yield Connection(args.url, args.http_url or args.url, headers, None)
-        return
-    repo = Path(args.repo)
-    missing = [m for m in models if not (repo / m / "config.pbtxt").exists()]
-    if missing:
-        raise TritonKitError(
-            f"model `{missing[0]}` not found in {repo}; expected {repo}/{missing[0]}/config.pbtxt"
-        )
-    loads = [f"--load-model={m}" for m in dict.fromkeys(models)]
-    with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
-        url = server.grpc_url if args.protocol == "grpc" else server.http_url
-        yield Connection(url, server.http_url, server.admin_headers, server)
+def target(where: Endpoint, model: str, args: argparse.Namespace, version: str = "") -> Target:
+    """The generator's target: ``model`` (at ``version``) on ``where``, as the flags ask."""
+    return Target(
+        where.url(args.protocol), model, args.protocol, version=version, headers=where.headers,
+        shared_memory=args.shared_memory, batch_size=args.batch_size, timeout_s=args.timeout_s,
+        input_data=args.input_data,
+    )  # fmt: skip
