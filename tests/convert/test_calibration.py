@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
-from tritonkit.convert.accuracy import Thresholds, degenerate, gate
+from tritonkit.convert.accuracy import Thresholds, cosine_rows, degenerate, gate
 from tritonkit.convert.precision import Int8Options, activation_scales, quantize_int8
+from tritonkit.errors import AccuracyError
 
 
 def _heavy_tailed(batches: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -50,3 +52,30 @@ def test_a_degenerate_reference_is_named_and_the_gate_still_decides() -> None:
     result = gate("m_fp16", "fp16", one_class, one_class, Thresholds("top1", 0.9))
     assert result["passed"] and "`m_fp16` (fp16) gate: the fp32 reference picks class 1" in result["warning"]
     assert "warning" not in gate("m_fp16", "fp16", varied, varied, Thresholds("cosine", 0.9))
+
+
+def test_all_zero_outputs_agree_and_the_gate_says_it_proves_nothing() -> None:
+    """torchvision's ViT zero-initialises its head: FP32 and FP16 both answer zeros. That is
+    agreement (cosine 1.0, with the degenerate warning), not a cosine of 0 that refuses the build."""
+    zeros = np.zeros((4, 10), dtype=np.float32)
+    varied = np.random.default_rng(0).standard_normal((4, 10)).astype(np.float32)
+    assert cosine_rows(zeros, zeros).tolist() == [1.0] * 4
+    assert cosine_rows(varied, zeros).tolist() == [0.0] * 4  # zeros against an answer: no agreement
+    result = gate("vit_fp16", "fp16", zeros, zeros, Thresholds("cosine", 0.999, 0.99))
+    assert result["passed"] and result["mean"] == 1.0
+    assert "zero-initialised output layer" in result["warning"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_fp16_outputs_are_named_and_never_pass(bad: float) -> None:
+    reference = np.random.default_rng(0).standard_normal((4, 10)).astype(np.float32)
+    candidate = reference.copy()
+    candidate[2, 3] = bad
+    assert np.isnan(cosine_rows(candidate, reference)[2])
+    kind = "NaN" if np.isnan(bad) else "inf"
+    with pytest.raises(
+        AccuracyError, match=rf"`m_fp16` \(fp16\) answers {kind} in `y` on 1 of 4 .*\[2\].*float16 overflow"
+    ):
+        gate("m_fp16", "fp16", candidate, reference, Thresholds("cosine", 0.0, -1.0), output="y")
+    with pytest.raises(AccuracyError, match="the fp32 reference answers"):
+        gate("m_fp16", "fp16", reference, candidate, Thresholds("top1", 0.0), output="y")

@@ -104,3 +104,28 @@ def test_the_onnx_packages_test_cnns_build(
         assert record["extra"]["data"]["fixed_batch"]["batch_size"] == 1
     assert "proves nothing" in record["accuracy"]["warning"]
     assert "warning: `cnn_fp16` (fp16) gate: the fp32 reference gives the same output" in out.err
+
+
+def test_a_zero_initialised_head_builds_fp16_and_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torchvision's ViT-B/16 (random weights) answers zeros: its head is zero-initialised. FP32 and
+    FP16 agree exactly; the gate passed that as cosine 0.0000 and refused the build ("FP16 answered
+    garbage"). Now it passes, and says the gate proves nothing."""
+    family = torch_zoo.FAMILIES["vit"]
+    np.savez(tmp_path / "cal.npz", **_arrays(family, 8, seed=1))
+    np.savez(tmp_path / "eval.npz", **_arrays(family, 8, seed=2))
+    spec = {
+        "name": "vit0",
+        "source": {"torch": "tests.support.torch_zoo:vit_zero_head"},
+        "precisions": ["fp32", "fp16"],
+        "evaluation": {"data": "eval.npz", "samples": 8, "batch_size": 8},
+        "accuracy": {"metric": "cosine"},
+        "batching": {"max_batch_size": 8},
+    }
+    code, repo = _build(tmp_path, spec)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    accuracy = _record(repo, "vit0_fp16")["accuracy"]
+    assert accuracy["mean"] == 1.0 and "zero-initialised output layer" in accuracy["warning"]
+    assert "proves nothing" in out.err

@@ -16,6 +16,8 @@ the CPU, scripts/gpu/zoo.py at full size. Weights are random (seeded); nothing i
 - An `nn.TransformerEncoder` text classifier (its eval fast path: `aten::_transformer_encoder_layer_fwd`).
 
 Each family has a `Config` with `small()` (tests) and `full()` (the reference model's size).
+At full size torchvision's own models are used where torchvision imports, with any all-zero `nn.Linear`
+redrawn (torchvision's ViT zero-initialises its head: a random-weight ViT would answer zeros everywhere).
 """
 
 from __future__ import annotations
@@ -505,6 +507,26 @@ TORCHVISION = {
 }
 
 
+def _redraw_zero_linears(module: nn.Module) -> None:
+    """Random weights for every all-zero `nn.Linear` (torchvision's ViT zero-initialises its head): a
+    head of zeros answers 0 for every image in every precision, and the gates would measure nothing."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear) and not layer.weight.detach().any():
+            with torch.no_grad():
+                layer.weight.normal_(std=0.02)
+
+
+def vit_zero_head() -> TorchSource:
+    """The small ViT with torchvision's initialisation of the head (weights and bias zero): the FP32
+    reference answers 0 for every image, the FP16 graph too."""
+    built = source("vit")
+    head = built.module.head
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+    return built
+
+
 def torchvision_missing() -> str | None:
     """Why torchvision's models cannot be used here (None: they can)."""
     try:
@@ -521,6 +543,7 @@ def full(name: str) -> TorchSource:
 
         torch.manual_seed(SEED)
         module = getattr(models, TORCHVISION[name])(weights=None).eval()
+        _redraw_zero_linears(module)
         return TorchSource(module, (torch.randn(2, 3, 224, 224),), ("x",), ("y",))
     return source(name, full=True)
 

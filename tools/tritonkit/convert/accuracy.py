@@ -55,11 +55,41 @@ class Thresholds:
 
 
 def cosine_rows(candidate: NDArray[Any], reference: NDArray[Any]) -> NDArray[Any]:
-    """Cosine similarity per sample (row) after flattening all non-batch axes."""
+    """Cosine similarity per sample (row) after flattening all non-batch axes.
+
+    Two all-zero rows agree (1.0: torchvision's ViT zero-initialises its head, so a random-weight
+    ViT answers zeros in every precision); one zero row against a non-zero one scores 0. A row with
+    NaN or inf scores NaN (:func:`gate` names it)."""
     a = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
     b = reference.reshape(reference.shape[0], -1).astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.asarray(np.sum(a * b, axis=1) / np.maximum(norms, 1e-30))
+    with np.errstate(invalid="ignore", over="ignore"):
+        norm_a, norm_b = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        scores = np.sum(a * b, axis=1) / np.maximum(norm_a * norm_b, 1e-30)
+    finite = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
+    scores = np.where(finite, scores, np.nan)
+    return np.asarray(np.where(finite & (norm_a == 0) & (norm_b == 0), 1.0, scores))
+
+
+def _non_finite(
+    model_name: str, precision: str, output: str, candidate: NDArray[Any], reference: NDArray[Any]
+) -> None:
+    """AccuracyError when either side answers NaN or inf: no score means anything then."""
+    for side, values in (("the fp32 reference", reference), (f"`{model_name}` ({precision})", candidate)):
+        rows = values.reshape(values.shape[0], -1)
+        bad = ~np.isfinite(rows).all(axis=1)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            kinds = "/".join(k for k, f in (("NaN", np.isnan), ("inf", np.isinf)) if f(rows[bad]).any())
+            hint = (
+                " (float16 overflow? `fp16.op_block_list` keeps op types in float32)"
+                if side != "the fp32 reference" and precision != "fp32"
+                else ""
+            )
+            raise AccuracyError(
+                f"accuracy gate failed for `{model_name}` ({precision}): {side} answers {kinds} in "
+                f"`{output}` on {int(bad.sum())} of {rows.shape[0]} held-out samples (first: `{output}`[{first}])"
+                f"{hint}; expected finite outputs; nothing was written"
+            )
 
 
 def top1_agreement(candidate: NDArray[Any], reference: NDArray[Any]) -> NDArray[Any]:
@@ -215,6 +245,8 @@ def degenerate(reference: NDArray[Any], metric: str) -> str | None:
     rows = reference.reshape(reference.shape[0], -1).astype(np.float64)
     scale = max(float(np.abs(rows).max()), 1e-30)
     what = "constant weights, random BatchNorm statistics or noise as data?"
+    if float(np.abs(rows).max()) == 0:
+        what = "a zero-initialised output layer, as torchvision's ViT has?"
     if float(np.abs(rows - rows[0]).max()) <= 1e-5 * scale:
         return (
             f"the fp32 reference gives the same output for all {rows.shape[0]} evaluation samples, "
@@ -246,6 +278,7 @@ def gate(
 
     ``runtime`` names what produced ``candidate`` (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
     """
+    _non_finite(model_name, precision, output, candidate, reference)
     if thresholds.metric == "cosine":
         scores = cosine_rows(candidate, reference)
     else:
@@ -266,9 +299,9 @@ def gate(
     if trivial is not None:
         result["warning"] = f"`{model_name}` ({precision}) gate: {trivial}"
     failures = []
-    if mean < thresholds.mean:
+    if not mean >= thresholds.mean:  # NaN never passes
         failures.append(f"mean {thresholds.metric} {mean:.4f} < {thresholds.mean}")
-    if thresholds.metric == "cosine" and low < thresholds.min:
+    if thresholds.metric == "cosine" and not low >= thresholds.min:
         failures.append(f"min {thresholds.metric} {low:.4f} < {thresholds.min}")
     result["passed"] = not failures
     if failures:

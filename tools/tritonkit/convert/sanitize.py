@@ -13,6 +13,10 @@ shape folding), the optional dynamic-batch rewrite, and the ONNX checker.
   becomes ``batch``, and so does a leading N in constant ``Reshape`` shapes (``[1, 2048]`` → ``[0,
   2048]``, 0 copying the input's axis). The rewrite stands only if the rewritten graph, run on two
   samples at once, gives what the original gives for each alone; otherwise one line says it cannot.
+- **Dynamic axes stay dynamic**: Polygraphy's folding uses ONNX Runtime's symbolic shape inference,
+  which (ONNX Runtime 1.30) merged an ``nn.TransformerEncoder``'s ``[batch, sequence]`` input with
+  its 512 positions into ``[512, 512]``. A fold that fixes an input or output axis is redone without
+  ONNX Runtime's shape inference, and dropped if it still does (:func:`io_shape_changes`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from onnx import numpy_helper
 from tritonkit.convert import isolate
 from tritonkit.errors import ModelImportError
 
-__all__ = ["UPGRADE_OPSET", "opset_of", "sanitize_onnx"]
+__all__ = ["UPGRADE_OPSET", "io_shape_changes", "opset_of", "sanitize_onnx"]
 
 #: The opset an older graph is converted to (the chain's minimum for a fresh export).
 UPGRADE_OPSET = 17
@@ -144,6 +148,26 @@ def _check_batch_rewrite(original: Any, rewritten: Any, batch: int, name: str) -
             )
 
 
+def _dims(value: Any) -> list[str | int]:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+def io_shape_changes(before: Any, after: Any) -> list[str]:
+    """Where ``after``'s inputs and outputs lost a dynamic axis ``before`` had, as
+    ``"`name` [batch, sequence] -> [512, 512]"`` (empty: the I/O shapes are the same). Constant
+    folding must never specialise the graph: the build checks data and plans batching on these shapes."""
+    old = {v.name: _dims(v) for v in (*before.graph.input, *before.graph.output)}
+    changes = []
+    for value in (*after.graph.input, *after.graph.output):
+        dims = _dims(value)
+        was = old.get(value.name)
+        if was is not None and any(
+            isinstance(a, str) and isinstance(b, int) for a, b in zip(was, dims, strict=False)
+        ):
+            changes.append(f"`{value.name}` {was} -> {dims}")
+    return changes
+
+
 def _clean(src: Path, dest: Path, min_opset: int, dynamic_batch: bool) -> dict[str, Any]:
     """The clean-up itself (runs in the worker)."""
     import onnxruntime  # noqa: PLC0415 (onnxruntime is heavy; loaded when a session is made)
@@ -173,6 +197,15 @@ def _clean(src: Path, dest: Path, min_opset: int, dynamic_batch: bool) -> dict[s
     onnxruntime.set_default_logger_severity(3)  # ORT's optimizer warnings during folding, likewise
     try:
         folded = fold_constants(model, num_passes=3, error_ok=False)
+        changed = io_shape_changes(model, folded)
+        if changed:  # ONNX Runtime's symbolic shape inference merged a dynamic axis with a size
+            details["fold_without_onnxruntime_shapes"] = changed[:4]
+            folded = fold_constants(
+                model, num_passes=3, error_ok=False, allow_onnxruntime_shape_inference=False
+            )
+        if io_shape_changes(model, folded):
+            details["fold_skipped"] = io_shape_changes(model, folded)[:4]
+            folded = model
         onnx.checker.check_model(folded)
     except Exception as exc:
         raise ModelImportError(f"graph clean-up of `{src.name}` failed: {str(exc).splitlines()[0]}") from None
