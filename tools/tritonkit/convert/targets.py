@@ -91,8 +91,10 @@ def _engine(
     io = read_io(item.artifact)
     tensorrt.check_shapes(engine_plan, io)
     built = tensorrt_loaders.build_engine(
-        source.onnx, item.artifact, plan_file, engine_plan, item.precision, profile, io,
-        sets.calibration, item.typed_int8,
+        tensorrt_loaders.EngineBuild(
+            source.onnx, item.artifact, plan_file, engine_plan, item.precision, profile, io,
+            sets.calibration, item.typed_int8,
+        )
     )  # fmt: skip
     checks: tuple[Comparison, ...] = ()
     if sets.evaluation:  # pragma: no cover - needs TensorRT

@@ -47,6 +47,7 @@ from tritonkit.errors import BuildError, CalibrationError
 
 __all__ = [
     "BuiltEngine",
+    "EngineBuild",
     "TypedInt8",
     "build_engine",
     "calibration_cache_for",
@@ -280,71 +281,57 @@ class BuiltEngine:
     record: dict[str, Any]
 
 
-def build_engine(
-    fp32_onnx: Path,
-    precision_onnx: Path,
-    plan_file: Path,
-    plan: EnginePlan,
-    precision: str,
-    gpu: GpuProfile,
-    io: Any,
-    calibration: Sequence[Feeds] | None = None,
-    typed_int8: TypedInt8 | None = None,
-) -> BuiltEngine:
-    """Build and save the engine at ``plan_file`` from the FP32 graph, the precision's ONNX or, for
-    a strongly typed int8 build, ``typed_int8`` (:func:`tritonkit.convert.tensorrt.builder_flags` says
-    which); describe it. The builder runs in the build's worker (:mod:`tritonkit.convert.isolate`)."""
-    return isolate.run(
-        f"{precision} TensorRT engine build",
-        _build_engine,
-        fp32_onnx,
-        precision_onnx,
-        plan_file,
-        plan,
-        precision,
-        gpu,
-        io,
-        list(calibration) if calibration is not None else None,
-        typed_int8,
-    )
+@dataclass(frozen=True)
+class EngineBuild:
+    """One engine build's inputs: the FP32 graph, the precision's ONNX or, for a strongly typed
+    int8 build, ``typed_int8`` (:func:`tritonkit.convert.tensorrt.builder_flags` says which), where
+    the engine goes, its plan and the calibration batches; they travel to the build's worker."""
+
+    fp32_onnx: Path
+    precision_onnx: Path
+    plan_file: Path
+    plan: EnginePlan
+    precision: str
+    gpu: GpuProfile
+    io: Any
+    calibration: list[Feeds] | None = None
+    typed_int8: TypedInt8 | None = None
+
+
+def build_engine(job: EngineBuild) -> BuiltEngine:
+    """Build and save the engine at ``job.plan_file``; describe it. The builder runs in the
+    build's worker (:mod:`tritonkit.convert.isolate`)."""
+    return isolate.run(f"{job.precision} TensorRT engine build", _build_engine, job)
 
 
 def _build_engine(
-    fp32_onnx: Path,
-    precision_onnx: Path,
-    plan_file: Path,
-    plan: EnginePlan,
-    precision: str,
-    gpu: GpuProfile,
-    io: Any,
-    calibration: Sequence[Feeds] | None = None,
-    typed_int8: TypedInt8 | None = None,
+    job: EngineBuild,
 ) -> BuiltEngine:  # pragma: no cover - runs only where TensorRT imports (tests marked `tensorrt`)
     trt = require_tensorrt()
     version = str(trt.__version__)
-    check_tensorrt_version(gpu, version)
-    flags = builder_flags(plan, precision, int(version.split(".", maxsplit=1)[0]), gpu)
-    cache = timing_cache_path(plan.timing_cache, plan.gpu, version)
+    check_tensorrt_version(job.gpu, version)
+    flags = builder_flags(job.plan, job.precision, int(version.split(".", maxsplit=1)[0]), job.gpu)
+    cache = timing_cache_path(job.plan.timing_cache, job.plan.gpu, version)
     cache.parent.mkdir(parents=True, exist_ok=True)
     calibrator = None
     calibration_cache = None
     if flags.legacy_calibrator:
         from polygraphy.backend.trt import Calibrator  # noqa: PLC0415 (Polygraphy loads TensorRT bindings lazily; keep CLI start-up light)
 
-        calibration_cache = calibration_cache_for(plan_file)
+        calibration_cache = calibration_cache_for(job.plan_file)
         feeds = calibration_feeds(
-            calibration or [],
-            calibration_shapes(plan, io),
+            job.calibration or [],
+            calibration_shapes(job.plan, job.io),
             int64_as_int32=int(version.split(".", maxsplit=1)[0]) < 10,
         )
         calibrator = Calibrator(feeds, cache=str(calibration_cache))
-    network = network_onnx(flags, fp32_onnx, precision_onnx, typed_int8)
+    network = network_onnx(flags, job.fp32_onnx, job.precision_onnx, job.typed_int8)
     graph = engine_loader_graph(
         network,
-        plan_file,
-        plan,
+        job.plan_file,
+        job.plan,
         flags,
-        io,
+        job.io,
         workspace_key=trt.MemoryPoolType.WORKSPACE,
         timing_cache=cache,
         calibrator=calibrator,
@@ -358,8 +345,8 @@ def _build_engine(
         "network_onnx": network.name,
         "unquantized_layers": flags.unquantized,
         **(
-            {"fp16_base_qdq": dict(typed_int8.details)}  # its gate's record is added by the gate step
-            if typed_int8 is not None and network == typed_int8.path
+            {"fp16_base_qdq": dict(job.typed_int8.details)}  # its gate's record is added by the gate step
+            if job.typed_int8 is not None and network == job.typed_int8.path
             else {}
         ),
         "profiles": [
@@ -367,13 +354,13 @@ def _build_engine(
                 "batch": list(p.batch),
                 "shapes": {n: [list(r.min), list(r.opt), list(r.max)] for n, r in p.shapes.items()},
             }
-            for p in plan.profiles
+            for p in job.plan.profiles
         ],
-        "workspace_bytes": plan.workspace_bytes,
-        "optimization_level": plan.optimization_level,
+        "workspace_bytes": job.plan.workspace_bytes,
+        "optimization_level": job.plan.optimization_level,
         "timing_cache": str(cache),
         "calibration_cache": str(calibration_cache) if calibration_cache else None,
-        "compute_capability": plan.compute_capability,
+        "compute_capability": job.plan.compute_capability,
         "io": description.as_json(),
     }
     return BuiltEngine(description, record)

@@ -51,19 +51,13 @@ class Tuned:
     curve: tuple[tuple[float, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "gpu_type": self.gpu_type,
-            "source": self.source,
-            "tune_budget_ms": self.tune_budget_ms,
-            "point": self.point,
-            "instances": self.instances,
-            "capacity_rps": round(self.capacity_rps, 3),
-            "p99_ms": round(self.p99_ms, 3),
-            "concurrency": self.concurrency,
-            "basis": self.basis,
-            "device": self.device,
+        """Every field but the config and the curve, the capacity and p99 rounded."""
+        fields = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("config", "curve")
         }
+        return fields | {"capacity_rps": round(self.capacity_rps, 3), "p99_ms": round(self.p99_ms, 3)}
 
 
 def recorded_device(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str] | None:

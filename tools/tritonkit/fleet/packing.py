@@ -249,12 +249,12 @@ def pack(
             packed[t.name] = single[t.name] = None
             continue
         single[t.name] = _packing(f"{t.name}, one model per pod", [g for g in singles if g], prices, total)
-        packed[t.name] = _best(t.name, models, _on(group, t), prices, total, objective, max_group)
+        packed[t.name] = _best(t.name, models, _Search(_on(group, t), prices, total, objective, max_group))
 
     def any_type(g: tuple[str, ...]) -> list[Group | None]:
         return [group(t, g) for t in kinds]
 
-    cheapest = _best("cheapest fleet", models, any_type, prices, total, objective, max_group)
+    cheapest = _best("cheapest fleet", models, _Search(any_type, prices, total, objective, max_group))
     return PackResult(packed, single, cheapest, excluded)
 
 
@@ -278,55 +278,55 @@ def _choose(
     return min(found, key=key)
 
 
-def _best(
-    name: str,
-    models: Sequence[str],
-    options: Callable[[tuple[str, ...]], Sequence[Group | None]],
-    prices: Mapping[str, float | None],
-    total: float,
-    objective: str,
-    max_group: int,
-) -> Packing | None:
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """One search for the best partition: each group's options, the prices, the total rate, the
+    objective and the largest group."""
+
+    options: Callable[[tuple[str, ...]], Sequence[Group | None]]
+    prices: Mapping[str, float | None]
+    total: float
+    objective: str
+    max_group: int
+
+    def key(
+        self, name: str, partition: Sequence[tuple[str, ...]]
+    ) -> tuple[Packing | None, tuple[float, float, int]]:
+        """``partition`` packed with each group's cheapest option and its cost key; (None, inf) where a
+        group has none."""
+        groups = [_choose(self.options(g), self.prices, self.objective) for g in partition]
+        if any(g is None for g in groups):
+            return None, (math.inf, math.inf, 0)
+        packing = _packing(name, [g for g in groups if g is not None], self.prices, self.total)
+        return packing, cost_key(self.objective, packing.gpus, packing.cost_per_hour, len(packing.groups))
+
+
+def _best(name: str, models: Sequence[str], search: _Search) -> Packing | None:
     best: Packing | None = None
     best_key: tuple[float, float, int] | None = None
-    partitions = list(_partitions(models, max_group))
+    partitions = list(_partitions(models, search.max_group))
     if len(models) > EXHAUSTIVE_UP_TO:
-        partitions = [_greedy(models, options, prices, total, objective, max_group)]
+        partitions = [_greedy(models, search)]
     for partition in partitions:
-        groups = [_choose(options(g), prices, objective) for g in partition]
-        if any(g is None for g in groups):
-            continue
-        candidate = _packing(name, [g for g in groups if g is not None], prices, total)
-        key = cost_key(objective, candidate.gpus, candidate.cost_per_hour, len(candidate.groups))
-        if best_key is None or key < best_key:
+        candidate, key = search.key(name, partition)
+        if candidate is not None and (best_key is None or key < best_key):
             best, best_key = candidate, key
     return best
 
 
-def _greedy(
-    models: Sequence[str],
-    options: Callable[[tuple[str, ...]], Sequence[Group | None]],
-    prices: Mapping[str, float | None],
-    total: float,
-    objective: str,
-    max_group: int,
-) -> list[tuple[str, ...]]:
+def _greedy(models: Sequence[str], search: _Search) -> list[tuple[str, ...]]:
     """Above :data:`EXHAUSTIVE_UP_TO` models: merge the two groups whose merge saves most, while one does."""
     partition: list[tuple[str, ...]] = [(m,) for m in models]
 
     def key_of(p: list[tuple[str, ...]]) -> tuple[float, float, int]:
-        groups = [_choose(options(g), prices, objective) for g in p]
-        if any(g is None for g in groups):
-            return (math.inf, math.inf, 0)
-        packing = _packing("", [g for g in groups if g is not None], prices, total)
-        return cost_key(objective, packing.gpus, packing.cost_per_hour, len(p))
+        return search.key("", p)[1]
 
     current = key_of(partition)
     while True:
         best: tuple[tuple[float, float, int], list[tuple[str, ...]]] | None = None
         for i in range(len(partition)):
             for j in range(i + 1, len(partition)):
-                if len(partition[i]) + len(partition[j]) > max_group:
+                if len(partition[i]) + len(partition[j]) > search.max_group:
                     continue
                 trial = [g for k, g in enumerate(partition) if k not in (i, j)] + [
                     partition[i] + partition[j]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -284,14 +284,17 @@ def plan_fleet(fleet: Fleet, options: PlanOptions, work: Path) -> FleetPlan:
             found = groups.get(tuple(sorted(models)))
             return Share(found.share, True) if found is not None else None
 
-        result = pack(
-            devices,
-            shares,
-            headroom=fleet.headroom,
-            min_replicas=fleet.min_replicas,
-            objective=fleet.objective,
-            max_group=options.max_group,
-        )
+        def packed(share: Callable[[str, tuple[str, ...]], Share | None]) -> PackResult:
+            return pack(
+                devices,
+                share,
+                headroom=fleet.headroom,
+                min_replicas=fleet.min_replicas,
+                objective=fleet.objective,
+                max_group=options.max_group,
+            )
+
+        result = packed(shares)
         for round_ in range(options.max_rounds):
             todo = _unmeasured(result, local)
             if not todo or not here:
@@ -315,22 +318,12 @@ def plan_fleet(fleet: Fleet, options: PlanOptions, work: Path) -> FleetPlan:
                     on_level=lambda lv: _say(options, _level_line(lv)),
                     **options.search,
                 )
-            result = pack(
-                devices,
-                shares,
-                headroom=fleet.headroom,
-                min_replicas=fleet.min_replicas,
-                objective=fleet.objective,
-                max_group=options.max_group,
-            )
+            result = packed(shares)
         left = _unmeasured(result, local)
         if left:
             notes.append(f"left out after {options.max_rounds} rounds, not measured: {left}")
             forbidden = set(left)
-            result = pack(
-                devices, lambda t, g: Share(0.0, True) if tuple(sorted(g)) in forbidden else shares(t, g),
-                headroom=fleet.headroom, min_replicas=fleet.min_replicas, objective=fleet.objective, max_group=options.max_group,
-            )  # fmt: skip
+            result = packed(lambda t, g: Share(0.0, True) if tuple(sorted(g)) in forbidden else shares(t, g))
     return FleetPlan(
         fleet, local, description(), tuned, memory, pod, source, base, alone, groups, result, notes
     )

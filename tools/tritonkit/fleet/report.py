@@ -90,21 +90,24 @@ def _money(value: Any, digits: int = 3) -> str:
     return "–" if value is None else f"${value:,.{digits}f}"
 
 
+def _table(title: str, columns: str) -> list[str]:
+    """A section's heading and the header of its one table (``columns``: names joined by `` | ``)."""
+    return [f"## {title}", "", f"| {columns} |", "|" + "---|" * len(columns.split(" | "))]
+
+
 def _fleet_section(data: Mapping[str, Any]) -> list[str]:
     cheapest = data["cheapest"]
     if cheapest is None:
         return ["No fleet serves every model within its budget and memory on the types given.", ""]
-    lines = [
-        f"## Cheapest fleet: {cheapest['gpus']} GPUs"
+    lines = _table(
+        f"Cheapest fleet: {cheapest['gpus']} GPUs"
         + (
             f", {_money(cheapest['cost_per_hour'], 2)}/h, {_money(cheapest['cost_per_million'], 4)} per million inferences"
             if cheapest["cost_per_hour"] is not None
             else " (no price: capacity only)"
         ),
-        "",
-        "| group | GPU type | models | pods | per pod (req/s) | share of targets per pod | HPA queue target |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        "group | GPU type | models | pods | per pod (req/s) | share of targets per pod | HPA queue target",
+    )
     queue = {p["group"]: p.get("hpa_queue_us") for p in data["placement"]}
     for i, g in enumerate(cheapest["groups"], 1):
         rates = ", ".join(f"{m} {r:g}" for m, r in g["per_pod_rps"].items())
@@ -117,12 +120,10 @@ def _fleet_section(data: Mapping[str, Any]) -> list[str]:
 
 
 def _types_section(data: Mapping[str, Any]) -> list[str]:
-    lines = [
-        "## GPUs and cost per type (whole fleet on one type)",
-        "",
-        "| type | price/h | usable memory | packed GPUs | packed $/h | packed $/M inf. | one model per pod GPUs | $/h | $/M inf. | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = _table(
+        "GPUs and cost per type (whole fleet on one type)",
+        "type | price/h | usable memory | packed GPUs | packed $/h | packed $/M inf. | one model per pod GPUs | $/h | $/M inf. | note",
+    )
     for r in data["types"]:
         lines.append(
             f"| {r['type']} | {_money(r['price_per_hour'])} | {r['usable_mb']:,.0f} MB | {r['packed_gpus'] or '–'} | "
@@ -145,12 +146,10 @@ def _placement_section(data: Mapping[str, Any]) -> list[str]:
 
 
 def _models_section(data: Mapping[str, Any]) -> list[str]:
-    lines = [
-        "## Models: tuned config, capacity alone, memory",
-        "",
-        "| model | target req/s | p99 budget | type | tuned config | tune capacity | open-loop alone | instances | memory per instance |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = _table(
+        "Models: tuned config, capacity alone, memory",
+        "model | target req/s | p99 budget | type | tuned config | tune capacity | open-loop alone | instances | memory per instance",
+    )
     alone = data["alone"]
     for m in data["models"]:
         for gpu_type, by in data["tuned"].items():
@@ -182,12 +181,10 @@ def _coloc_section(data: Mapping[str, Any]) -> list[str]:
     rows = data["interference"]
     if not rows:
         return ["## Co-location", "", "No group of several models was measured.", ""]
-    lines = [
-        "## Co-location, measured (open loop at the targets' proportions, client-side p99 per model)",
-        "",
-        "| group | model | capacity alone | capacity in the group | in / alone | group's summed use | share predicted / measured |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = _table(
+        "Co-location, measured (open loop at the targets' proportions, client-side p99 per model)",
+        "group | model | capacity alone | capacity in the group | in / alone | group's summed use | share predicted / measured",
+    )
     for row in rows:
         for i, (model, m) in enumerate(row["models"].items()):
             tail = (
@@ -211,12 +208,10 @@ def _coloc_section(data: Mapping[str, Any]) -> list[str]:
 def _verify_section(data: Mapping[str, Any]) -> list[str]:
     if not data["verify"]:
         return []
-    lines = [
-        "## Checked by a separate mixed load test (Locust, each model paced at its planned per-pod rate)",
-        "",
-        "| group | model | planned req/s | measured req/s | ratio | p99 | budget | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = _table(
+        "Checked by a separate mixed load test (Locust, each model paced at its planned per-pod rate)",
+        "group | model | planned req/s | measured req/s | ratio | p99 | budget | verdict",
+    )
     for check in data["verify"]:
         for model, m in check["measured"].items():
             lines.append(

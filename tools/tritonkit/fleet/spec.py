@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from tritonkit.config import ModelConfig, from_pbtxt
+from tritonkit.deploy.checks.context import Problems
 from tritonkit.errors import ConfigError, LoadTestError, TritonKitError
 from tritonkit.fleet.devices import TYPES, canonical, memory_gib
 from tritonkit.loadtest.payloads import parse_batch_mix
@@ -126,17 +127,8 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = Fals
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-class _Problems:
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.lines: list[str] = []
-
-    def add(self, where: str, message: str) -> None:
-        self.lines.append(f"{self.source}: {where}: {message}")
-
-
 def _number(
-    p: _Problems, where: str, value: Any, *, low: float, strict: bool, high: float | None = None
+    p: Problems, where: str, value: Any, *, low: float, strict: bool, high: float | None = None
 ) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         p.add(where, f"expected a number, got {value!r}")
@@ -149,7 +141,7 @@ def _number(
     return float(value)
 
 
-def _keys(p: _Problems, where: str, data: Any, allowed: tuple[str, ...], required: tuple[str, ...]) -> bool:
+def _keys(p: Problems, where: str, data: Any, allowed: tuple[str, ...], required: tuple[str, ...]) -> bool:
     if not isinstance(data, dict):
         p.add(where, f"expected a mapping with keys {', '.join(allowed)}, got {type(data).__name__}")
         return False
@@ -162,7 +154,7 @@ def _keys(p: _Problems, where: str, data: Any, allowed: tuple[str, ...], require
     return True
 
 
-def _gpus(p: _Problems, data: Any) -> list[GpuSpec]:
+def _gpus(p: Problems, data: Any) -> list[GpuSpec]:
     if not isinstance(data, list) or not data:
         p.add("gpus", f"expected a non-empty list of GPU types, got {data!r}")
         return []
@@ -198,7 +190,7 @@ def _gpus(p: _Problems, data: Any) -> list[GpuSpec]:
     return out
 
 
-def _config(p: _Problems, where: str, name: str, repo: Path) -> ModelConfig | None:
+def _config(p: Problems, where: str, name: str, repo: Path) -> ModelConfig | None:
     folder = repo / name
     if not (folder / "config.pbtxt").is_file():
         served = (
@@ -216,7 +208,7 @@ def _config(p: _Problems, where: str, name: str, repo: Path) -> ModelConfig | No
         return None
 
 
-def _batch_mix(p: _Problems, where: str, value: Any, cfg: ModelConfig | None) -> dict[int, float]:
+def _batch_mix(p: Problems, where: str, value: Any, cfg: ModelConfig | None) -> dict[int, float]:
     if value is None:
         return {1: 1.0}
     try:
@@ -239,7 +231,7 @@ def _batch_mix(p: _Problems, where: str, value: Any, cfg: ModelConfig | None) ->
     return mix
 
 
-def _per_type(p: _Problems, where: str, value: Any, types: list[str]) -> dict[str, Any]:
+def _per_type(p: Problems, where: str, value: Any, types: list[str]) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -257,7 +249,7 @@ def _per_type(p: _Problems, where: str, value: Any, types: list[str]) -> dict[st
     return out
 
 
-def _model(p: _Problems, i: int, item: Any, base: Path, types: list[str]) -> ModelSpec | None:
+def _model(p: Problems, i: int, item: Any, base: Path, types: list[str]) -> ModelSpec | None:
     where = f"models[{i}]" + (f" ({item['name']})" if isinstance(item, dict) and "name" in item else "")
     if not _keys(p, where, item, _MODEL, ("name", "rate", "p99_ms")) or "name" not in item:
         return None
@@ -280,7 +272,7 @@ def _model(p: _Problems, i: int, item: Any, base: Path, types: list[str]) -> Mod
     return ModelSpec(name, repo, rate, budget, mix, tune, memory, cfg)
 
 
-def _node(p: _Problems, data: Any) -> Node:
+def _node(p: Problems, data: Any) -> Node:
     if data is None:
         return Node()
     if not _keys(p, "node", data, _NODE, ()):
@@ -308,7 +300,7 @@ def _read(path: Path) -> Any:
         raise FleetFileError([f"{path}: not valid YAML ({' '.join(str(exc).split())})"]) from None
 
 
-def _settings(p: _Problems, data: Mapping[str, Any]) -> tuple[float, int, float]:
+def _settings(p: Problems, data: Mapping[str, Any]) -> tuple[float, int, float]:
     headroom = _number(p, "headroom", data.get("headroom", 0.3), low=0, strict=False, high=10)
     min_replicas = data.get("min_replicas", 2)
     if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 1:
@@ -322,7 +314,7 @@ def load_fleet(path: str | Path) -> Fleet:
     """Read and check a fleet file; :class:`FleetFileError` with every problem found, one line each."""
     path = Path(path)
     data = _read(path)
-    p = _Problems(str(path))
+    p = Problems(str(path))
     if not _keys(p, "(root)", data, _TOP, ("models", "gpus")):
         raise FleetFileError(p.lines)
     gpus = _gpus(p, data.get("gpus"))

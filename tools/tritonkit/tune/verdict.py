@@ -49,14 +49,8 @@ class Verdict:
         return self.winner["median"] / base - 1.0 if base > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "write": self.write,
-            "reason": self.reason,
-            "method": self.method,
-            "winner": self.winner,
-            "baseline": self.baseline,
-            "gain": None if self.gain is None else round(self.gain, 4),
-        }
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**fields, "gain": None if self.gain is None else round(self.gain, 4)}
 
 
 def decide(

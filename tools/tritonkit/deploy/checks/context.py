@@ -1,4 +1,4 @@
-"""What every checklist module shares: the problem collector, and the Triton server as the checks see it."""
+"""What every checklist module shares: the problem collector (the fleet file's checks use it too), and the Triton server as the checks see it."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ __all__ = ["Problems", "Server"]
 
 
 class Problems:
-    """Problem lines of one overlay, each ``<overlay>: <where>: <expected versus found>``."""
+    """Problem lines of one source (an overlay, a fleet file), each ``<source>: <where>: <expected versus found>``."""
 
-    def __init__(self, overlay: str) -> None:
-        self.overlay = overlay
+    def __init__(self, source: str) -> None:
+        self.source = source
         self.lines: list[str] = []
 
     def add(self, where: str, message: str) -> None:
-        self.lines.append(f"{self.overlay}: {where}: {message}")
+        self.lines.append(f"{self.source}: {where}: {message}")
 
     def expect(self, condition: bool, where: str, message: str) -> bool:
         """Record ``message`` unless ``condition`` holds; returns ``condition`` so callers can go on or stop."""
