@@ -356,10 +356,37 @@ def check_body(route: Route, body: bytes, header_length: bytes | None, max_bytes
         if not isinstance(parse_json(body), dict):
             raise RefusedError(400, "a generate request must be a JSON object")
     elif route.body == "json":
-        if body.strip() and not isinstance(parse_json(body), dict):
+        parsed = parse_json(body) if body.strip() else {}
+        if not isinstance(parsed, dict):
             raise RefusedError(400, "the request body must be a JSON object")
+        if route.name == "repository control":
+            _check_load_files(parsed)
     elif body:
         raise RefusedError(400, f"{route.name} takes no request body; got {len(body)} bytes")
+
+
+#: Linux's NAME_MAX and PATH_MAX: Triton 2.51 aborts (SIGABRT) on a model-load file name past them.
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def _check_load_files(request: dict[str, Any]) -> None:
+    """A model load's ``file:<path>`` parameters name files Triton writes: each name within NAME_MAX
+    bytes and the path within PATH_MAX (past them Triton 2.51 aborts instead of answering)."""
+    parameters = request.get("parameters")
+    if not isinstance(parameters, dict):
+        return
+    for key in parameters:
+        if not (isinstance(key, str) and key.startswith("file:")):
+            continue
+        path = key[len("file:") :].encode()
+        longest = max((len(part) for part in path.split(b"/")), default=0)
+        if longest > _NAME_MAX or len(path) > _PATH_MAX:
+            raise RefusedError(
+                400,
+                f"a model load's file path may have names of at most {_NAME_MAX} bytes and "
+                f"{_PATH_MAX} bytes in all; got a name of {longest} bytes, {len(path)} in all",
+            )
 
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
