@@ -116,7 +116,7 @@ class ModelRepository:
             if not create:
                 raise RepositoryError(f"repository {str(path)!r} does not exist; expected a directory")
             try:
-                path.mkdir(parents=True)
+                path.mkdir(parents=True, exist_ok=True)  # two writers may create it at once
             except OSError as exc:
                 raise RepositoryError(f"cannot create repository {str(path)!r}: {exc.strerror}") from None
         self.root = path.resolve()
