@@ -61,3 +61,26 @@ def test_export_and_clean_up_keep_batch_and_sequence_dynamic_when_the_example_ha
     for path in (tmp_path / "raw.onnx", tmp_path / "clean.onnx"):
         assert _dims(path) == {"input_ids": ["batch", "sequence"], "y": ["batch", 2]}
     assert "fold_skipped" not in details
+
+
+def _io_model(input_dims: list[int | str], output_dims: list[int | str]) -> onnx.ModelProto:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, input_dims)],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, output_dims)],
+    )
+    return onnx.helper.make_model(graph)
+
+
+def test_an_output_width_resolved_by_folding_is_not_a_specialisation() -> None:
+    """MiniLM's embedding width is symbolic after export and 384 after folding: a fact, kept; an
+    input axis or an output's batch axis made fixed is a specialisation, refused."""
+    before = _io_model(["batch", "sequence"], ["batch", "width"])
+    assert io_shape_changes(before, _io_model(["batch", "sequence"], ["batch", 384])) == []
+    assert io_shape_changes(before, _io_model([512, 512], ["batch", 384])) == [
+        "`x` ['batch', 'sequence'] -> [512, 512]"
+    ]
+    assert io_shape_changes(before, _io_model(["batch", "sequence"], [8, 384])) == [
+        "`y` ['batch', 'width'] -> [8, 384]"
+    ]

@@ -153,17 +153,23 @@ def _dims(value: Any) -> list[str | int]:
 
 
 def io_shape_changes(before: Any, after: Any) -> list[str]:
-    """Where ``after``'s inputs and outputs lost a dynamic axis ``before`` had, as
-    ``"`name` [batch, sequence] -> [512, 512]"`` (empty: the I/O shapes are the same). Constant
-    folding must never specialise the graph: the build checks data and plans batching on these shapes."""
+    """Where ``after`` lost a dynamic axis ``before`` had: any axis of an input, or an output's first
+    (batch) axis, as ``"`name` [batch, sequence] -> [512, 512]"`` (empty: none). Constant folding must
+    never specialise the graph: the build checks data and plans batching on these shapes. An output's
+    other axes may be resolved (a symbolic embedding width inferred as 384 is a fact, not a
+    specialisation: with the inputs kept dynamic, what stays dynamic in the outputs stays so)."""
     old = {v.name: _dims(v) for v in (*before.graph.input, *before.graph.output)}
+    inputs = {v.name for v in after.graph.input}
     changes = []
     for value in (*after.graph.input, *after.graph.output):
         dims = _dims(value)
         was = old.get(value.name)
-        if was is not None and any(
-            isinstance(a, str) and isinstance(b, int) for a, b in zip(was, dims, strict=False)
-        ):
+        if was is None:
+            continue
+        pairs = list(zip(was, dims, strict=False))
+        if value.name not in inputs:
+            pairs = pairs[:1]
+        if any(isinstance(a, str) and isinstance(b, int) for a, b in pairs):
             changes.append(f"`{value.name}` {was} -> {dims}")
     return changes
 
