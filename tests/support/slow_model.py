@@ -10,19 +10,25 @@ from tests.support.python_models import model_source
 
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 
-SLOW_MODEL_PY = model_source(
-    """
+
+def sleeping_add_source(seconds: float) -> str:
+    """A python-backend ``model.py``: OUT = X + 1 after sleeping ``seconds`` per execution (not per request)."""
+    return model_source(
+        f"""
     class TritonPythonModel:
         def execute(self, requests):
-            time.sleep(0.02)
+            time.sleep({seconds!r})
             out = []
             for request in requests:
                 x = _numpy_in(request, "X")
                 out.append(pb_utils.InferenceResponse([_tensor_out("OUT", (x + 1).astype(np.float32))]))
             return out
     """,
-    "import time",
-)
+        "import time",
+    )
+
+
+SLOW_MODEL_PY = sleeping_add_source(0.02)
 
 
 def slow_repository(root: Path, name: str = "slow", *, batching: bool) -> Path:

@@ -16,24 +16,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from tests.support.python_models import model_source
+from tests.support.slow_model import sleeping_add_source
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.serve.embedded import EmbeddedServer
 
-WORK_MODEL_PY = model_source(
-    """
-    class TritonPythonModel:
-        def execute(self, requests):
-            time.sleep(0.001)
-            out = []
-            for request in requests:
-                x = _numpy_in(request, "X")
-                out.append(pb_utils.InferenceResponse([_tensor_out("OUT", (x + 1).astype(np.float32))]))
-            return out
-    """,
-    "import time",
-)
+WORK_MODEL_PY = sleeping_add_source(0.001)
 
 FLAKY_MODEL_PY = model_source(
     """
