@@ -70,12 +70,15 @@ class ServingSpec:
     batch_buckets: tuple[int, ...] = ()
     cuda_graphs: bool = True
     placement: Placement = field(default_factory=Placement)
+    #: torch runner: hand each batch to a worker thread that answers while the next one is staged
+    #: (config parameter ``pipeline``); off until measured faster on the H100.
+    pipeline: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ServingSpec:
         """Parse ``serving:``; a wrong key or value is a one-line :class:`SpecError`."""
         data = dict(data or {})
-        known = {"device", "engine", "precision", "batch_buckets", "cuda_graphs", "instances"}
+        known = {"device", "engine", "precision", "batch_buckets", "cuda_graphs", "instances", "pipeline"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(
@@ -90,6 +93,9 @@ class ServingSpec:
         graphs = data.get("cuda_graphs", True)
         if not isinstance(graphs, bool):
             raise SpecError(f"serving.cuda_graphs must be true or false; got {graphs!r}")
+        pipeline = data.get("pipeline", False)
+        if not isinstance(pipeline, bool):
+            raise SpecError(f"serving.pipeline must be true or false; got {pipeline!r}")
         instances = data.get("instances", {}) or {}
         if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
             raise SpecError(f"serving.instances takes `count` and `gpus`; got {instances!r}")
@@ -108,6 +114,7 @@ class ServingSpec:
             batch_buckets=tuple(sorted(set(buckets))),
             cuda_graphs=graphs,
             placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
+            pipeline=pipeline,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -122,6 +129,7 @@ class ServingSpec:
             "batch_buckets": list(self.batch_buckets),
             "cuda_graphs": self.cuda_graphs,
             "instances": instances,
+            "pipeline": self.pipeline,
         }
 
 
@@ -173,6 +181,7 @@ class ExecutionPlan:
     cuda_graphs: bool
     instance_groups: tuple[InstanceGroup, ...]
     reason: str
+    pipeline: bool = False
 
     def manifest_extra(self) -> dict[str, Any]:
         return {
@@ -186,11 +195,13 @@ class ExecutionPlan:
                     {"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in self.instance_groups
                 ],
                 "reason": self.reason,
+                "pipeline": self.pipeline,
             }
         }
 
     def runner_parameters(self) -> dict[str, str]:
         """Config parameters the runners read (see serve/runners/torch_runner.py, onnx_cuda_runner.py)."""
+        pipeline = {"pipeline": "on" if self.pipeline else "off"} if self.engine == "torch" else {}
         return {
             "engine": self.engine,
             "precision": self.precision,
@@ -199,6 +210,7 @@ class ExecutionPlan:
             "cuda_graphs": "true" if self.cuda_graphs and self.device == "gpu" else "false",
             # Inputs that arrive in GPU memory (CUDA shared memory) reach the runner there.
             "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if self.device == "gpu" else "yes",
+            **pipeline,
         }
 
 
@@ -272,4 +284,6 @@ def plan_execution(
     if max_batch_size > 0 and buckets[-1] > max_batch_size:
         raise SpecError(f"serving.batch_buckets {list(buckets)} exceed max_batch_size {max_batch_size}")
     groups = instance_groups(spec.placement, device, visible)
-    return ExecutionPlan(device, engine, precision, tuple(buckets), spec.cuda_graphs, groups, reason)
+    return ExecutionPlan(
+        device, engine, precision, tuple(buckets), spec.cuda_graphs, groups, reason, spec.pipeline
+    )

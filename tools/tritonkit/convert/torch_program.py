@@ -17,7 +17,8 @@ input dtypes, saved with ``torch.save``. The runner loads it in about half a sec
 ``torch.export.load`` takes about four (it rebuilds every node's fake-tensor metadata, measured on the
 H100 host for BERT-base): that is most of what a reload costs, and ``tritonkit tune`` reloads the model
 for every config it tries. ``model.pt2`` stays the artifact of record (the accuracy gate runs it) and
-the runner falls back to it when the fast file is missing.
+the runner falls back to it when the fast file is missing. Beside ``model.py`` it carries the runner's
+helper ``torch_pipeline.py`` (the pipelined execute, config parameter ``pipeline``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "ONNX_CUDA_RUNNER",
     "PROGRAM_FILE",
     "TORCH_RUNNER",
+    "TORCH_RUNNER_HELPER",
     "export_program",
     "gpu_config",
     "onnx_gpu_version",
@@ -59,6 +61,8 @@ __all__ = [
 PROGRAM_FILE = "model.pt2"
 FAST_FILE = "model.fx.pt"
 TORCH_RUNNER = "torch_runner"
+#: The runner's helper (pipelined execute, host-time statistics), copied beside its ``model.py``.
+TORCH_RUNNER_HELPER = "torch_pipeline"
 ONNX_CUDA_RUNNER = "onnx_cuda_runner"
 _TRITON_DTYPES = {
     "torch.float32": "FP32",
@@ -247,6 +251,7 @@ def torch_version(
         PROGRAM_FILE: program,
         FAST_FILE: program.with_name(FAST_FILE),
         "model.py": runner_path(TORCH_RUNNER),
+        f"{TORCH_RUNNER_HELPER}.py": runner_path(TORCH_RUNNER_HELPER),
     }
 
 

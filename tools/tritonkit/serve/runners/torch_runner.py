@@ -28,13 +28,16 @@ for ``tritonkit check`` and not needed here):
   ``stats_interval_s`` log the host-time split of executes every so many seconds (default 0: off)
   ``profile_dir``    torch.profiler trace and table of executes ``profile_skip`` (100) to
                      ``profile_skip`` + ``profile_executes`` (200) written there (diagnosis)
+  ``pipeline``       ``off`` (default) or ``on``: execute hands each batch to a worker thread that
+                     sends the answers while the next batch is staged (``torch_pipeline.py``, copied
+                     beside this file); ``pipeline_depth`` batches held at most (default 2)
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -199,25 +202,26 @@ class GraphEngine:
         graph.replay()
         return static_out if piece == bucket else [o[:piece] for o in static_out]
 
-    def _outputs(self, shapes: tuple[Any, ...], rows: int, like: list[Any], host: bool) -> list[Any]:
-        """Output buffers of ``rows`` rows shaped like ``like``: reused host buffers (pinned on a
-        GPU), or new device tensors the caller keeps."""
+    def _outputs(self, key: tuple[Any, ...], rows: int, like: list[Any], host: bool) -> list[Any]:
+        """Output buffers of ``rows`` rows shaped like ``like``: reused host buffers of ``key`` (slot
+        and shapes; pinned on a GPU), or new device tensors the caller keeps."""
         if not host:
             return [self.torch.empty((rows, *o.shape[1:]), dtype=o.dtype, device=self.device) for o in like]
-        buffers = self.host_out.get(shapes)
+        buffers = self.host_out.get(key)
         if buffers is None or int(buffers[0].shape[0]) < rows:
             capacity = max(rows, self.buckets[-1])
             buffers = [
                 self.torch.empty((capacity, *o.shape[1:]), dtype=o.dtype, pin_memory=self.pinned)
                 for o in like
             ]
-            self.host_out[shapes] = buffers
+            self.host_out[key] = buffers
         return [b[:rows] for b in buffers]
 
-    def launch(self, inputs: list[Any], rows: int, host: bool = True) -> list[Any]:
+    def launch(self, inputs: list[Any], rows: int, host: bool = True, slot: int = 0) -> list[Any]:
         """Start the work for ``inputs`` of ``rows`` rows (host or device tensors); return output
-        views that hold the answers once :meth:`wait` returns: reused host buffers (``host``; the
-        inputs must stay untouched until then) or new device tensors."""
+        views that hold the answers once :meth:`wait` returns: host buffers reused per ``slot``
+        (``host``; the inputs must stay untouched until then) or new device tensors. Launches of one
+        thread are ordered on its current stream, so a slot's next launch may follow before a wait."""
         shapes = self._shapes(inputs)
         start = 0
         outs: list[Any] | None = None
@@ -225,7 +229,7 @@ class GraphEngine:
             feeds = inputs if piece == rows else [t[start : start + piece] for t in inputs]
             results = self._step(piece, bucket, shapes, feeds)
             if outs is None:
-                outs = self._outputs(shapes, rows, results, host)
+                outs = self._outputs((slot, *shapes), rows, results, host)
             for dst, value in zip(outs, results, strict=True):
                 (dst if piece == rows else dst[start : start + piece]).copy_(value, non_blocking=True)
             start += piece
@@ -291,50 +295,19 @@ def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
     return program.module(), [getattr(v, "dtype", None) for v in vals]
 
 
-class HostStats:
-    """Where an instance's execute time goes (seconds summed since the last report), logged through
-    the stub's logger every ``interval`` seconds (0: never)."""
+def _helper() -> Any:
+    """``torch_pipeline.py`` beside this file (the build copies it into the version): the pipelined
+    execute, the host-time statistics and the log line."""
+    import importlib.util  # noqa: PLC0415 (only the stub's model needs it)
 
-    PHASES = ("gather", "launch", "respond", "wait")
-
-    def __init__(self, name: str, interval: float, buckets: list[int]) -> None:
-        self.name, self.interval, self.buckets = name, interval, buckets
-        self.reset(time.perf_counter())
-
-    def reset(self, now: float) -> None:
-        self.since = now
-        self.executes = self.requests = self.rows = self.padded = 0
-        self.seconds = dict.fromkeys(("total", *self.PHASES), 0.0)
-
-    def add(self, requests: int, rows: int, marks: list[float]) -> None:
-        self.executes += 1
-        self.requests += requests
-        self.rows += rows
-        self.padded += padded_rows(rows, self.buckets)
-        for phase, (a, b) in zip(self.PHASES, itertools.pairwise(marks), strict=False):
-            self.seconds[phase] += b - a
-        self.seconds["total"] += marks[-1] - marks[0]
-        if self.interval > 0 and marks[-1] - self.since >= self.interval:
-            self.report(marks[-1])
-
-    def line(self, now: float) -> str:
-        per = {k: round(1e6 * v / max(self.executes, 1), 1) for k, v in self.seconds.items()}
-        busy = self.seconds["total"] / max(now - self.since, 1e-9)
-        return "tritonkit torch_runner stats " + json.dumps({
-            "model": self.name, "pid": os.getpid(), "window_s": round(now - self.since, 3),
-            "executes": self.executes, "requests": self.requests, "rows": self.rows,
-            "padded_rows": self.padded, "busy_share": round(busy, 4), "us_per_execute": per,
-        }, sort_keys=True)  # fmt: skip
-
-    def report(self, now: float) -> None:
-        if self.executes:
-            _log(self.line(now))
-        self.reset(now)
-
-
-def _log(text: str) -> None:
-    logger = getattr(pb_utils, "Logger", None)  # the stub's logger (absent outside the stub: print)
-    logger.log_info(text) if logger is not None else print(text, flush=True)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_pipeline.py")
+    spec = importlib.util.spec_from_file_location(f"tritonkit_torch_pipeline_{os.getpid()}", path)
+    if spec is None or spec.loader is None or not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: the runner's helper is missing; rebuild the version")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 class TritonPythonModel:
@@ -405,31 +378,41 @@ class TritonPythonModel:
             max_graphs=int(_param(params, "max_graphs", "64")),
         )
         self.device = self.engine.device
-        self.staging: dict[int, tuple[Any, Any, Any, dict[int, Any]]] = {}
+        self.staging: dict[tuple[int, int], tuple[Any, Any, Any, dict[int, Any]]] = {}
         shapes = [tuple(int(d) for d in t["dims"]) for t in config.get("input", [])]
         fixed = all(d >= 0 for shape in shapes for d in shape)
         if self.max_batch_size > 0 and fixed and _param(params, "capture_at_load", "true") == "true":
             self.engine.warm(shapes, in_dtypes_config)
-        padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
-        self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), padded_to)
+        self.padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
+        self.helper = helper = _helper()
+        self.log = helper.log
+        pipelined = _param(params, "pipeline", "off")
+        if pipelined not in ("on", "off"):
+            raise ValueError(f"parameter `pipeline` must be on or off; got {pipelined!r}")
+        self.pipeline: Any = None
+        if pipelined == "on" and self.max_batch_size > 0:
+            self.pipeline = helper.Pipeline(self, int(_param(params, "pipeline_depth", "2")))
+        phases = helper.PIPELINE_PHASES if self.pipeline is not None else helper.SYNC_PHASES
+        self.stats = helper.HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
         self.profile_dir = _param(params, "profile_dir", "")
         self.profile_skip = int(_param(params, "profile_skip", "100"))
         self.profile_count = int(_param(params, "profile_executes", "200"))
         self.profiler: Any = None
         self.executes = 0
         done = time.perf_counter()
-        _log(
+        self.log(
             f"tritonkit torch_runner ready: {self.name} on {device} in {done - started:.2f} s (import "
             f"{imported - started:.2f}, program {loaded - imported:.2f}, graphs {done - loaded:.2f} for "
-            f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange)"
+            f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange, "
+            f"pipeline {'depth ' + str(self.pipeline.depth) if self.pipeline is not None else 'off'})"
         )
 
     # --- the fast path: host inputs of every request into one pinned buffer per input -------------
 
-    def _staged(self, position: int, rows: int, like: Any) -> tuple[Any, Any]:
-        """(torch view, numpy view or None) of ``rows`` rows of input ``position``'s staging buffer,
-        shaped like ``like`` (pinned on a GPU; grown when too small; views cached per row count)."""
-        held = self.staging.get(position)
+    def _staged(self, slot: int, position: int, rows: int, like: Any) -> tuple[Any, Any]:
+        """(torch view, numpy view or None) of ``rows`` rows of input ``position``'s staging buffer in
+        ``slot``, shaped like ``like`` (pinned on a GPU; grown when too small; views cached per row count)."""
+        held = self.staging.get((slot, position))
         if held is None or held[0] != (like.dtype, like.shape[1:]) or held[1].shape[0] < rows:
             torch = self.torch
             dtype = (
@@ -440,15 +423,15 @@ class TritonPythonModel:
                 (capacity, *like.shape[1:]), dtype=dtype, pin_memory=self.device.type == "cuda"
             )
             held = ((like.dtype, like.shape[1:]), buffer, buffer.numpy() if self.use_numpy else None, {})
-            self.staging[position] = held
+            self.staging[(slot, position)] = held
         views = held[3].get(rows)
         if views is None:
             views = held[3][rows] = (held[1][:rows], held[2][:rows] if held[2] is not None else None)
         return views
 
-    def _execute_fast(self, requests: list[Any], marks: list[float]) -> tuple[list[Any], int] | None:
-        """(responses, rows) for host-input requests, or None to take the general path (an input in
-        GPU memory or missing, shapes that differ between requests)."""
+    def gather(self, requests: list[Any], slot: int = 0) -> tuple[list[Any], list[int], int] | None:
+        """(staged inputs, rows per request, rows): every request's host inputs copied into ``slot``'s
+        staging buffers; None for the general path (an input in GPU memory or missing)."""
         get = pb_utils.get_input_tensor_by_name
         staged, sizes, rows = [], [0], 0
         for position, name in enumerate(self.inputs):
@@ -462,40 +445,61 @@ class TritonPythonModel:
             if position == 0:
                 sizes = [int(a.shape[0]) for a in arrays]
                 rows = sum(sizes)
-            view, np_view = self._staged(position, rows, arrays[0])
+            view, np_view = self._staged(slot, position, rows, arrays[0])
             if np_view is not None:
                 self.np.concatenate(arrays, axis=0, out=np_view)
             else:
                 self.torch.cat(arrays, dim=0, out=view)
             staged.append(view)
+        return staged, sizes, rows
+
+    def answers(self, outs: list[Any], sizes: list[int]) -> list[Any]:
+        """One response per request of ``sizes`` rows, each a view of the output buffers ``outs``
+        (valid once the work that fills them is done and until the buffers are reused)."""
+        arrays = [o.numpy() for o in outs] if self.use_numpy else outs
+        responses, start = [], 0
+        make = pb_utils.Tensor if self.use_numpy else None
+        for size in sizes:
+            end = start + size
+            if make is not None:
+                tensors = [make(n, a[start:end]) for n, a in zip(self.outputs, arrays, strict=True)]
+            else:
+                tensors = [
+                    pb_utils.Tensor.from_dlpack(n, self.dlpack.to_dlpack(a[start:end]))
+                    for n, a in zip(self.outputs, arrays, strict=True)
+                ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            start = end
+        return responses
+
+    def _execute_fast(self, requests: list[Any], marks: list[float]) -> tuple[list[Any], int] | None:
+        """(responses, rows) for host-input requests, or None to take the general path (an input in
+        GPU memory or missing, shapes that differ between requests)."""
+        gathered = self.gather(requests)
+        if gathered is None:
+            return None
+        staged, sizes, rows = gathered
         marks.append(time.perf_counter())
         outs = self.engine.launch(staged, rows)
         marks.append(time.perf_counter())
         try:  # answers are views of the output buffers: built while the GPU works, filled by wait()
-            arrays = [o.numpy() for o in outs] if self.use_numpy else outs
-            responses, start = [], 0
-            make = pb_utils.Tensor if self.use_numpy else None
-            for size in sizes:
-                end = start + size
-                if make is not None:
-                    tensors = [make(n, a[start:end]) for n, a in zip(self.outputs, arrays, strict=True)]
-                else:
-                    tensors = [
-                        pb_utils.Tensor.from_dlpack(n, self.dlpack.to_dlpack(a[start:end]))
-                        for n, a in zip(self.outputs, arrays, strict=True)
-                    ]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-                start = end
+            responses = self.answers(outs, sizes)
             marks.append(time.perf_counter())
         finally:
             self.engine.wait()
         marks.append(time.perf_counter())
         return responses, rows
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def padded(self, rows: int) -> int:
+        return padded_rows(rows, self.padded_to)
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         self.executes += 1
         if self.profile_dir:
-            self._profile_step()
+            self.helper.profile_step(self)
+        if self.pipeline is not None:  # None: the pipeline's worker sends every answer
+            handed: list[Any] | None = self.pipeline.execute(requests)
+            return handed
         marks = [time.perf_counter()]
         done = None
         if self.max_batch_size > 0:
@@ -504,31 +508,10 @@ class TritonPythonModel:
             except Exception:  # the general path answers each request, errors included
                 done = None
         if done is None:
-            return self._execute_general(requests)
+            return self.execute_general(requests)
         responses, rows = done
-        self.stats.add(len(requests), rows, marks)
+        self.stats.add(len(requests), rows, self.padded(rows), marks)
         return responses
-
-    def _profile_step(self) -> None:
-        """torch.profiler over executes [skip, skip + count): a trace and a table in ``profile_dir``."""
-        torch = self.torch
-        if self.executes == self.profile_skip + 1 and self.profiler is None:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if self.device.type == "cuda":
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self.profiler = torch.profiler.profile(activities=activities)
-            self.profiler.__enter__()
-        elif self.executes == self.profile_skip + self.profile_count + 1 and self.profiler is not None:
-            self.engine.wait()
-            self.profiler.__exit__(None, None, None)
-            os.makedirs(self.profile_dir, exist_ok=True)
-            stem = os.path.join(self.profile_dir, f"{self.name}-{os.getpid()}")
-            self.profiler.export_chrome_trace(stem + ".trace.json")
-            with open(stem + ".txt", "w", encoding="utf-8") as handle:
-                table = self.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
-                handle.write(f"{self.profile_count} executes\n{table}\n")
-            self.profiler = None
-            self.profile_dir = ""
 
     # --- the general path: any input memory, any shapes, one error per bad request ---------------
 
@@ -548,7 +531,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
-    def _error(exc: BaseException) -> Any:
+    def error_response(exc: BaseException) -> Any:
+        """The failure as a request's error response (one line)."""
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
@@ -570,14 +554,14 @@ class TritonPythonModel:
             pairs.append((index, self._respond([parts[position] for parts in source])))
         return pairs
 
-    def _execute_general(self, requests: list[Any]) -> list[Any]:
+    def execute_general(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[tuple[int, list[Any], bool]]] = {}
         for index, request in enumerate(requests):
             try:
                 feeds = [self._input(request, name) for name in self.inputs]
             except Exception as exc:  # every failure becomes that request's error response
-                responses[index] = self._error(exc)
+                responses[index] = self.error_response(exc)
                 continue
             key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
             groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
@@ -591,9 +575,11 @@ class TritonPythonModel:
                         for index, response in self._run_members([member]):
                             responses[index] = response
                     except Exception as inner:
-                        responses[member[0]] = self._error(inner)
+                        responses[member[0]] = self.error_response(inner)
         return responses
 
     def finalize(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.stats.report(time.perf_counter())
         del self.engine
