@@ -87,6 +87,22 @@ def test_serving_spec_parses_and_refuses_in_one_line() -> None:
         ServingSpec.from_mapping({"instances": {"count": 0}})
     with pytest.raises(SpecError, match="unknown key"):
         ServingSpec.from_mapping({"gpu": "h100"})
+    with pytest.raises(SpecError, match=re.escape("serving.pipeline must be true or false; got 'yes'")):
+        ServingSpec.from_mapping({"pipeline": "yes"})
+
+
+def test_the_pipeline_flag_reaches_the_torch_runner_only() -> None:
+    piped = ServingSpec.from_mapping({"engine": "torch", "pipeline": True})
+    assert piped.pipeline and ServingSpec.from_mapping(piped.to_mapping()) == piped
+    assert not ServingSpec().pipeline  # off until measured faster on the GPU
+    plan = plan_execution(piped, max_batch_size=8, gpus=[0])
+    assert plan.runner_parameters()["pipeline"] == "on"
+    assert plan.manifest_extra()["execution"]["pipeline"] is True
+    assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).runner_parameters()["pipeline"] == "off"
+    onnx = plan_execution(
+        ServingSpec(engine="onnxruntime"), max_batch_size=8, gpus=[0], engines=("onnxruntime",)
+    )
+    assert "pipeline" not in onnx.runner_parameters()
 
 
 def test_plan_defaults_to_the_gpu_when_one_is_visible() -> None:
@@ -167,7 +183,13 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
     version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
-    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
+    assert sorted(p.name for p in version.iterdir()) == [
+        "build.json",
+        "model.fx.pt",
+        "model.pt2",
+        "model.py",
+        "torch_pipeline.py",
+    ]
     execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
     assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")
 

@@ -36,25 +36,25 @@ SERVER_ARGS = (
 )
 
 
-def _engine(root: Path, part: str) -> Any:
+def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     spec = PARTS[part]
     tr = runner("torch_runner")
     config = load(root / spec.model / "config.pbtxt")
-    module, dtypes = tr.load_program(str(root / spec.model / "1" / "model.pt2"), "cuda:0")
-    return tr.GraphEngine(module, "cuda:0", dtypes, [torch.float32], buckets_of(config))
+    module, dtypes = tr.load_program(str(root / spec.model / "1" / "model.pt2"), device)
+    return tr.GraphEngine(module, device, dtypes, [torch.float32], buckets_of(config))
 
 
-def in_process(root: Path, part: str, seconds: float = 0.8) -> dict[str, float]:
+def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:0") -> dict[str, float]:
     """Samples/s of the part's served engine at each of its batches, inputs on the GPU (CUDA events
-    would time the same: every timed loop ends in a device sync)."""
+    would time the same: every timed loop ends in a device sync). ``device`` cpu: a dry run."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    engine = _engine(root, part)
+    engine = _engine(root, part, device)
     rates: dict[str, float] = {}
     for batch in PARTS[part].batches:
-        feeds = [t.cuda() for t in examples(part, batch).values()]
+        feeds = [t.to(device) for t in examples(part, batch).values()]
         for _ in range(5):
             engine.run(feeds)
         engine.wait()
@@ -66,7 +66,8 @@ def in_process(root: Path, part: str, seconds: float = 0.8) -> dict[str, float]:
             engine.wait()
         rates[str(batch)] = runs * batch / (time.perf_counter() - start)
     del engine
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return rates
 
 

@@ -21,7 +21,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.export import table, write_csv, write_json
 from tritonkit.tune.measure import Measurer, find_max, sweep
-from tritonkit.tune.space import buckets_of, padded_share
+from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         with Client(
             conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None
         ) as client:
-            buckets = buckets_of(from_proto(client.config(model)))
+            served_config = from_proto(client.config(model))
+            buckets = buckets_of(served_config)
+        if pipelined(served_config):
+            print(f"note: {PIPELINED_NOTE}", flush=True)
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
@@ -97,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if buckets:
         extra.update(buckets=buckets, padded_share=padding)
+    if pipelined(served_config):
+        extra["compute_infer_is"] = "hand-over to the pipelined runner, not the GPU work"
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None

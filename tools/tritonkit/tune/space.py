@@ -42,6 +42,7 @@ __all__ = [
     "buckets_of",
     "on_gpu",
     "padded_share",
+    "pipelined",
     "profile_batch_range",
 ]
 
@@ -60,6 +61,19 @@ BUCKETS_PARAMETER = "batch_buckets"
 def on_gpu(cfg: ModelConfig) -> bool:
     """True for a version whose (first) instance group runs on GPUs."""
     return bool(cfg.instance_groups) and cfg.instance_groups[0].kind == "KIND_GPU"
+
+
+#: What Triton's compute-infer statistic measures for a pipelined torch-runner version.
+PIPELINED_NOTE = (
+    "pipelined runner (parameter pipeline=on): Triton's compute infer is the hand-over of each batch "
+    "to the runner's worker (staging the inputs, waiting for a free slot), not the GPU work; the answers "
+    "are sent after it, so latency and throughput are the figures to read"
+)
+
+
+def pipelined(cfg: ModelConfig) -> bool:
+    """True for a torch-runner version with the pipelined execute on (its ``pipeline`` parameter)."""
+    return cfg.backend == "python" and str(cfg.parameters.get("pipeline", "off")) == "on"
 
 
 def _bucketed(cfg: ModelConfig) -> bool:

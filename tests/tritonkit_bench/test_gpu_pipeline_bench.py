@@ -1,0 +1,70 @@
+"""The pipeline A/B benchmark up to the GPU: its arguments, the table rendered from figures (the
+hand-over marked for pipelined variants), and a dry run of the whole path on the CPU (build, engine
+in-process, the same version served with the runner's pipeline off and on) against the real server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from tritonkit_bench import gpu_pipeline
+from tritonkit_bench.gpu_models import PARTS
+
+
+def test_variants_and_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_pipeline.parse_variants("off:2,on:4:3") == [(False, 2, 2), (True, 4, 3)]
+    args = gpu_pipeline.parse_args([])
+    assert args.part == "bert" and args.levels == [1, 64, 256] and args.seconds == 3.0
+    assert args.variants == [(False, 2, 2), (True, 2, 2), (False, 4, 2), (True, 4, 2)]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"pipeline:instances\[:depth\]\); got 'maybe:2'"):
+        gpu_pipeline.parse_variants("maybe:2")
+    with pytest.raises(SystemExit) as exited:
+        gpu_pipeline.parse_args(["--levels", "1,x"])
+    assert exited.value.code == 2
+    assert "expected comma-separated integers >= 1; got '1,x'" in capsys.readouterr().err
+
+
+def test_render_marks_the_hand_over_of_pipelined_variants() -> None:
+    row = {"in_flight": 64, "samples_per_s": 12000.0, "p50_ms": 5.0, "p99_ms": 9.0, "avg_batch": 40.0,
+           "padded_share": 0.02, "queue_us": 900.0, "compute_input_us": 300.0, "compute_infer_us": 150.0,
+           "compute_output_us": 10.0, "gpu_util": 90.0, "server_cpu_share": 0.2, "errors": 0}  # fmt: skip
+    data = {
+        "model": "bert_fp16", "seconds": 3.0, "in_process": {"64": 15000.0, "96": 16000.0},
+        "variants": [
+            {"label": "pipeline off, 2 instances", "pipeline": False, "instances": 2, "depth": 2, "rows": [row]},
+            {"label": "pipeline on, depth 2, 2 instances", "pipeline": True, "instances": 2, "depth": 2, "rows": [row]},
+            {"label": "pipeline on, depth 2, 4 instances", "pipeline": True, "instances": 4, "depth": 2, "error": "ModelLoadError: x"},
+        ],
+    }  # fmt: skip
+    text = gpu_pipeline.render(data)
+    assert "In-process peak 16,000 samples/s (batch 96)" in text
+    assert "| pipeline off, 2 instances | 64 | 12,000 | 0.75 |" in text and "300 / 150 / 10 |" in text
+    assert "300 / 150† / 10 |" in text  # the pipelined row's compute infer is the hand-over
+    assert "failed: ModelLoadError: x" in text
+    assert "pipeline on, depth 2, 2 instances: 12,000 at c64 (0.75 of in-process)" in text
+
+
+def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> None:
+    out, raw = tmp_path / "ab.md", tmp_path / "ab.json"
+    try:
+        rc = gpu_pipeline.main([
+            "--dry-run", "--variants", "off:1,on:1:3", "--levels", "2", "--seconds", "0.3",
+            "--work", str(tmp_path / "work"), "--out", str(out), "--raw", str(raw),
+        ])  # fmt: skip
+    finally:
+        PARTS.pop(gpu_pipeline.DRY, None)
+    assert rc == 0
+    data = json.loads(raw.read_text())
+    assert [(v["pipeline"], v["instances"], v["depth"]) for v in data["variants"]] == [
+        (False, 1, 2),
+        (True, 1, 3),
+    ]
+    for variant in data["variants"]:
+        (level,) = variant["rows"]
+        assert level["errors"] == 0 and level["samples_per_s"] > 0
+    logs = {p.name: p.read_text() for p in (tmp_path / "work").glob("server-*.log")}
+    assert "pipeline depth 3" in logs["server-on-1-3.log"] and "pipeline off" in logs["server-off-1-2.log"]
+    assert "(dry run, CPU)" in out.read_text()

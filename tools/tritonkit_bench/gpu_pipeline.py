@@ -1,0 +1,245 @@
+"""Pipelined against synchronous torch runner, one device call (``python -m tritonkit_bench.gpu_pipeline``).
+
+Builds one part of the GPU benchmark (default ``bert``: BERT-base, sequence 128, FP16, as
+:mod:`tritonkit_bench.gpu_models` writes it), times its engine in-process (the peak), then serves the
+same version directory once per variant, only its config changed between servers: the runner's
+``pipeline`` parameter (off / on, with ``pipeline_depth``) and the instances per GPU. Each variant is
+measured at the same levels of requests of one row in flight with the benchmark's raw gRPC load (8
+client processes), Triton's statistics beside it (:func:`tritonkit_bench.gpu_measure.sweep`). Writes a
+small markdown table (``--out``) and the figures as JSON (``--raw``) after every variant.
+
+Triton's compute-infer statistic of a pipelined variant is the hand-over of each batch to the runner's
+worker, not the GPU work: the table marks it. ``--dry-run`` runs the whole path on the CPU with a tiny
+model (no GPU, seconds), so a typo cannot cost a device call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tritonkit.config import load, save
+from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.torch_program import write_torch_version
+from tritonkit_bench.gpu_load import Payload
+from tritonkit_bench.gpu_measure import in_process, sweep
+from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
+from tritonkit_bench.gpu_render import peak
+
+__all__ = ["main", "parse_args", "parse_variants", "render"]
+
+DEFAULT_VARIANTS = "off:2,on:2,off:4,on:4"
+DRY = "pipeline_dry"
+
+
+def log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def parse_variants(text: str) -> list[tuple[bool, int, int]]:
+    """``off:2,on:4,on:4:3`` -> (pipeline, instances, depth) each; depth defaults to 2."""
+    out = []
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        fields = item.split(":")
+        ok = (
+            len(fields) in (2, 3)
+            and fields[0] in ("on", "off")
+            and all(f.isdigit() and int(f) >= 1 for f in fields[1:])
+        )
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"expected variants like off:2,on:2,on:4:3 (pipeline:instances[:depth]); got {item!r}"
+            )
+        out.append((fields[0] == "on", int(fields[1]), int(fields[2]) if len(fields) == 3 else 2))
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected at least one variant; got {text!r}")
+    return out
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1; got {text!r}")
+    return levels
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tritonkit_bench.gpu_pipeline", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--part", choices=sorted(PARTS), default="bert")
+    parser.add_argument("--variants", type=parse_variants, default=parse_variants(DEFAULT_VARIANTS),
+                        help=f"pipeline:instances[:depth], in order (default {DEFAULT_VARIANTS})")  # fmt: skip
+    parser.add_argument(
+        "--levels", type=_levels, default=[1, 64, 256], help="requests in flight (default 1,64,256)"
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per level (default 3)")
+    parser.add_argument("--out", default="pipeline-ab.md")
+    parser.add_argument("--raw", default=None, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--work", default="/tmp/tritonkit-pipeline-ab", help="folder for the version and logs"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="the whole path on the CPU with a tiny model")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be > 0; got {args.seconds}")
+    return args
+
+
+def _tiny_module() -> Any:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 4)
+
+        def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (input names)
+            out: torch.Tensor = self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
+            return out
+
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def _tiny_inputs(batch: int, seed: int, held_out: bool) -> dict[str, Any]:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    g = torch.Generator().manual_seed(seed)
+    return {"X": torch.randn(batch, 8, generator=g), "MASK": torch.ones(batch, 3, dtype=torch.int64)}
+
+
+def _dry_part(repo: Path) -> str:
+    """A tiny FP32 torch-runner version on the CPU under the dry-run part's name."""
+    payload = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
+    PARTS[DRY] = Part(
+        DRY, "a linear layer (dry run)", payload, 16, (1, 4, 16), (1, 4), 50.0, _tiny_module, _tiny_inputs
+    )
+    plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=16, gpus=[])
+    write_torch_version(
+        repo, PARTS[DRY].model, _tiny_module(), examples(DRY, 2), ["Y"], plan, max_batch_size=16
+    )
+    return DRY
+
+
+def configure(repo: Path, model: str, pipeline: bool, instances: int, depth: int) -> None:
+    """Set the variant in the model's config: the runner's pipeline parameters and the instances."""
+    path = repo / model / "config.pbtxt"
+    config = load(path)
+    config.instance_groups[0].count = instances
+    config.parameters.update(
+        pipeline="on" if pipeline else "off", pipeline_depth=str(depth), stats_interval_s="5"
+    )
+    save(config, path)
+
+
+def _label(pipeline: bool, instances: int, depth: int) -> str:
+    return f"pipeline {'on, depth ' + str(depth) if pipeline else 'off'}, {instances} instances"
+
+
+def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
+    work = Path(args.work)
+    repo = work / "repo"
+    work.mkdir(parents=True, exist_ok=True)
+    part = _dry_part(repo) if args.dry_run else args.part
+    if not args.dry_run:
+        build_part(repo, part, log)
+    device = "cpu" if args.dry_run else "cuda:0"
+    data: dict[str, Any] = {"part": args.part if not args.dry_run else DRY, "model": PARTS[part].model,
+                            "dry_run": args.dry_run, "levels": args.levels, "seconds": args.seconds, "variants": []}  # fmt: skip
+    data["in_process"] = in_process(repo, part, device=device)
+    log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
+    save_figures(data)
+    for pipeline, instances, depth in args.variants:
+        label = _label(pipeline, instances, depth)
+        configure(repo, PARTS[part].model, pipeline, instances, depth)
+        log(f"serving: {label}")
+        variant: dict[str, Any] = {
+            "label": label,
+            "pipeline": pipeline,
+            "instances": instances,
+            "depth": depth,
+        }
+        try:
+            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}.log"
+            variant["rows"] = sweep(repo, part, args.levels, args.seconds, log, log_file=work / name)
+        except Exception as exc:  # the other variants still run; the table says why this one is empty
+            variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            log(f"{label} failed: {variant['error']}")
+        data["variants"].append(variant)
+        save_figures(data)
+    return data
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The A/B table: per variant and level the served rate against the in-process peak, latency,
+    batches and Triton's split (compute infer marked where it is the hand-over), then the peaks."""
+    batch, top = peak(data["in_process"]) if data.get("in_process") else (0, 0.0)
+    lines = [
+        f"# Pipelined vs synchronous torch runner: `{data['model']}`"
+        + (" (dry run, CPU)" if data.get("dry_run") else ""),
+        "",
+        f"In-process peak {top:,.0f} samples/s (batch {batch}). Requests of one row, {data['seconds']:g} s "
+        "per level, 8 client processes (gRPC). † pipelined: Triton's compute infer is the hand-over of a "
+        "batch to the runner's worker, not the GPU work.",
+        "",
+        "| variant | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "
+        "| input / infer / output µs per execution | GPU util % | server CPU % | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    peaks: list[str] = []
+    for v in data.get("variants", []):
+        if v.get("error"):
+            lines.append(f"| {v['label']} | – | failed: {v['error']} | | | | | | | | | | |")
+            continue
+        mark = "†" if v["pipeline"] else ""
+        for r in v["rows"]:
+            split = f"{r['compute_input_us']:,.0f} / {r['compute_infer_us']:,.0f}{mark} / {r['compute_output_us']:,.0f}"
+            lines.append(
+                f"| {v['label']} | {r['in_flight']} | {r['samples_per_s']:,.0f} | "
+                f"{r['samples_per_s'] / top if top else 0:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"{r['avg_batch']:.1f} | {100 * (r['padded_share'] or 0):.1f} % | {r['queue_us']:,.0f} | {split} | "
+                f"{_f(r['gpu_util'])} | {100 * r['server_cpu_share']:.1f} | {r['errors']} |"
+            )
+        best = max(v["rows"], key=lambda r: r["samples_per_s"], default=None)
+        if best is not None:
+            peaks.append(f"{v['label']}: {best['samples_per_s']:,.0f} at c{best['in_flight']}"
+                         f" ({best['samples_per_s'] / top if top else 0:.2f} of in-process)")  # fmt: skip
+    return "\n".join([*lines, "", "Peak served per variant: " + "; ".join(peaks) + ".", ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.dry_run:
+        import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+        if not torch.cuda.is_available():
+            print("tritonkit_bench.gpu_pipeline: expected a CUDA GPU; torch sees none (--dry-run runs on the CPU)", file=sys.stderr)  # fmt: skip
+            return 2
+
+    def save_figures(data: dict[str, Any]) -> None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(render(data), encoding="utf-8")
+        if args.raw:
+            Path(args.raw).write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+
+    data = measure(args, save_figures)
+    save_figures(data)
+    log("done")
+    print(render(data))
+    return 0 if all(not v.get("error") for v in data["variants"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
