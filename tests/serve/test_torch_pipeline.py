@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import re
 import threading
 import time
@@ -261,3 +262,22 @@ def test_many_requests_in_flight_for_seconds_lose_none(tmp_path: Path) -> None:
     assert int(stats["inference_stats"]["success"]["count"]) == sent
     assert int(stats["execution_count"]) < sent  # batches formed
     assert "could not be sent" not in log.read_text()
+
+
+def test_profile_says_compute_infer_is_the_hand_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tritonkit.cli import main  # noqa: PLC0415 (only here)
+    from tritonkit.tune.space import PIPELINED_NOTE  # noqa: PLC0415 (only here)
+
+    root = tmp_path / "repo"
+    _write(root, "m", _module(), pipeline=True)
+    with EmbeddedServer(root) as server:
+        code = main(
+            ["profile", "--model", "m", "--url", server.http_url, f"--admin-key={server.admin_key}",
+             "--concurrency", "2", "--window-s", "0.25", "--stability-pct", "60", "--max-windows", "3",
+             "--json", str(tmp_path / "p.json")]
+        )  # fmt: skip
+    assert code == 0
+    assert f"note: {PIPELINED_NOTE}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "p.json").read_text())["compute_infer_is"].startswith("hand-over")

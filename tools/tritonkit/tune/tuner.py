@@ -32,7 +32,15 @@ from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
-from tritonkit.tune.space import DEFAULT_DELAYS_US, apply_point, axes_for, base_point, describe
+from tritonkit.tune.space import (
+    DEFAULT_DELAYS_US,
+    PIPELINED_NOTE,
+    apply_point,
+    axes_for,
+    base_point,
+    describe,
+    pipelined,
+)
 from tritonkit.tune.spec_file import find_spec, write_spec
 from tritonkit.tune.trial import measure_config, progress_line, start_level
 from tritonkit.tune.trial_log import LOG, append, load_baselines, load_finals, load_trials
@@ -341,6 +349,8 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
         finally:
             api.close()
     summary = _summary(options, run, result, winner, baseline, final_list, verdict, provenance, written)
+    if pipelined(base):  # the report's server split must not pass the hand-over off as GPU work
+        summary["compute_infer_is"] = PIPELINED_NOTE
     write_report(report, summary, plots=options.plots)
     return TuneResult(
         winner, baseline, summary["trials"], result.evaluations, summary["measurements"], written.diff,
