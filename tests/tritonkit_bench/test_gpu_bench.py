@@ -213,6 +213,9 @@ def test_render_summary_parts_and_anchors() -> None:
     assert "| bert | 15,400 (batch 128) | 13,500 (tuned, c128, p99 18.0 ms) | 0.88 (yes) |" in text
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
+    assert "input / infer / output µs per execution" in text and "hand-over" not in text
+    data["parts"]["bert"]["pipeline"] = True  # a pipelined version's compute infer is named for what it is
+    assert "input / infer (hand-over: pipelined runner) / output µs" in gpu_render.render(data)
     assert "90 s putting configs into service" in text and "(0.971)" in text
     assert "| nan" not in text
 

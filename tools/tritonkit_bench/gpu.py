@@ -30,7 +30,7 @@ from typing import Any
 from tritonkit.config import load
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import MALLOC_TUNING_ENV
-from tritonkit.tune.space import buckets_of
+from tritonkit.tune.space import buckets_of, pipelined
 from tritonkit_bench import gpu_tune
 from tritonkit_bench.gpu_measure import accuracy, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
@@ -140,6 +140,7 @@ def measure_part(
     part: dict[str, Any] = {
         "about": spec.about, "model": spec.model, "max_batch": spec.max_batch, "buckets": buckets_of(config),
         "instances": config.instance_groups[0].count, "delay_us": dynamic.max_queue_delay_microseconds if dynamic else None,
+        "pipeline": pipelined(config),
     }  # fmt: skip
     part["accuracy"] = accuracy(repo, name)
     part["in_process"] = in_process(repo, name)

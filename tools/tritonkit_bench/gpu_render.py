@@ -115,10 +115,12 @@ def _beats(winner: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
     return f"{_figure(winner) / max(base['throughput'], 1e-9):.2f}x"
 
 
-def _served_table(rows: list[dict[str, Any]], rate: float) -> list[str]:
+def _served_table(rows: list[dict[str, Any]], rate: float, pipelined: bool = False) -> list[str]:
+    """One row per level; ``pipelined``: compute infer is the hand-over to the runner's worker (marked)."""
+    infer = "infer (hand-over: pipelined runner)" if pipelined else "infer"
     lines = [
         "| in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded rows | queue µs/req | "
-        "input / infer / output µs per execution | GPU util % | client CPU % | server CPU % | errors |",
+        f"input / {infer} / output µs per execution | GPU util % | client CPU % | server CPU % | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -191,7 +193,7 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         f"Served as built (requests of one row; / peak in-process = / {rate:,.0f} at batch {batch}):",
         "",
     ]
-    lines += [*_served_table(part.get("served", []), rate), ""]
+    lines += [*_served_table(part.get("served", []), rate, bool(part.get("pipeline"))), ""]
     for row in part.get("malloc_off", []):
         lines += [f"Same version at c{row['in_flight']} without tritonkit's malloc settings (`TRITONKIT_MALLOC_TUNING=0`): "
                   f"{row['samples_per_s']:,.0f} samples/s, compute infer {row['compute_infer_us']:,.0f} µs per execution.", ""]  # fmt: skip
@@ -201,7 +203,7 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         tc = part.get("tuned_config", {})
         lines += [f"Served with the tuned config ({tc.get('instances')} instances per GPU, max batch {tc.get('max_batch')}, "
                   f"{tc.get('delay_us')} µs delay, buckets {tc.get('buckets')}):", ""]  # fmt: skip
-        lines += [*_served_table(part["tuned_served"], rate), ""]
+        lines += [*_served_table(part["tuned_served"], rate, bool(part.get("pipeline"))), ""]
     return lines
 
 
