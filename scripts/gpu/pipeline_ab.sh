@@ -5,7 +5,8 @@
 # the runner's `pipeline` parameter off and on at 2 and 4 instances, requests of one row at 1, 64 and
 # 256 in flight (gRPC, 8 client processes). Usage: scripts/gpu/pipeline_ab.sh [python -m
 # tritonkit_bench.gpu_pipeline args]
-#   --variants off:2,on:2,off:4,on:4   pipeline:instances[:depth], in order (the default)
+#   --variants off:2,on:2,off:4,on:4,on:2:2:4   pipeline:instances[:depth[:senders]], in order
+#                                      (the default; the last: 4 threads sending the answers)
 #   --levels 1,64,256 --seconds 3       load levels and measured seconds per level (the defaults)
 #   --part bert|minilm|resnet           the model (default bert)
 #   --dry-run --levels 1,4 --seconds 0.5   the whole path on the CPU with a tiny model (no GPU)

@@ -225,7 +225,7 @@ def test_unloading_with_requests_in_flight_answers_every_request(tmp_path: Path)
 def test_many_requests_in_flight_for_seconds_lose_none(tmp_path: Path) -> None:
     module = _module()
     root = tmp_path / "repo"
-    _write(root, "m", module, pipeline=True, delay_us=100)
+    _write(root, "m", module, pipeline=True, delay_us=100, pipeline_senders="4")  # answers sent in parallel
     users = 64
     requests = [_rows(1, seed) for seed in range(users)]
     wants = [_want(module, ids, x) for ids, x in requests]

@@ -15,11 +15,23 @@ from tritonkit_bench.gpu_models import PARTS
 
 
 def test_variants_and_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_pipeline.parse_variants("off:2,on:4:3") == [(False, 2, 2), (True, 4, 3)]
+    assert gpu_pipeline.parse_variants("off:2,on:4:3,on:2:2:4") == [
+        (False, 2, 2, 1),
+        (True, 4, 3, 1),
+        (True, 2, 2, 4),
+    ]
     args = gpu_pipeline.parse_args([])
     assert args.part == "bert" and args.levels == [1, 64, 256] and args.seconds == 3.0
-    assert args.variants == [(False, 2, 2), (True, 2, 2), (False, 4, 2), (True, 4, 2)]
-    with pytest.raises(argparse.ArgumentTypeError, match=r"pipeline:instances\[:depth\]\); got 'maybe:2'"):
+    assert args.variants == [
+        (False, 2, 2, 1),
+        (True, 2, 2, 1),
+        (False, 4, 2, 1),
+        (True, 4, 2, 1),
+        (True, 2, 2, 4),
+    ]
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r"pipeline:instances\[:depth\[:senders\]\]\); got 'maybe:2'"
+    ):
         gpu_pipeline.parse_variants("maybe:2")
     with pytest.raises(SystemExit) as exited:
         gpu_pipeline.parse_args(["--levels", "1,x"])
@@ -51,20 +63,21 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
     out, raw = tmp_path / "ab.md", tmp_path / "ab.json"
     try:
         rc = gpu_pipeline.main([
-            "--dry-run", "--variants", "off:1,on:1:3", "--levels", "2", "--seconds", "0.3",
+            "--dry-run", "--variants", "off:1,on:1:3:2", "--levels", "2", "--seconds", "0.3",
             "--work", str(tmp_path / "work"), "--out", str(out), "--raw", str(raw),
         ])  # fmt: skip
     finally:
         PARTS.pop(gpu_pipeline.DRY, None)
     assert rc == 0
     data = json.loads(raw.read_text())
-    assert [(v["pipeline"], v["instances"], v["depth"]) for v in data["variants"]] == [
-        (False, 1, 2),
-        (True, 1, 3),
+    assert [(v["pipeline"], v["instances"], v["depth"], v["senders"]) for v in data["variants"]] == [
+        (False, 1, 2, 1),
+        (True, 1, 3, 2),
     ]
     for variant in data["variants"]:
         (level,) = variant["rows"]
         assert level["errors"] == 0 and level["samples_per_s"] > 0
     logs = {p.name: p.read_text() for p in (tmp_path / "work").glob("server-*.log")}
-    assert "pipeline depth 3" in logs["server-on-1-3.log"] and "pipeline off" in logs["server-off-1-2.log"]
+    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2.log"]
+    assert "pipeline off" in logs["server-off-1-2-1.log"]
     assert "(dry run, CPU)" in out.read_text()

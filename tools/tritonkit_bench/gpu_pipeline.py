@@ -32,7 +32,7 @@ from tritonkit_bench.gpu_render import peak
 
 __all__ = ["main", "parse_args", "parse_variants", "render"]
 
-DEFAULT_VARIANTS = "off:2,on:2,off:4,on:4"
+DEFAULT_VARIANTS = "off:2,on:2,off:4,on:4,on:2:2:4"
 DRY = "pipeline_dry"
 
 
@@ -40,21 +40,24 @@ def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def parse_variants(text: str) -> list[tuple[bool, int, int]]:
-    """``off:2,on:4,on:4:3`` -> (pipeline, instances, depth) each; depth defaults to 2."""
+def parse_variants(text: str) -> list[tuple[bool, int, int, int]]:
+    """``off:2,on:4,on:4:3:4`` -> (pipeline, instances, depth, senders) each; depth defaults to 2,
+    senders (threads sending the answers) to 1."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
         fields = item.split(":")
         ok = (
-            len(fields) in (2, 3)
+            len(fields) in (2, 3, 4)
             and fields[0] in ("on", "off")
             and all(f.isdigit() and int(f) >= 1 for f in fields[1:])
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                f"expected variants like off:2,on:2,on:4:3 (pipeline:instances[:depth]); got {item!r}"
+                f"expected variants like off:2,on:2,on:4:3:4 (pipeline:instances[:depth[:senders]]); got {item!r}"
             )
-        out.append((fields[0] == "on", int(fields[1]), int(fields[2]) if len(fields) == 3 else 2))
+        depth = int(fields[2]) if len(fields) > 2 else 2
+        senders = int(fields[3]) if len(fields) > 3 else 1
+        out.append((fields[0] == "on", int(fields[1]), depth, senders))
     if not out:
         raise argparse.ArgumentTypeError(f"expected at least one variant; got {text!r}")
     return out
@@ -76,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--part", choices=sorted(PARTS), default="bert")
     parser.add_argument("--variants", type=parse_variants, default=parse_variants(DEFAULT_VARIANTS),
-                        help=f"pipeline:instances[:depth], in order (default {DEFAULT_VARIANTS})")  # fmt: skip
+                        help=f"pipeline:instances[:depth[:senders]], in order (default {DEFAULT_VARIANTS})")  # fmt: skip
     parser.add_argument(
         "--levels", type=_levels, default=[1, 64, 256], help="requests in flight (default 1,64,256)"
     )
@@ -129,19 +132,23 @@ def _dry_part(repo: Path) -> str:
     return DRY
 
 
-def configure(repo: Path, model: str, pipeline: bool, instances: int, depth: int) -> None:
+def configure(repo: Path, model: str, pipeline: bool, instances: int, depth: int, senders: int) -> None:
     """Set the variant in the model's config: the runner's pipeline parameters and the instances."""
     path = repo / model / "config.pbtxt"
     config = load(path)
     config.instance_groups[0].count = instances
     config.parameters.update(
-        pipeline="on" if pipeline else "off", pipeline_depth=str(depth), stats_interval_s="5"
+        pipeline="on" if pipeline else "off",
+        pipeline_depth=str(depth),
+        pipeline_senders=str(senders),
+        stats_interval_s="5",
     )
     save(config, path)
 
 
-def _label(pipeline: bool, instances: int, depth: int) -> str:
-    return f"pipeline {'on, depth ' + str(depth) if pipeline else 'off'}, {instances} instances"
+def _label(pipeline: bool, instances: int, depth: int, senders: int) -> str:
+    on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
+    return f"pipeline {on if pipeline else 'off'}, {instances} instances"
 
 
 def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
@@ -157,18 +164,19 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
-    for pipeline, instances, depth in args.variants:
-        label = _label(pipeline, instances, depth)
-        configure(repo, PARTS[part].model, pipeline, instances, depth)
+    for pipeline, instances, depth, senders in args.variants:
+        label = _label(pipeline, instances, depth, senders)
+        configure(repo, PARTS[part].model, pipeline, instances, depth, senders)
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
             "pipeline": pipeline,
             "instances": instances,
             "depth": depth,
+            "senders": senders,
         }
         try:
-            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}.log"
+            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}-{senders}.log"
             variant["rows"] = sweep(repo, part, args.levels, args.seconds, log, log_file=work / name)
         except Exception as exc:  # the other variants still run; the table says why this one is empty
             variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"

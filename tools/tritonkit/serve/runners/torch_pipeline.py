@@ -9,8 +9,9 @@ Pipelined mode (config parameter ``pipeline: on``): ``execute`` copies the batch
 ``pipeline_depth`` staging slots, keeps each request's response sender and returns None (the python
 backend's default mode with a response sender, since 24.06): the model instance is free for Triton's
 next batch at once. One worker thread per instance then copies up, replays the graph, copies down and
-sends each request's response with the FINAL flag. While it builds and sends one batch's answers (a
-round trip to the server per request, with the GIL released) the GPU already runs the next batch:
+sends each request's response with the FINAL flag (``pipeline_senders`` threads, default 1, overlap
+those sends). While it builds and sends one batch's answers (a round trip to the server per request,
+with the GIL released) the GPU already runs the next batch:
 launches are ordered on the worker's stream, each slot has its own host buffers. A full set of slots
 blocks ``execute``, so Triton's queue, not the runner, holds the backlog.
 
@@ -29,6 +30,7 @@ import os
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,10 +135,15 @@ class Pipeline:
     """The worker of one model instance. ``runner`` is the runner's ``TritonPythonModel`` (its
     ``gather``, ``answers``, ``engine``, ``stats``, ``padded``, ``error_response`` and general path)."""
 
-    def __init__(self, runner: Any, depth: int) -> None:
-        if depth < 1:
-            raise ValueError(f"parameter `pipeline_depth` must be an integer >= 1; got {depth}")
+    def __init__(self, runner: Any, depth: int, senders: int = 1) -> None:
+        for key, value in (("pipeline_depth", depth), ("pipeline_senders", senders)):
+            if value < 1:
+                raise ValueError(f"parameter `{key}` must be an integer >= 1; got {value}")
         self.runner, self.depth = runner, depth
+        # Each send is a round trip to the server (the GIL released meanwhile): several threads
+        # overlap them; one keeps the answers' order.
+        self.senders = ThreadPoolExecutor(senders, "tritonkit-send") if senders > 1 else None
+        self.sending = senders
         self.free: queue.Queue[int] = queue.Queue()
         for slot in range(depth):
             self.free.put(slot)
@@ -146,6 +153,9 @@ class Pipeline:
             target=self._work, name=f"tritonkit-pipeline-{runner.name}", daemon=True
         )
         self.thread.start()
+
+    def describe(self) -> str:
+        return f"depth {self.depth}, senders {self.sending}"
 
     # --- execute's side ------------------------------------------------------------------------
 
@@ -185,6 +195,8 @@ class Pipeline:
         self.closed = True
         self.jobs.put(_STOP)
         self.thread.join(timeout)
+        if self.senders is not None:
+            self.senders.shutdown(wait=True)
         while True:  # only if the worker died or hung: whatever is left still gets an answer
             try:
                 job = self.jobs.get_nowait()
@@ -237,8 +249,12 @@ class Pipeline:
                 job.marks.append(time.perf_counter())
                 if job.error is None:
                     responses = self.runner.answers(job.outs, job.sizes)
-                    for sender, response in zip(job.senders, responses, strict=True):
-                        self._send(sender, response)
+                    pairs = list(zip(job.senders, responses, strict=True))
+                    if self.senders is None:
+                        for sender, response in pairs:
+                            self._send(sender, response)
+                    else:
+                        list(self.senders.map(lambda pair: self._send(*pair), pairs))
                 else:
                     self._one_by_one(job)
             except Exception as exc:  # a bug here must not lose requests

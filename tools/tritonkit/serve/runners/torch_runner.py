@@ -30,7 +30,8 @@ for ``tritonkit check`` and not needed here):
                      ``profile_skip`` + ``profile_executes`` (200) written there (diagnosis)
   ``pipeline``       ``off`` (default) or ``on``: execute hands each batch to a worker thread that
                      sends the answers while the next batch is staged (``torch_pipeline.py``, copied
-                     beside this file); ``pipeline_depth`` batches held at most (default 2)
+                     beside this file); ``pipeline_depth`` batches held at most (default 2),
+                     ``pipeline_senders`` threads sending answers (default 1)
 """
 
 from __future__ import annotations
@@ -391,7 +392,10 @@ class TritonPythonModel:
             raise ValueError(f"parameter `pipeline` must be on or off; got {pipelined!r}")
         self.pipeline: Any = None
         if pipelined == "on" and self.max_batch_size > 0:
-            self.pipeline = helper.Pipeline(self, int(_param(params, "pipeline_depth", "2")))
+            depth, senders = (
+                int(_param(params, k, d)) for k, d in (("pipeline_depth", "2"), ("pipeline_senders", "1"))
+            )
+            self.pipeline = helper.Pipeline(self, depth, senders)
         phases = helper.PIPELINE_PHASES if self.pipeline is not None else helper.SYNC_PHASES
         self.stats = helper.HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
         self.profile_dir = _param(params, "profile_dir", "")
@@ -404,7 +408,7 @@ class TritonPythonModel:
             f"tritonkit torch_runner ready: {self.name} on {device} in {done - started:.2f} s (import "
             f"{imported - started:.2f}, program {loaded - imported:.2f}, graphs {done - loaded:.2f} for "
             f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange, "
-            f"pipeline {'depth ' + str(self.pipeline.depth) if self.pipeline is not None else 'off'})"
+            f"pipeline {self.pipeline.describe() if self.pipeline is not None else 'off'})"
         )
 
     # --- the fast path: host inputs of every request into one pinned buffer per input -------------
