@@ -40,7 +40,7 @@ from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import GPU_REQUESTS, runner_path
 
 __all__ = [
     "FAST_FILE",
@@ -247,6 +247,7 @@ def torch_version(
         PROGRAM_FILE: program,
         FAST_FILE: program.with_name(FAST_FILE),
         "model.py": runner_path(TORCH_RUNNER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
     }
 
 
@@ -279,7 +280,11 @@ def onnx_gpu_version(
         extra_parameters={"onnx_file": "model.onnx"},
         **batching,
     )
-    return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+    return config, {
+        "model.onnx": source,
+        "model.py": runner_path(ONNX_CUDA_RUNNER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
+    }
 
 
 def _module_check(
