@@ -64,6 +64,14 @@ def _answer(status: int, message: str, *, close: bool, retry: bool = False) -> b
     return head.encode() + body
 
 
+def _malformed(error: str, limit: int) -> RefusedError:
+    """The answer to a request llhttp could not parse (``error``: its reason)."""
+    if "Content-Length overflow" in error:  # more digits than 64 bits hold
+        return RefusedError(413, f"the declared body is over the limit of {limit} bytes")
+    status = 505 if "HTTP version" in error or "PRI" in error else 400  # PRI: HTTP/2's preface
+    return RefusedError(status, f"malformed HTTP/1.1 request: {error}")
+
+
 def _unchecked(exc: BaseException) -> str:
     return f"the request could not be checked ({type(exc).__name__}: {str(exc)[:80]})"
 
@@ -138,6 +146,7 @@ class Connection(asyncio.Protocol):
         self.route: Route | None = None
         self.model: str | None = None
         self.target = b""
+        self.line_tail = b""  # the last bytes of a head still arriving
 
     # --- transport events ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -177,18 +186,32 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._upgrade()
         except httptools.HttpParserError as exc:
-            status = 505 if "HTTP version" in str(exc) or "PRI" in str(exc) else 400  # HTTP/2's preface
-            self._refuse(RefusedError(status, f"malformed HTTP/1.1 request: {exc}"))
+            self._refuse(_malformed(str(exc), self.guard.max_body_bytes))
         else:
-            if self.in_message and self.route is None and self.parser.get_http_version() == "0.9":
-                # A request line without a version (HTTP/0.9): llhttp waits for headers that never come.
-                self._refuse(RefusedError(505, "HTTP/0.9 is not served; expected HTTP/1.1 or HTTP/1.0"))
+            if self.in_message and self.route is None:  # a head cut across reads (rare)
+                self._request_line(data)
         if self.in_message and self.timer is None and not self.closing:
             self._arm()
         self._pump()
         if len(self.queue) >= 8 and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
+
+    def _request_line(self, data: bytes) -> None:
+        """Refuse an HTTP/0.9 request line (``GET /path`` and CRLF, no version) as soon as it ends: llhttp
+        reads one as the start of a head and would wait for its headers (then serve it) until the deadline."""
+        assert self.parser is not None
+        keep = _TARGET_LIMIT + 32
+        recent = data[-keep:] if len(data) >= keep else self.line_tail[len(data) - keep :] + data
+        self.line_tail = recent
+        if not self.url or not recent.endswith(b"\n"):
+            return
+        line = b"%s %s" % (self.parser.get_method(), self.url)
+        for end in (b"\r\n", b"\n"):
+            # The line ends the stream, not as a header's value ("X: GET /path" has a colon or blank before).
+            if recent.endswith(line + end) and recent[-len(line + end) - 1 :][:1] not in b" \t:":
+                self._refuse(RefusedError(505, "HTTP/0.9 is not served; expected HTTP/1.1 or HTTP/1.0"))
+                return
 
     def _upgrade(self) -> None:
         """llhttp stops at a request asking to switch protocols (``Upgrade``, ``CONNECT``, ``PRI``). A
