@@ -36,6 +36,8 @@ DEFAULT_BASE = "5ddc433"
 #: No slower than the baseline's req/s by more than this share: the users are as fast as before.
 TOLERANCE = 0.05
 USERS = 16
+#: The section's heading, whatever the base (``tritonkit bench --only`` replaces a section by its heading).
+HEADING = "## gRPC Locust user: this tree against an earlier commit (interleaved)"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -112,23 +114,34 @@ def _base_tools(rev: str, into: Path) -> tuple[Path, str]:
     return into / "base" / "tools", commit
 
 
-def run(quick: bool = False, base: str = DEFAULT_BASE) -> str:
-    """Measure and return the Markdown section (machine named, figures from this one run)."""
+def run(quick: bool = False, base: str | None = None) -> str:
+    """Measure and return the Markdown section (machine named, figures from this one run). ``base`` None:
+    :data:`DEFAULT_BASE`, and a section that says it was skipped where this clone lacks that commit (a
+    shallow one); a ``base`` given that is no commit here is an error."""
     rounds, seconds = (2, 3.0) if quick else (12, 5.0)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tritonkit-base-") as tmp:
-        base_tools, commit = _base_tools(base, Path(tmp))
+        try:
+            base_tools, commit = _base_tools(base or DEFAULT_BASE, Path(tmp))
+        except TritonKitError as exc:
+            if base is not None:
+                raise
+            return f"{HEADING}\n\nSkipped on {started}: {exc}."
+        base = base or DEFAULT_BASE
         runs = interleaved(base_tools, _ROOT / "tools", "grpc", rounds, seconds)
     s = summary(runs)
+    head = _git("rev-parse", "--short=12", "HEAD").stdout.decode().strip() or "HEAD"
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "tools").stdout.strip()
+    head += " with uncommitted changes" if dirty else ""
     kept = s["ratio"] >= 1 - TOLERANCE
     return "\n".join(
         [
-            f"## gRPC Locust user: this tree against `{base}`",
+            HEADING,
             "",
             f"Machine: {description()}. Run: {started}, {'quick' if quick else 'full'} mode, load average "
             f"{load:.2f} at the start. `tritonkit loadtest --protocol grpc` (the `wire` user, {USERS} users, "
-            f"{seconds:g} s a run) of the tree at `{commit[:12]}` (A) and of this tree (B), alternately (ABBA) for "
+            f"{seconds:g} s a run) of the tree at `{base}` ({commit[:12]}, A) and of this tree ({head}, B), alternately (ABBA) for "
             f"{rounds} rounds against one embedded server serving the probe model (`x + 1`, python backend), each "
             "run a child process importing its own tree (`tritonkit_bench/users_ab.py`).",
             "",
@@ -137,7 +150,12 @@ def run(quick: bool = False, base: str = DEFAULT_BASE) -> str:
             f"| req/s | {s['rps_a']:,.0f} | {s['rps_b']:,.0f} | {s['ratio']:.3f} |",
             f"| load-generator CPU µs per request | | | {s['cpu_ratio']:.3f} |",
             "",
-            f"B/A req/s {s['ratio']:.3f}: {'no' if kept else 'MORE THAN'} {TOLERANCE:.0%} slower than the base "
-            f"({int(s['failures'])} failed requests in all runs).",
+            f"B/A req/s {s['ratio']:.3f}: this tree's gRPC user is "
+            + (
+                f"within {TOLERANCE:.0%} of the base's throughput or faster"
+                if kept
+                else f"MORE THAN {TOLERANCE:.0%} slower"
+            )
+            + f" ({int(s['failures'])} failed requests in all runs).",
         ]
     )
