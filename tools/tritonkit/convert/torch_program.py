@@ -41,14 +41,13 @@ from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, runner_path
 
 __all__ = [
     "FAST_FILE",
     "ONNX_CUDA_RUNNER",
     "PROGRAM_FILE",
     "TORCH_RUNNER",
-    "TORCH_RUNNER_HELPER",
     "export_program",
     "gpu_config",
     "onnx_gpu_version",
@@ -61,8 +60,6 @@ __all__ = [
 PROGRAM_FILE = "model.pt2"
 FAST_FILE = "model.fx.pt"
 TORCH_RUNNER = "torch_runner"
-#: The runner's helper (pipelined execute, host-time statistics), copied beside its ``model.py``.
-TORCH_RUNNER_HELPER = "torch_pipeline"
 ONNX_CUDA_RUNNER = "onnx_cuda_runner"
 _TRITON_DTYPES = {
     "torch.float32": "FP32",
@@ -251,7 +248,8 @@ def torch_version(
         PROGRAM_FILE: program,
         FAST_FILE: program.with_name(FAST_FILE),
         "model.py": runner_path(TORCH_RUNNER),
-        f"{TORCH_RUNNER_HELPER}.py": runner_path(TORCH_RUNNER_HELPER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
+        f"{TORCH_PIPELINE}.py": runner_path(TORCH_PIPELINE),
     }
 
 
@@ -284,7 +282,11 @@ def onnx_gpu_version(
         extra_parameters={"onnx_file": "model.onnx"},
         **batching,
     )
-    return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+    return config, {
+        "model.onnx": source,
+        "model.py": runner_path(ONNX_CUDA_RUNNER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
+    }
 
 
 def _module_check(

@@ -2,8 +2,9 @@
 the profiler of executes (diagnosis).
 
 Copied by the build beside ``model.py`` (``serve/runners/torch_runner.py``) into every torch-runner
-version; the runner loads it by path from its own folder. Self-contained like the runner: it imports
-only the standard library and, inside the stub, ``triton_python_backend_utils``.
+version; the runner imports it from its own folder (the stub puts the version folder on ``sys.path``).
+Self-contained like the runner: it imports only the standard library and, inside the stub,
+``triton_python_backend_utils``.
 
 Pipelined mode (config parameter ``pipeline: on``): ``execute`` copies the batch's inputs into one of
 ``pipeline_depth`` staging slots, keeps each request's response sender and returns None (the python

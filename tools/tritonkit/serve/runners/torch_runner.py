@@ -38,14 +38,27 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:  # absent outside the stub: tests and the benchmark import the engine alone
     import triton_python_backend_utils as pb_utils
 except ImportError:  # pragma: no cover - exercised only inside the stub
     pb_utils = None
+
+if TYPE_CHECKING:
+    from tritonkit.serve.runners.gpu_requests import GeneralPath, Member
+    from tritonkit.serve.runners.torch_pipeline import (
+        PIPELINE_PHASES,
+        SYNC_PHASES,
+        HostStats,
+        Pipeline,
+        log,
+        profile_step,
+    )
+else:  # the copies beside this file: the stub puts the version folder on sys.path
+    from gpu_requests import GeneralPath
+    from torch_pipeline import PIPELINE_PHASES, SYNC_PHASES, HostStats, Pipeline, log, profile_step
 
 _TORCH_DTYPES = {
     "TYPE_BOOL": "bool",
@@ -296,22 +309,7 @@ def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
     return program.module(), [getattr(v, "dtype", None) for v in vals]
 
 
-def _helper() -> Any:
-    """``torch_pipeline.py`` beside this file (the build copies it into the version): the pipelined
-    execute, the host-time statistics and the log line."""
-    import importlib.util  # noqa: PLC0415 (only the stub's model needs it)
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_pipeline.py")
-    spec = importlib.util.spec_from_file_location(f"tritonkit_torch_pipeline_{os.getpid()}", path)
-    if spec is None or spec.loader is None or not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: the runner's helper is missing; rebuild the version")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-class TritonPythonModel:
+class TritonPythonModel(GeneralPath):
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -385,26 +383,24 @@ class TritonPythonModel:
         if self.max_batch_size > 0 and fixed and _param(params, "capture_at_load", "true") == "true":
             self.engine.warm(shapes, in_dtypes_config)
         self.padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
-        self.helper = helper = _helper()
-        self.log = helper.log
         pipelined = _param(params, "pipeline", "off")
         if pipelined not in ("on", "off"):
             raise ValueError(f"parameter `pipeline` must be on or off; got {pipelined!r}")
-        self.pipeline: Any = None
+        self.pipeline: Pipeline | None = None
         if pipelined == "on" and self.max_batch_size > 0:
             depth, senders = (
                 int(_param(params, k, d)) for k, d in (("pipeline_depth", "2"), ("pipeline_senders", "1"))
             )
-            self.pipeline = helper.Pipeline(self, depth, senders)
-        phases = helper.PIPELINE_PHASES if self.pipeline is not None else helper.SYNC_PHASES
-        self.stats = helper.HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
+            self.pipeline = Pipeline(self, depth, senders)
+        phases = PIPELINE_PHASES if self.pipeline is not None else SYNC_PHASES
+        self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
         self.profile_dir = _param(params, "profile_dir", "")
         self.profile_skip = int(_param(params, "profile_skip", "100"))
         self.profile_count = int(_param(params, "profile_executes", "200"))
         self.profiler: Any = None
         self.executes = 0
         done = time.perf_counter()
-        self.log(
+        log(
             f"tritonkit torch_runner ready: {self.name} on {device} in {done - started:.2f} s (import "
             f"{imported - started:.2f}, program {loaded - imported:.2f}, graphs {done - loaded:.2f} for "
             f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange, "
@@ -497,13 +493,19 @@ class TritonPythonModel:
     def padded(self, rows: int) -> int:
         return padded_rows(rows, self.padded_to)
 
+    def error_response(self, exc: BaseException) -> Any:
+        """The failure as a request's error response (one line)."""
+        return self._error(exc)
+
+    def execute_general(self, requests: list[Any]) -> list[Any]:
+        return self._execute_general(requests)
+
     def execute(self, requests: list[Any]) -> list[Any] | None:
         self.executes += 1
         if self.profile_dir:
-            self.helper.profile_step(self)
+            profile_step(self)
         if self.pipeline is not None:  # None: the pipeline's worker sends every answer
-            handed: list[Any] | None = self.pipeline.execute(requests)
-            return handed
+            return self.pipeline.execute(requests)
         marks = [time.perf_counter()]
         done = None
         if self.max_batch_size > 0:
@@ -512,75 +514,22 @@ class TritonPythonModel:
             except Exception:  # the general path answers each request, errors included
                 done = None
         if done is None:
-            return self.execute_general(requests)
+            return self._execute_general(requests)
         responses, rows = done
         self.stats.add(len(requests), rows, self.padded(rows), marks)
         return responses
 
     # --- the general path: any input memory, any shapes, one error per bad request ---------------
 
-    def _input(self, request: Any, name: str) -> Any:
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
-        if tensor is None:
-            raise ValueError(f"request lacks input `{name}`")
-        # A view of the request's buffer (host or GPU), lent for this call only: _gather copies it.
-        value = self.dlpack.from_dlpack(tensor.to_dlpack())
-        return value.unsqueeze(0) if self.max_batch_size == 0 else value
-
-    def _respond(self, outputs: list[Any]) -> Any:
-        tensors = []
-        for name, value in zip(self.outputs, outputs, strict=True):
-            out = value.squeeze(0) if self.max_batch_size == 0 else value
-            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(out.contiguous())))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
-
-    @staticmethod
-    def error_response(exc: BaseException) -> Any:
-        """The failure as a request's error response (one line)."""
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
-
-    def _run_members(self, members: list[tuple[int, list[Any], bool]]) -> list[tuple[int, Any]]:
+    def _run_members(self, members: list[Member]) -> list[tuple[int, Any]]:
         """Run requests sharing shapes as one batch; (request index, response) pairs."""
         torch = self.torch
-        sizes = [int(feeds[0].shape[0]) for _, feeds, _ in members]
         columns = list(zip(*(feeds for _, feeds, _ in members), strict=True))
         batch = [torch.cat([p.to(self.device) for p in parts], dim=0) for parts in columns]
         outputs = self.engine.run(batch)
         host = [o.cpu() for o in outputs] if any(to_host for _, _, to_host in members) else None
         self.engine.wait()
-        on_device = [o.split(sizes, dim=0) for o in outputs]
-        on_host = [h.split(sizes, dim=0) for h in host] if host is not None else None
-        pairs = []
-        for position, (index, _, to_host) in enumerate(members):
-            # Answers go back where the inputs came from: host for host, GPU for CUDA memory.
-            source = on_host if to_host and on_host is not None else on_device
-            pairs.append((index, self._respond([parts[position] for parts in source])))
-        return pairs
-
-    def execute_general(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
-        groups: dict[tuple[Any, ...], list[tuple[int, list[Any], bool]]] = {}
-        for index, request in enumerate(requests):
-            try:
-                feeds = [self._input(request, name) for name in self.inputs]
-            except Exception as exc:  # every failure becomes that request's error response
-                responses[index] = self.error_response(exc)
-                continue
-            key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
-            groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
-        for members in groups.values():
-            try:
-                for index, response in self._run_members(members):
-                    responses[index] = response
-            except Exception:  # retried alone: one bad request fails only itself
-                for member in members:
-                    try:
-                        for index, response in self._run_members([member]):
-                            responses[index] = response
-                    except Exception as inner:
-                        responses[member[0]] = self.error_response(inner)
-        return responses
+        return self._answers(members, outputs, host)
 
     def finalize(self) -> None:
         if self.pipeline is not None:
