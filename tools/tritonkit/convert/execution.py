@@ -195,7 +195,7 @@ class ExecutionPlan:
                     {"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in self.instance_groups
                 ],
                 "reason": self.reason,
-                "pipeline": self.pipeline,
+                **({"pipeline": self.pipeline} if self.engine == "torch" else {}),
             }
         }
 
