@@ -201,6 +201,13 @@ def test_a_gpu_runner_without_its_shared_request_path_is_named(
     ]
     shutil.copy(runner_path("gpu_requests"), model / "1" / "gpu_requests.py")
     assert check_repository(repo) == []
+    # The torch runner imports its pipelined execute from the folder too.
+    shutil.copy(runner_path("torch_runner"), model / "1" / "model.py")
+    assert check_repository(repo) == [
+        "gpu: version 1: `model.py` imports `torch_pipeline.py`, which its version folder lacks (rebuild it)"
+    ]
+    shutil.copy(runner_path("torch_pipeline"), model / "1" / "torch_pipeline.py")
+    assert check_repository(repo) == []
 
 
 def test_the_portable_runner_is_recognised_without_the_parameter(
