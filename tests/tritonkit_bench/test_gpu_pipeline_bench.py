@@ -15,22 +15,24 @@ from tritonkit_bench.gpu_models import PARTS
 
 
 def test_variants_and_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_pipeline.parse_variants("off:2,on:4:3,on:2:2:4") == [
-        (False, 2, 2, 1),
-        (True, 4, 3, 1),
-        (True, 2, 2, 4),
+    assert gpu_pipeline.parse_variants("off:2,on:4:3,on:2:2:4,off:4:2:1:0+1") == [
+        (False, 2, 2, 1, (0,)),
+        (True, 4, 3, 1, (0,)),
+        (True, 2, 2, 4, (0,)),
+        (False, 4, 2, 1, (0, 1)),
     ]
     args = gpu_pipeline.parse_args([])
     assert args.part == "bert" and args.levels == [1, 64, 256] and args.seconds == 3.0
     assert args.variants == [
-        (False, 2, 2, 1),
-        (True, 2, 2, 1),
-        (False, 4, 2, 1),
-        (True, 4, 2, 1),
-        (True, 2, 2, 4),
+        (False, 2, 2, 1, (0,)),
+        (True, 2, 2, 1, (0,)),
+        (False, 4, 2, 1, (0,)),
+        (True, 4, 2, 1, (0,)),
+        (True, 2, 2, 4, (0,)),
     ]
     with pytest.raises(
-        argparse.ArgumentTypeError, match=r"pipeline:instances\[:depth\[:senders\]\]\); got 'maybe:2'"
+        argparse.ArgumentTypeError,
+        match=r"pipeline:instances\[:depth\[:senders\[:gpus\]\]\]\); got 'maybe:2'",
     ):
         gpu_pipeline.parse_variants("maybe:2")
     with pytest.raises(SystemExit) as exited:
@@ -78,6 +80,6 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
         (level,) = variant["rows"]
         assert level["errors"] == 0 and level["samples_per_s"] > 0
     logs = {p.name: p.read_text() for p in (tmp_path / "work").glob("server-*.log")}
-    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2.log"]
-    assert "pipeline off" in logs["server-off-1-2-1.log"]
+    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0.log"]
+    assert "pipeline off" in logs["server-off-1-2-1-0.log"]
     assert "(dry run, CPU)" in out.read_text()

@@ -40,24 +40,31 @@ def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def parse_variants(text: str) -> list[tuple[bool, int, int, int]]:
-    """``off:2,on:4,on:4:3:4`` -> (pipeline, instances, depth, senders) each; depth defaults to 2,
-    senders (threads sending the answers) to 1."""
+Variant = tuple[bool, int, int, int, tuple[int, ...]]
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """``off:2,on:4,on:4:3:4,off:4:2:1:0+1`` -> (pipeline, instances, depth, senders, gpus) each; depth
+    defaults to 2, senders (threads sending the answers) to 1, gpus (the instance group's GPUs, ``+``
+    between them; the instances are per GPU) to GPU 0."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
         fields = item.split(":")
+        gpus = fields[4].split("+") if len(fields) == 5 else ["0"]
         ok = (
-            len(fields) in (2, 3, 4)
+            len(fields) in (2, 3, 4, 5)
             and fields[0] in ("on", "off")
-            and all(f.isdigit() and int(f) >= 1 for f in fields[1:])
+            and all(f.isdigit() and int(f) >= 1 for f in fields[1:4])
+            and all(g.isdigit() for g in gpus)
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                f"expected variants like off:2,on:2,on:4:3:4 (pipeline:instances[:depth[:senders]]); got {item!r}"
+                "expected variants like off:2,on:2,on:4:3:4,off:4:2:1:0+1 "
+                f"(pipeline:instances[:depth[:senders[:gpus]]]); got {item!r}"
             )
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
-        out.append((fields[0] == "on", int(fields[1]), depth, senders))
+        out.append((fields[0] == "on", int(fields[1]), depth, senders, tuple(int(g) for g in gpus)))
     if not out:
         raise argparse.ArgumentTypeError(f"expected at least one variant; got {text!r}")
     return out
@@ -132,11 +139,23 @@ def _dry_part(repo: Path) -> str:
     return DRY
 
 
-def configure(repo: Path, model: str, pipeline: bool, instances: int, depth: int, senders: int) -> None:
-    """Set the variant in the model's config: the runner's pipeline parameters and the instances."""
+def configure(
+    repo: Path,
+    model: str,
+    pipeline: bool,
+    instances: int,
+    depth: int,
+    senders: int,
+    gpus: tuple[int, ...] = (0,),
+) -> None:
+    """Set the variant in the model's config: the runner's pipeline parameters, the instances per GPU and
+    the GPUs."""
     path = repo / model / "config.pbtxt"
     config = load(path)
     config.instance_groups[0].count = instances
+    if list(config.instance_groups[0].gpus) or gpus != (0,):  # a CPU group (the dry run) names no GPU
+        del config.instance_groups[0].gpus[:]
+        config.instance_groups[0].gpus.extend(gpus)
     config.parameters.update(
         pipeline="on" if pipeline else "off",
         pipeline_depth=str(depth),
@@ -146,9 +165,10 @@ def configure(repo: Path, model: str, pipeline: bool, instances: int, depth: int
     save(config, path)
 
 
-def _label(pipeline: bool, instances: int, depth: int, senders: int) -> str:
+def _label(pipeline: bool, instances: int, depth: int, senders: int, gpus: tuple[int, ...] = (0,)) -> str:
     on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
-    return f"pipeline {on if pipeline else 'off'}, {instances} instances"
+    where = "" if gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, gpus))}"
+    return f"pipeline {on if pipeline else 'off'}, {instances} instances{where}"
 
 
 def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
@@ -164,9 +184,9 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
-    for pipeline, instances, depth, senders in args.variants:
-        label = _label(pipeline, instances, depth, senders)
-        configure(repo, PARTS[part].model, pipeline, instances, depth, senders)
+    for pipeline, instances, depth, senders, gpus in args.variants:
+        label = _label(pipeline, instances, depth, senders, gpus)
+        configure(repo, PARTS[part].model, pipeline, instances, depth, senders, gpus)
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
@@ -174,9 +194,10 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             "instances": instances,
             "depth": depth,
             "senders": senders,
+            "gpus": list(gpus),
         }
         try:
-            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}-{senders}.log"
+            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}.log"
             variant["rows"] = sweep(repo, part, args.levels, args.seconds, log, log_file=work / name)
         except Exception as exc:  # the other variants still run; the table says why this one is empty
             variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
