@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert import isolate
+from tritonkit.convert import isolate, torch_io
 from tritonkit.errors import ModelImportError
 
 __all__ = [
@@ -105,7 +105,7 @@ def _dynamo(
         None,
         input_names=list(input_names),
         output_names=list(output_names),
-        dynamic_shapes=tuple(axes),
+        dynamic_shapes=torch_io.dynamic_shapes(module, axes),
         opset_version=opset,
         dynamo=True,
     )
@@ -174,6 +174,8 @@ def export_model(
         raise ModelImportError(f"ONNX opset must be >= {MIN_OPSET}; got {opset}")
     out = Path(path)
     module.eval()
+    # Inputs by keyword where forward takes them so, outputs one tensor per name (torch_io).
+    module = torch_io.adapt(module, example_inputs, input_names, output_names)
     chosen = ("dynamo", "torchscript") if exporter == "auto" else (exporter,)
     failures: list[str] = []
     for name in chosen:

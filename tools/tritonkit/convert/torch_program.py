@@ -36,6 +36,7 @@ from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.convert.buildspec import AccuracySpec
 from tritonkit.convert.execution import ExecutionPlan
+from tritonkit.convert import torch_io
 from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
@@ -86,6 +87,7 @@ def export_program(
     *,
     precision: str = "fp32",
     max_batch_size: int = 64,
+    output_names: Sequence[str] | None = None,
 ) -> list[tuple[str, str, list[int]]]:
     """Export ``module`` (called with ``example_inputs`` as positional arguments, batch axis first) to a
     program at ``precision`` whose batch axis is dynamic up to ``max_batch_size``; return the outputs
@@ -97,8 +99,8 @@ def export_program(
 
     if precision not in ("fp32", "fp16"):
         raise BuildError(f"program precision must be fp32 or fp16; got {precision!r}")
-    module = module.eval()
     inputs = dict(example_inputs)
+    module = torch_io.adapt(module.eval(), list(inputs.values()), list(inputs), output_names)
     if precision == "fp16":
         # A copy: the caller's module stays FP32 (it may be exported again or be the reference).
         module = copy.deepcopy(module).half()
@@ -106,7 +108,7 @@ def export_program(
     batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
     # Positional, in the order given: the runner feeds the config's inputs in that order.
     args = tuple(inputs.values())
-    dynamic = tuple({0: batch} for _ in args)
+    dynamic = torch_io.dynamic_shapes(module, [{0: batch} for _ in args])
     try:
         program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
     except Exception as exc:  # torch's own errors are long; the first line names the cause
@@ -228,7 +230,12 @@ def torch_version(
         for n, t in example_inputs.items()
     ]
     outs = export_program(
-        module, example_inputs, program, precision=plan.precision, max_batch_size=max_batch_size
+        module,
+        example_inputs,
+        program,
+        precision=plan.precision,
+        max_batch_size=max_batch_size,
+        output_names=output_names,
     )
     if len(outs) != len(output_names):
         raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
@@ -283,19 +290,25 @@ def onnx_gpu_version(
 
 
 def _module_check(
-    name: str, module: Any, example_inputs: Mapping[str, Any], output: str, plan: ExecutionPlan, program: Path
+    name: str,
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    outputs: Sequence[str],
+    plan: ExecutionPlan,
+    program: Path,
 ) -> Comparison:
     """The program's first output and the FP32 module's, on the example inputs (a library write has
     no held-out set: the examples are what it has)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
+    inputs = list(example_inputs.values())
     with torch.inference_mode():
-        out = module.eval()(*example_inputs.values())
+        out = torch_io.adapt(module.eval(), inputs, list(example_inputs), outputs)(*inputs)
     reference = (list(out) if isinstance(out, (tuple, list)) else [out])[0].float().cpu().numpy()
     feeds = [[t.detach().cpu().numpy() for t in example_inputs.values()]]
     candidate, device = program_outputs(program, feeds, len(reference), 0)
     runtime = f"torch.export-{device.split(':')[0]}"
-    return Comparison("program", name, plan.precision, candidate, reference, output, runtime)
+    return Comparison("program", name, plan.precision, candidate, reference, outputs[0], runtime)
 
 
 def write_torch_version(
@@ -330,7 +343,7 @@ def write_torch_version(
         checks = (
             []
             if plan.precision == "fp32"
-            else [_module_check(name, module, example_inputs, output_names[0], plan, program)]
+            else [_module_check(name, module, example_inputs, output_names, plan, program)]
         )
         (gated,) = gate_all(AccuracySpec(), [checks], None)
         return _write(
