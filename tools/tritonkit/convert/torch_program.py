@@ -114,8 +114,16 @@ def export_program(
     except Exception as exc:  # torch's own errors are long; the first line names the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildError(f"torch.export failed: {first}") from None
-    with torch.inference_mode():
-        out = program.module()(*args)
+    try:
+        with torch.inference_mode():
+            out = program.module()(*args)
+    except Exception as exc:  # a half module that casts to float32 inside fails here, not in export
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BuildError(
+            f"the {precision} program does not run on its example inputs: {first}; expected a module that "
+            "runs in that precision (one casting to float32 inside cannot run as a half module: serve "
+            "it with serving.engine: onnxruntime or at fp32)"
+        ) from None
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +134,8 @@ def export_program(
 
 def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> None:
     """Write the program's module as a plain ``torch.fx.GraphModule`` that loads fast (see the module
-    docstring): flat positional inputs and outputs, the guard call dropped, parameters kept."""
+    docstring): flat positional inputs and outputs, the guard call dropped, parameters kept. A file that
+    does not load back is removed (the runner then loads ``model.pt2``)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = program.module()
@@ -148,6 +157,10 @@ def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> N
     torch.save(
         {"module": fast, "input_dtypes": [str(d).removeprefix("torch.") for d in input_dtypes]}, str(path)
     )
+    try:  # torch.load re-traces the code: a list of symbolic sizes passed to an op (nn.LSTM's zeros) fails
+        torch.load(str(path), map_location="cpu", weights_only=False)  # the file just written
+    except Exception:  # noqa: BLE001 (any failure: the runner loads model.pt2 instead)
+        path.unlink()
 
 
 class Batching(TypedDict, total=False):
@@ -250,9 +263,10 @@ def torch_version(
         extra_parameters={"program_file": PROGRAM_FILE},
         **batching,
     )
+    fast = program.with_name(FAST_FILE)
     return config, {
         PROGRAM_FILE: program,
-        FAST_FILE: program.with_name(FAST_FILE),
+        **({FAST_FILE: fast} if fast.is_file() else {}),
         "model.py": runner_path(TORCH_RUNNER),
     }
 
