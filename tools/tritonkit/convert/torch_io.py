@@ -155,7 +155,11 @@ def adapt(
         )
     keywords = list(input_names) if keyword_binding(module, input_names) else None
     with torch.no_grad():
-        out = module(**dict(zip(input_names, example_inputs))) if keywords else module(*example_inputs)
+        out = (
+            module(**dict(zip(input_names, example_inputs, strict=True)))
+            if keywords
+            else module(*example_inputs)
+        )
     if keywords is None and _plain(out, None if output_names is None else len(output_names)):
         return module
     _select(out, output_names)  # the count, checked here in one line

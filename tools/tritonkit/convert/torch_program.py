@@ -34,9 +34,9 @@ from numpy.typing import NDArray
 
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
+from tritonkit.convert import torch_io
 from tritonkit.convert.buildspec import AccuracySpec
 from tritonkit.convert.execution import ExecutionPlan
-from tritonkit.convert import torch_io
 from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
@@ -159,7 +159,7 @@ def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> N
     )
     try:  # torch.load re-traces the code: a list of symbolic sizes passed to an op (nn.LSTM's zeros) fails
         torch.load(str(path), map_location="cpu", weights_only=False)  # the file just written
-    except Exception:  # noqa: BLE001 (any failure: the runner loads model.pt2 instead)
+    except Exception:  # any failure: the runner loads model.pt2 instead
         path.unlink()
 
 
