@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -110,7 +111,9 @@ def export_program(
     args = tuple(inputs.values())
     dynamic = torch_io.dynamic_shapes(module, [{0: batch} for _ in args])
     try:
-        program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
+        with warnings.catch_warnings():  # tracing warnings (nn.LSTM's) must not turn into failures
+            warnings.simplefilter("ignore")
+            program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
     except Exception as exc:  # torch's own errors are long; the first line names the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildError(f"torch.export failed: {first}") from None
