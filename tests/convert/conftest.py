@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tritonkit.convert.buildspec import with_overrides
-from tritonkit.convert.export import export_torch
+from tritonkit.convert.export import export_model
 from tritonkit.convert.flagship import flagship_spec
 from tritonkit.convert.pipeline import BuildResult, build_all, build_from_spec
 from tritonkit.errors import ModelImportError
@@ -53,7 +53,7 @@ def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
-    export_torch(
+    export_model(
         model,
         (torch.zeros(2, 16),),
         path,

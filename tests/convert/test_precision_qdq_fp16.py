@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto
 
 from tritonkit.convert import accuracy
-from tritonkit.convert.export import export_torch
-from tritonkit.convert.precision import QDQ_FP16_OPSET, Int8Options, qdq_to_fp16, quantize_int8
+from tritonkit.convert.export import export_model
+from tritonkit.convert.precision import QDQ_FP16_OPSET, Fp16Options, Int8Options, qdq_to_fp16, quantize_int8
 from tritonkit.errors import BuildError
 
 INT8 = accuracy.Thresholds("cosine", 0.99, 0.97)  # the spec's default int8 marks
@@ -42,7 +42,7 @@ def encoder_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("encoder") / "encoder.onnx"
-    export_torch(
+    export_model(
         Block().eval(),
         (torch.zeros(2, 8, 64),),
         path,
@@ -122,7 +122,7 @@ def test_io_types_follow_the_spec(
     encoder_onnx: Path, qdq_pair: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:
     qdq, _, _ = qdq_pair
-    details = qdq_to_fp16(qdq, tmp_path / "io16.onnx", keep_io_types=False)
+    details = qdq_to_fp16(qdq, tmp_path / "io16.onnx", Fp16Options(keep_io_types=False))
     model = onnx.load(str(tmp_path / "io16.onnx"))
     assert details["keep_io_types"] is False
     assert [i.type.tensor_type.elem_type for i in model.graph.input] == [TensorProto.FLOAT16]
@@ -132,7 +132,7 @@ def test_blocked_ops_stay_fp32_and_are_reported(
     qdq_pair: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:
     qdq, _, _ = qdq_pair
-    details = qdq_to_fp16(qdq, tmp_path / "b.onnx", op_block_list=["Softmax", "QuantizeLinear"])
+    details = qdq_to_fp16(qdq, tmp_path / "b.onnx", Fp16Options(op_block_list=["Softmax", "QuantizeLinear"]))
     assert details["fp32_nodes"] == {"Softmax": 1}
     # A Q/DQ op is never blocked, even when asked: its scale would stay FP32 and so would its output.
     model = onnx.load(str(tmp_path / "b.onnx"))

@@ -164,11 +164,13 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
         version = repo / name / "1"
         assert sorted(p.name for p in version.iterdir()) == [
             "build.json",
+            "gpu_requests.py",
             "model.fx.pt",
             "model.pt2",
             "model.py",
         ]
         assert (version / "model.py").read_bytes() == runner_path("torch_runner").read_bytes()
+        assert (version / "gpu_requests.py").read_bytes() == runner_path("gpu_requests").read_bytes()
         config = repository.read_config(name)
         assert config.backend == "python" and config.max_batch_size == 8
         assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_groups] == [("KIND_GPU", 2, [0])]

@@ -20,7 +20,7 @@ from tritonkit.convert import accuracy
 from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.conversion import convert_precision
 from tritonkit.convert.datasets import prepare_data
-from tritonkit.convert.export import export_torch
+from tritonkit.convert.export import export_model
 from tritonkit.convert.gates import gate_all
 from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.plan import plan_build
@@ -50,7 +50,7 @@ def conv_gemm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
     ).eval()
     folder = tmp_path_factory.mktemp("convgemm")
     path = folder / "convgemm.onnx"
-    export_torch(
+    export_model(
         model,
         (torch.zeros(2, 3, 8, 8),),
         path,

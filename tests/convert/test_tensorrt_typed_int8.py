@@ -200,9 +200,9 @@ def test_the_fp16_base_graph_is_made_and_gated_before_the_builder(
     made: list[Path] = []
     real = precision.qdq_to_fp16
 
-    def observed(source: Path, dest: Path, **kwargs: Any) -> dict[str, Any]:
+    def observed(source: Path, dest: Path, options: precision.Fp16Options | None = None) -> dict[str, Any]:
         made.append(Path(dest))
-        return real(source, dest, **kwargs)
+        return real(source, dest, options)
 
     monkeypatch.setattr(precision, "qdq_to_fp16", observed)
     repo = tmp_path / "repo"

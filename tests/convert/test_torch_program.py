@@ -4,7 +4,6 @@ CPU, the export of a tiny module, and the version it writes served by the real t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -27,15 +26,11 @@ from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import AccuracyError, SpecError
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import load_runner
 
 
 def _runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("torch_runner_under_test", runner_path("torch_runner"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_runner("torch_runner")
 
 
 def test_buckets_pad_up_and_chunk_over_the_largest() -> None:
@@ -167,7 +162,8 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
     version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
-    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
+    names = ["build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py"]
+    assert sorted(p.name for p in version.iterdir()) == names
     execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
     assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")
 

@@ -134,7 +134,7 @@ def _model_files() -> list[Path]:
     runner_dir = Path(runners.__file__).parent
     # The GPU runners (torch CUDA graphs, ONNX Runtime CUDA) serve on the embedded server of a GPU host; in
     # NVIDIA's image the same models run on its TensorRT/ONNX Runtime backends, so the image need not carry torch.
-    embedded_only = {"__init__.py", "torch_runner.py", "onnx_cuda_runner.py"}
+    embedded_only = {"__init__.py", "torch_runner.py", "onnx_cuda_runner.py", "gpu_requests.py"}
     files = [p for p in sorted(runner_dir.glob("*.py")) if p.name not in embedded_only]
     return files + sorted((ROOT / "model_repository").glob("*/*/model.py"))
 

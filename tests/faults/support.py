@@ -75,12 +75,14 @@ GOOD_JSON = json.dumps(
 ).encode()
 
 
-def raw_http(port: int, request: bytes, *, timeout: float = 10.0) -> tuple[int, str]:
-    """Send bytes as they are; the status (0 when no answer came) and the body's first line."""
+def raw_http(port: int, request: bytes, *, timeout: float = 10.0, half_close: bool = True) -> tuple[int, str]:
+    """Send bytes as they are; the status (0 when no answer came) and the body's first line. Without
+    ``half_close`` the connection stays open for writing, as a client waiting for its answer keeps it."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         try:
             sock.sendall(request)
-            sock.shutdown(socket.SHUT_WR)
+            if half_close:
+                sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the server may refuse before the whole request is sent; read what it said
         data = b""

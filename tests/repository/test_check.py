@@ -14,6 +14,7 @@ from tritonkit.config import ModelConfig, TensorConfig
 from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
+from tritonkit.serve.runners import runner_path
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:
@@ -186,6 +187,20 @@ def test_other_python_runners_are_not_compared_with_their_graph(
     assert check_repository(repo) == []
     (model / "1" / "model.onnx").unlink()
     assert check_repository(repo) == ["text: version 1: artifact `model.onnx` is missing"]
+
+
+def test_a_gpu_runner_without_its_shared_request_path_is_named(
+    repo: Path, onnx_file: Callable[[str], Path]
+) -> None:
+    """The GPU runners import ``gpu_requests.py`` from their version folder; a copy without it would fail to load."""
+    model = imported(repo, onnx_file, "gpu")
+    edit_config(model, lambda c: c.parameters.pop("runner"))
+    shutil.copy(runner_path("onnx_cuda_runner"), model / "1" / "model.py")
+    assert check_repository(repo) == [
+        "gpu: version 1: `model.py` imports `gpu_requests.py`, which its version folder lacks (rebuild it)"
+    ]
+    shutil.copy(runner_path("gpu_requests"), model / "1" / "gpu_requests.py")
+    assert check_repository(repo) == []
 
 
 def test_the_portable_runner_is_recognised_without_the_parameter(

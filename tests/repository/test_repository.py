@@ -19,6 +19,7 @@ from tritonkit.repository import (
     STAGING_PREFIX,
     Manifest,
     ModelRepository,
+    VersionWrite,
     sha256_file,
     validate_model_name,
 )
@@ -152,6 +153,22 @@ def test_missing_repository_is_refused_unless_created(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(RepositoryError, match="not a directory"):
         ModelRepository(tmp_path / "file")
+
+
+def test_a_reservation_creates_nothing_and_its_commit_writes(tmp_path: Path, source: Path) -> None:
+    root = tmp_path / "new"
+    reservation = ModelRepository.reserve(root, ["m"], 3, force=False)
+    assert not root.exists()  # a build that fails after reserving leaves no repository
+    (path,) = reservation.commit(
+        [VersionWrite("m", config(), {"model.py": b"# runner\n"}, Manifest.create(source))]
+    )
+    assert path == root.resolve() / "m" / "3" and (path / "model.py").is_file()
+    with pytest.raises(RepositoryError, match=r"version 3 already exists; use a new version or --force"):
+        ModelRepository.reserve(root, ["m"], 3, force=False)
+    assert ModelRepository.reserve(root, ["m"], 3, force=True).commit(
+        [VersionWrite("m", config(), {"model.py": b"# again\n"}, Manifest.create(source))]
+    ) == [path]
+    assert (path / "model.py").read_bytes() == b"# again\n"
 
 
 # --- refusals leave the repository unchanged ------------------------------------------------------------

@@ -4,7 +4,6 @@ the module does; CUDA graph replay equals eager execution for every batch size."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -17,17 +16,13 @@ import tritonclient.grpc as grpcclient
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import load_runner
 
 pytestmark = pytest.mark.gpu
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"{name}_on_gpu", runner_path(name))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_runner(name)
 
 
 def _tiny() -> Any:

@@ -64,7 +64,8 @@ def test_versions_are_what_a_build_writes(tmp_path: Path, tiny_part: str) -> Non
     built: list[str] = []
     version = build_part(tmp_path, tiny_part, built.append, gpus=[0])
     cfg = load(tmp_path / "tiny_fp16" / "config.pbtxt")
-    assert sorted(p.name for p in version.iterdir()) == ["build.json", "model.fx.pt", "model.pt2", "model.py"]
+    names = ["build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py"]
+    assert sorted(p.name for p in version.iterdir()) == names
     assert cfg.instance_groups[0].kind == "KIND_GPU" and cfg.instance_groups[0].count == 2
     assert cfg.parameters["batch_buckets"] == "1,2,4,8,16" and cfg.parameters["precision"] == "fp16"
     assert cfg.dynamic_batching is not None and cfg.dynamic_batching.preferred_batch_size == [2, 4, 8, 16]

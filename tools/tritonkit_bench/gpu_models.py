@@ -14,7 +14,6 @@ be built (and tested) without a GPU.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +23,7 @@ from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import load_runner
 from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload
 
 __all__ = ["IMAGE_SIZE", "PARTS", "SEQ", "Part", "build_part", "examples", "reference", "runner"]
@@ -56,11 +55,7 @@ class Part:
 
 def runner(name: str) -> ModuleType:
     """A runner file (serve/runners) imported as a module: its engine runs in-process."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", runner_path(name))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_runner(name)
 
 
 def _bert(layers: int, hidden: int, heads: int, intermediate: int, pooled: str, seed: int = 0) -> Any:

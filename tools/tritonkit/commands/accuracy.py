@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from tritonkit.atomic import write_text
+from tritonkit.commands.shared_args import add_repo
 from tritonkit.convert import report
 from tritonkit.convert.pipeline import build_all
 from tritonkit.errors import RepositoryError
@@ -16,9 +17,7 @@ __all__ = ["register", "run"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repo", default="model_repository", help="model repository (default: model_repository)"
-    )
+    add_repo(parser)
     parser.add_argument(
         "--report", type=Path, metavar="FILE", help="also write the table as Markdown to FILE"
     )

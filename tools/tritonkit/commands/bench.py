@@ -1,7 +1,8 @@
 """``tritonkit bench``: run every benchmark section in one process and write ``docs/benchmarks.md``.
 
 Benchmarks, not tests: figures depend on the machine, so the page names it, and each section
-compares ratios measured in the same run against the same server.
+compares ratios measured in the same run against the same server. ``--only`` runs some sections and
+replaces only theirs in the page (a section is its ``## `` heading and what follows it up to the next).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import inspect
 from pathlib import Path
 
 from tritonkit.errors import TritonKitError
@@ -20,6 +22,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("loadtest", "tritonkit_bench.loadtest"),
     ("tune", "tritonkit_bench.tune"),
     ("compare", "tritonkit_bench.compare"),
+    ("users-ab", "tritonkit_bench.users_ab"),
 )
 
 
@@ -32,9 +35,32 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--only",
         action="append",
         choices=[s for s, _ in SECTIONS],
-        help="run only these sections (repeatable)",
+        help="run only these sections (repeatable); the page keeps its other sections",
+    )
+    parser.add_argument(
+        "--base",
+        metavar="REV",
+        help="users-ab: the commit whose Locust users this tree's are measured against "
+        "(default: the one tritonkit_bench.users_ab names)",
     )
     parser.set_defaults(func=run)
+
+
+def merge_sections(page: str, sections: list[str]) -> str:
+    """``page`` with each of ``sections`` in place of the section with its ``## `` heading (appended
+    when the page has none)."""
+    lines = page.rstrip("\n").split("\n")
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    parts = ["\n".join(lines[: starts[0] if starts else len(lines)])]
+    parts += ["\n".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    for section in sections:
+        heading = section.split("\n", 1)[0]
+        index = next((i for i, part in enumerate(parts) if part.split("\n", 1)[0] == heading), None)
+        if index is None:
+            parts.append(section)
+        else:
+            parts[index] = section
+    return "\n\n".join(part.strip("\n") for part in parts) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,14 +81,19 @@ def run(args: argparse.Namespace) -> int:
         "",
     ]
     wanted = set(args.only or [s for s, _ in SECTIONS])
+    sections = []
     for title, module_name in SECTIONS:
         if title not in wanted:
             continue
         print(f"tritonkit bench: running {title} ...", flush=True)
-        module = importlib.import_module(module_name)
-        parts += [module.run(quick=args.quick).rstrip(), ""]
-    if output.exists() and output.read_text().strip() and wanted != {s for s, _ in SECTIONS}:
-        print(f"tritonkit bench: note: {output} now holds only the sections run", flush=True)
-    output.write_text("\n".join(parts))
+        section_run = importlib.import_module(module_name).run
+        takes_base = args.base is not None and "base" in inspect.signature(section_run).parameters
+        given = {"base": args.base} if takes_base else {}
+        sections.append(section_run(quick=args.quick, **given).rstrip())
+    if args.only and output.exists() and output.read_text().strip():
+        output.write_text(merge_sections(output.read_text(), sections))
+        print(f"tritonkit bench: replaced {', '.join(sorted(wanted))} in {output}", flush=True)
+        return 0
+    output.write_text("\n".join(parts + [p for section in sections for p in (section, "")]))
     print(f"tritonkit bench: wrote {output}", flush=True)
     return 0

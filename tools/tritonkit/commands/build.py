@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.commands.shared_args import add_repo
 from tritonkit.convert.buildspec import (
     ENV_OVERRIDES,
     PRECISIONS,
@@ -50,9 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", nargs="?", help="build spec (YAML) for the conversion pipeline")
     parser.add_argument("--onnx", type=Path, metavar="FILE", help="ONNX file to import as a portable version")
     parser.add_argument("--name", help="model name ([A-Za-z0-9_.-]; default: the ONNX file's stem)")
-    parser.add_argument(
-        "--repo", default="model_repository", help="model repository directory (default: model_repository)"
-    )
+    add_repo(parser)
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
     parser.add_argument("--force", action="store_true", help="replace an existing version or model signature")
     parser.add_argument(

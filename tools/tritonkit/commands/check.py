@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from tritonkit.commands.shared_args import add_repo
 from tritonkit.repository.check import CHECK_TARGETS, check_repository, executions
 from tritonkit.repository.store import ModelRepository
 
@@ -16,9 +17,7 @@ __all__ = ["register", "run"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repo", default="model_repository", help="model repository directory (default: model_repository)"
-    )
+    add_repo(parser)
     parser.add_argument(
         "--target",
         choices=CHECK_TARGETS,

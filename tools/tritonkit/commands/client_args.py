@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tritonkit.client import Client, RetryPolicy
+from tritonkit.commands.shared_args import add_protocol
 from tritonkit.errors import ClientError
 
 #: Commands are interactive: a few quick retries, then a one-line error.
@@ -14,7 +15,7 @@ CLI_RETRIES = RetryPolicy(max_attempts=3, initial_backoff=0.1, max_backoff=0.5)
 
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", required=True, help="server address host:port (HTTP or gRPC port)")
-    parser.add_argument("--protocol", choices=("http", "grpc"), default="http", help="default %(default)s")
+    add_protocol(parser)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per call, retries included")
     parser.add_argument(
         "--header",

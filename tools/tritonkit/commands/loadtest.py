@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tritonkit.commands.shared_args import add_repo, options_from
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.input_data import read_entries
 from tritonkit.loadtest.options import LoadTestOptions, parse_model
@@ -37,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", help="Triton endpoint HOST:PORT of --protocol (default: start the embedded server)"
     )
-    parser.add_argument("--repo", default="model_repository", help="repository the embedded server serves")
+    add_repo(parser, "repository the embedded server serves")
     parser.add_argument(
         "--model",
         action="append",
@@ -107,30 +108,17 @@ def run(args: argparse.Namespace) -> int:
             raise LoadTestError(f"--input-data and --payload {args.payload}: expected one of them")
         read_entries(args.input_data)  # a bad file is one line, before any server starts
         source = INPUT_DATA + str(Path(args.input_data).resolve())
-    options = LoadTestOptions(
+    options = options_from(
+        LoadTestOptions,
+        args,
         models=[parse_model(m, args.batch_mix, source) for m in args.model],
         report_dir=args.report,
-        url=args.url,
-        protocol=args.protocol,
-        scenario=args.scenario,
-        users=args.users,
-        duration=args.duration,
-        workers=args.workers,
-        ramp_steps=args.ramp_steps,
-        grpc_transport=args.grpc_transport,
-        http_transport=args.http_transport,
         slo=SLO(
             p95_ms=args.slo_p95_ms,
             p99_ms=args.slo_p99_ms,
             max_failure_ratio=args.max_failure_ratio,
             min_rps=args.min_rps,
         ),
-        repo=args.repo,
-        http_url=args.http_url,
-        metrics_url=args.metrics_url,
-        admin_key=args.admin_key,
-        seed=args.seed,
-        wrk=args.wrk,
         plots=not args.no_plots,
     )
     summary = run_loadtest(options)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from tritonkit.commands.shared_args import add_protocol, add_repo
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.input_data import read_entries
 from tritonkit.serve.endpoint import Endpoint, endpoint
@@ -38,8 +39,8 @@ def add_measure_args(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("TRITONKIT_ADMIN_KEY") or None,
         help=f"with --url: the value of the `{ADMIN_HEADER}` header (default: $TRITONKIT_ADMIN_KEY)",
     )
-    parser.add_argument("--repo", default="model_repository", help="repository the embedded server serves")
-    parser.add_argument("--protocol", default="http", choices=("http", "grpc"), help="default %(default)s")
+    add_repo(parser, "repository the embedded server serves")
+    add_protocol(parser)
     parser.add_argument("--shared-memory", default="none", choices=SHARED_MEMORY, help="tensor transport")
     parser.add_argument("--batch-size", type=int, default=1, help="rows per request (default 1)")
     parser.add_argument(

@@ -25,6 +25,7 @@ from pathlib import Path
 from tritonkit import __version__
 from tritonkit.atomic import write_text
 from tritonkit.commands.plan_fleet import fleet_arguments, run_fleet_command
+from tritonkit.commands.shared_args import add_repo, options_from
 from tritonkit.errors import TritonKitError, read_json
 from tritonkit.loadtest.scenarios import SCENARIOS
 from tritonkit.machine import host_name
@@ -66,7 +67,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the priced config again as the tune did and compare",
     )
-    parser.add_argument("--repo", default="model_repository", help="for --check-knee without --url")
+    add_repo(parser, "for --check-knee without --url")
     parser.add_argument("--url", help="for --check-knee: the server to measure (default: embedded on --repo)")
     parser.add_argument(
         "--admin-key",
@@ -89,15 +90,7 @@ def run(args: argparse.Namespace) -> int:
     source = args.tune_report / "tune.json"
     missing = f"{source} not found; expected the --report folder of `tritonkit tune`"
     data = read_json(source, TritonKitError, missing=missing, invalid=f"{source} is not valid JSON")
-    plan = make_plan(
-        data,
-        target_rps=args.target_rps,
-        price_per_gpu_hour=args.gpu_hour_price,
-        headroom=args.headroom,
-        peak_factor=args.peak_factor,
-        gpu=args.gpu,
-        capacity_ratio=args.capacity_ratio,
-    )
+    plan = options_from(make_plan, args, tune_result=data, price_per_gpu_hour=args.gpu_hour_price)
     patch = kustomize_patch(plan)
     made = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

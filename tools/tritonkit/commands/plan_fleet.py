@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tritonkit.commands.shared_args import add_protocol, options_from
+
 __all__ = ["fleet_arguments", "run_fleet_command"]
 
 
@@ -40,12 +42,7 @@ def fleet_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.15,
         help="throughput within this share of the plan (default 0.15)",
     )
-    group.add_argument(
-        "--protocol",
-        default="http",
-        choices=("http", "grpc"),
-        help="protocol of the measurements (default http)",
-    )
+    add_protocol(group, "protocol of the measurements")
     group.add_argument(
         "--min-seconds", type=float, default=5.0, help="seconds measured per level at least (default 5)"
     )
@@ -81,12 +78,7 @@ def run_fleet_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    settings = MeasureSettings(
-        min_seconds=args.min_seconds,
-        max_seconds=args.max_seconds,
-        min_samples=args.min_samples,
-        protocol=args.protocol,
-    )
+    settings = options_from(MeasureSettings, args)
     options = FleetRunOptions(
         fleet_file=args.fleet,
         out_dir=args.out,

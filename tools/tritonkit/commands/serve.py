@@ -24,6 +24,7 @@ import sys
 import threading
 from types import FrameType
 
+from tritonkit.commands.shared_args import options_from
 from tritonkit.errors import RepositoryError
 from tritonkit.repository import ModelRepository
 from tritonkit.serve.embedded import EmbeddedServer
@@ -123,23 +124,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
     _remove_leftovers(args.repo)
-    server = EmbeddedServer(
-        args.repo,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        host=args.host,
-        log_file=args.log_file,
-        startup_timeout=args.startup_timeout,
-        exit_timeout=args.exit_timeout,
-        log_verbose=args.log_verbose,
-        model_control_mode=args.model_control_mode,
+    server = options_from(
+        EmbeddedServer,
+        args,
         strict_readiness=not (args.no_strict_readiness or args.skip_bad_models),
         exit_on_error=not args.skip_bad_models,
         restricted_apis=[api for api in args.restricted_apis.split(",") if api],
-        admin_key=args.admin_key,
         extra_args=args.triton_arg,
-        guard=args.guard,
         max_body_bytes=int(args.max_body_mb * MIB),
         max_inflight_bytes=int(args.max_inflight_mb * MIB) if args.max_inflight_mb else None,
         log_max_bytes=int(args.log_max_mb * MIB),

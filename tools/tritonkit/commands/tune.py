@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.commands.measure_args import add_measure_args, measure_options
+from tritonkit.commands.shared_args import options_from
 from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.tune.tuner import TuneOptions, TuneResult, tune
 
@@ -81,35 +82,20 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    options = TuneOptions(
-        model=args.model,
-        latency_budget_ms=args.latency_budget_ms,
+    options = options_from(
+        TuneOptions,
+        args,
         report_dir=args.report,
         repo=Path(args.repo),
-        url=args.url,
-        http_url=args.http_url,
-        admin_key=args.admin_key,
-        protocol=args.protocol,
-        min_throughput=args.min_throughput,
-        search=args.search,
-        resume=args.resume,
         measure=measure_options(args),
-        max_concurrency=args.max_concurrency,
         max_batch_sizes=_list(args.max_batch_sizes, "--max-batch-sizes"),
         delays_us=_list(args.delays_us, "--delays-us", allow_off=True),
         instances=_list(args.instances, "--instances"),
         preferred=not args.no_preferred,
         queue=not args.no_queue_policy,
-        gpu=args.gpu,
-        write=args.write,
-        shared_memory=args.shared_memory,
-        batch_size=args.batch_size,
         plots=not args.no_plots,
         require_stable=not args.accept_unstable,
         warm_start=not args.no_warm_start,
-        finalists=args.finalists,
-        final_rounds=args.final_rounds,
-        input_data=args.input_data,
     )
     try:
         result = tune(options)

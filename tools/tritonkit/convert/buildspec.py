@@ -27,7 +27,7 @@ import yaml
 from tritonkit.config import ModelConfig, QueuePolicy
 from tritonkit.convert.execution import ServingSpec
 from tritonkit.convert.gpu_profiles import get_profile
-from tritonkit.convert.precision import CALIBRATION_METHODS, Int8Options
+from tritonkit.convert.precision import CALIBRATION_METHODS, Fp16Options, Int8Options
 from tritonkit.convert.spec_parse import parse_dataclass
 from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
@@ -80,13 +80,6 @@ class PreprocessingSpec:
     #: ``ensemble``: a tokenizer model + the tensor model + an ensemble taking TEXT (always used for
     #: the onnxruntime and tensorrt targets, whose backends cannot tokenize).
     tokenize: Literal["runner", "ensemble"] = "runner"
-
-
-@dataclass
-class Fp16Spec:
-    keep_io_types: bool = True
-    op_block_list: list[str] = field(default_factory=list)
-    node_block_list: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -233,7 +226,7 @@ class BuildSpec:
     description: str = ""
     preprocessing: PreprocessingSpec = field(default_factory=PreprocessingSpec)
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
-    fp16: Fp16Spec = field(default_factory=Fp16Spec)
+    fp16: Fp16Options = field(default_factory=Fp16Options)
     int8: Int8Spec = field(default_factory=Int8Spec)
     calibration: DataSpec = field(default_factory=DataSpec)
     evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)

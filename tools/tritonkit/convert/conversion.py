@@ -58,13 +58,7 @@ def convert_precision(plan: BuildPlan, source: Source, prec: str, sets: Datasets
     if prec == "fp32":
         return Converted(prec, source.onnx, {})
     if prec == "fp16":
-        details = precision.to_fp16(
-            source.onnx,
-            target,
-            keep_io_types=spec.fp16.keep_io_types,
-            op_block_list=spec.fp16.op_block_list,
-            node_block_list=spec.fp16.node_block_list,
-        )
+        details = precision.to_fp16(source.onnx, target, spec.fp16)
     elif prec == "int8":
         details = precision.quantize_int8(
             source.onnx,

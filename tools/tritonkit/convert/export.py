@@ -38,7 +38,6 @@ __all__ = [
     "TorchSource",
     "export_model",
     "export_source",
-    "export_torch",
     "load_torch_source",
 ]
 
@@ -85,38 +84,43 @@ def _widened(example_inputs: Sequence[Any], axes: Sequence[Mapping[int, str]]) -
     return out
 
 
-def _dynamo(
-    module: Any,
-    example_inputs: Sequence[Any],
-    out: Path,
-    input_names: Sequence[str],
-    output_names: Sequence[str],
-    dynamic_axes: Mapping[str, Mapping[int, str]],
-    opset: int,
-) -> None:
+@dataclass(frozen=True)
+class _Export:
+    """What both exporters are given: the module in eval mode, its example inputs, the ONNX file to
+    write, the tensor names and each tensor's dynamic axes."""
+
+    module: Any
+    example_inputs: Sequence[Any]
+    out: Path
+    input_names: Sequence[str]
+    output_names: Sequence[str]
+    dynamic_axes: Mapping[str, Mapping[int, str]]
+
+
+def _dynamo(job: _Export, opset: int) -> None:
     import onnx  # noqa: PLC0415 (read back to check the batch axis)
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    axes = [dict(dynamic_axes.get(name, {})) for name in input_names]
-    args = _widened(example_inputs, axes)
+    axes = [dict(job.dynamic_axes.get(name, {})) for name in job.input_names]
+    args = _widened(job.example_inputs, axes)
     program = torch.onnx.export(
-        module,
+        job.module,
         tuple(args),
         None,
-        input_names=list(input_names),
-        output_names=list(output_names),
-        dynamic_shapes=torch_io.dynamic_shapes(module, axes),
+        input_names=list(job.input_names),
+        output_names=list(job.output_names),
+        dynamic_shapes=torch_io.dynamic_shapes(job.module, axes),
         opset_version=opset,
         dynamo=True,
     )
     assert program is not None  # dynamo=True always returns the ONNXProgram
-    weights = sum(p.numel() * p.element_size() for p in module.parameters())
-    program.save(str(out), external_data=weights > _EXTERNAL_BYTES)
-    graph = onnx.load(str(out), load_external_data=False).graph
+    weights = sum(p.numel() * p.element_size() for p in job.module.parameters())
+    program.save(str(job.out), external_data=weights > _EXTERNAL_BYTES)
+    graph = onnx.load(str(job.out), load_external_data=False).graph
     fixed = [
         f"`{value.name}` axis {axis}"
         for value in (*graph.input, *graph.output)
-        for axis in dynamic_axes.get(value.name, {})
+        for axis in job.dynamic_axes.get(value.name, {})
         if axis < len(value.type.tensor_type.shape.dim)
         and value.type.tensor_type.shape.dim[axis].HasField("dim_value")
     ]
@@ -126,24 +130,16 @@ def _dynamo(
         )
 
 
-def _torchscript(
-    module: Any,
-    example_inputs: Sequence[Any],
-    out: Path,
-    input_names: Sequence[str],
-    output_names: Sequence[str],
-    dynamic_axes: Mapping[str, Mapping[int, str]],
-    opset: int,
-) -> None:
+def _torchscript(job: _Export, opset: int) -> None:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     torch.onnx.export(
-        module,
-        tuple(example_inputs),
-        str(out),
-        input_names=list(input_names),
-        output_names=list(output_names),
-        dynamic_axes={k: dict(v) for k, v in dynamic_axes.items()},
+        job.module,
+        tuple(job.example_inputs),
+        str(job.out),
+        input_names=list(job.input_names),
+        output_names=list(job.output_names),
+        dynamic_axes={k: dict(v) for k, v in job.dynamic_axes.items()},
         opset_version=opset,
         do_constant_folding=True,
         dynamo=False,
@@ -172,10 +168,11 @@ def export_model(
         raise ModelImportError(f"exporter must be one of {', '.join(EXPORTERS)}; got {exporter!r}")
     if opset is not None and opset < MIN_OPSET:
         raise ModelImportError(f"ONNX opset must be >= {MIN_OPSET}; got {opset}")
-    out = Path(path)
     module.eval()
+    label = type(module).__name__
     # Inputs by keyword where forward takes them so, outputs one tensor per name (torch_io).
     module = torch_io.adapt(module, example_inputs, input_names, output_names)
+    job = _Export(module, example_inputs, Path(path), input_names, output_names, dynamic_axes)
     chosen = ("dynamo", "torchscript") if exporter == "auto" else (exporter,)
     failures: list[str] = []
     for name in chosen:
@@ -184,9 +181,9 @@ def export_model(
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tracer and deprecation warnings: the log has the rest
-                run(module, example_inputs, out, input_names, output_names, dynamic_axes, version)
+                run(job, version)
         except Exception as exc:  # torch raises many types; the user needs one line
-            print(f"tritonkit: the {name} exporter failed for {type(module).__name__}:", flush=True)
+            print(f"tritonkit: the {name} exporter failed for {label}:", flush=True)
             traceback.print_exc()
             failures.append(f"{name}: {_first_line(exc)}")
             continue
@@ -194,32 +191,7 @@ def export_model(
         if failures:
             details["fallback_from"] = failures
         return details
-    raise ExportError(f"export of {type(module).__name__} failed ({'; '.join(failures)})")
-
-
-def export_torch(
-    module: Any,
-    example_inputs: Sequence[Any],
-    path: str | Path,
-    *,
-    input_names: Sequence[str],
-    output_names: Sequence[str],
-    dynamic_axes: Mapping[str, Mapping[int, str]],
-    opset: int | None = None,
-    exporter: str = "auto",
-) -> Path:
-    """:func:`export_model` returning ``path`` (the flagships and tests export this way)."""
-    export_model(
-        module,
-        example_inputs,
-        path,
-        input_names=input_names,
-        output_names=output_names,
-        dynamic_axes=dynamic_axes,
-        exporter=exporter,
-        opset=opset,
-    )
-    return Path(path)
+    raise ExportError(f"export of {label} failed ({'; '.join(failures)})")
 
 
 @dataclass

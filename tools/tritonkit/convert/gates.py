@@ -4,9 +4,10 @@ judged here, against the FP32 reference, on the held-out set, with the spec's th
 The steps that make artifacts do not judge them: they return a :class:`Comparison` (the
 candidate's and the reference's outputs on the same samples, and which runtime produced the
 candidate), and :func:`gate_all` judges them (:func:`tritonkit.convert.accuracy.gate` is called from
-here only). The pipeline calls it on the ONNX graphs before any target is made (so a TensorRT build
-is judged here up to the builder, which CI machines cannot run), then on what the targets serve,
-before anything is written. Roles say what was compared:
+here only). A build passes its gate once, :func:`gate_build`: the ONNX graphs are judged first, then
+the targets are made (the callable it is given) and what they serve is judged, before anything is
+written; a graph below its marks is refused before any target is made (so a TensorRT build is judged
+here up to the builder, which CI machines cannot run). Roles say what was compared:
 
 - ``precision``: a precision's ONNX graph (FP16, Q/DQ INT8) on ONNX Runtime's CPU provider;
 - ``fp16_base``: the FP16-base twin of a Q/DQ INT8 graph that a strongly typed TensorRT build parses;
@@ -16,16 +17,16 @@ before anything is written. Roles say what was compared:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from numpy.typing import NDArray
 
 from tritonkit.convert import accuracy
 from tritonkit.convert.buildspec import AccuracySpec
 
-__all__ = ["ROLES", "Comparison", "Gated", "gate_all", "merged", "thresholds"]
+__all__ = ["ROLES", "Comparison", "Gated", "Served", "gate_all", "gate_build", "thresholds"]
 
 #: The order comparisons are judged in.
 ROLES: tuple[str, ...] = ("precision", "fp16_base", "engine", "program")
@@ -86,8 +87,36 @@ def gate_all(
     return tuple(Gated(r) for r in records)
 
 
-def merged(*judged: Sequence[Gated]) -> tuple[Gated, ...]:
-    """Each version's records from several :func:`gate_all` calls, as one :class:`Gated` per version."""
-    return tuple(
-        Gated({k: v for gated in row for k, v in gated.records.items()}) for row in zip(*judged, strict=True)
+class Served(Protocol):
+    """What a build's targets serve, as the gate reads it: per version, the served artifact's comparisons."""
+
+    @property
+    def checks(self) -> Sequence[Sequence[Comparison]]: ...
+
+
+S = TypeVar("S", bound=Served)
+
+
+def gate_build(
+    spec: AccuracySpec,
+    graphs: Sequence[Sequence[Comparison]],
+    labels: Sequence[str] | None,
+    make: Callable[[], S],
+    log: Callable[[str], None],
+) -> tuple[S, tuple[Gated, ...]]:
+    """A build's gate: each version's graph comparisons judged (and logged), then ``make()`` (the
+    targets, made only once every graph passed) and what it serves judged; (what ``make`` made, each
+    version's records of both)."""
+    judged = gate_all(spec, graphs, labels)
+    for gated in judged:
+        record = gated.records.get("precision")
+        if record is not None:
+            log(
+                f"  accuracy vs fp32: {record['metric']} mean {record['mean']:.6f} min {record['min']:.6f} "
+                f"({record['samples']} samples)"
+            )
+    made = make()
+    served = gate_all(spec, made.checks, labels)
+    return made, tuple(
+        Gated({**graph.records, **artifact.records}) for graph, artifact in zip(judged, served, strict=True)
     )

@@ -2,20 +2,21 @@
 build's steps, each taking and returning named values, each called once:
 
 1. :func:`~tritonkit.convert.plan.plan_build`: :class:`~tritonkit.convert.plan.BuildPlan` from the spec
-   (GPU profile, precisions, TensorRT engine plan, visible GPUs); then the repository refuses versions
-   that exist (``--version`` without ``--force``) before any build work;
-2. :func:`~tritonkit.convert.source.prepare_source`: the FP32 ONNX :class:`~tritonkit.convert.source.Source`;
-3. :func:`~tritonkit.convert.datasets.prepare_data`: held-out and calibration :class:`~tritonkit.convert.datasets.Datasets`;
-4. :func:`~tritonkit.convert.conversion.convert_precisions`: each precision's graph (``Converted``);
-5. :func:`~tritonkit.convert.gates.gate_all`: the graphs judged against FP32 (the accuracy gate);
-6. :func:`~tritonkit.convert.targets.make_targets`: each model as its target serves it (``Targets``);
-7. :func:`~tritonkit.convert.gates.gate_all` again: the served engines and programs judged;
+   (GPU profile, precisions, TensorRT engine plan, visible GPUs);
+2. :meth:`tritonkit.repository.ModelRepository.reserve`: the repository refuses versions that exist
+   (``--version`` without ``--force``) before any build work, and hands back the build's
+   :class:`~tritonkit.repository.Reservation`;
+3. :func:`~tritonkit.convert.preflight.check_build`: shapes, batch axis, data files;
+4. :func:`~tritonkit.convert.source.prepare_source`: the FP32 ONNX :class:`~tritonkit.convert.source.Source`;
+5. :func:`~tritonkit.convert.datasets.prepare_data`: held-out and calibration :class:`~tritonkit.convert.datasets.Datasets`;
+6. :func:`~tritonkit.convert.conversion.convert_precisions`: each precision's graph (``Converted``);
+7. :func:`~tritonkit.convert.gates.gate_build`: the graphs judged against FP32, then
+   :func:`~tritonkit.convert.targets.make_targets` (each model as its target serves it, ``Targets``),
+   then the served engines and programs judged: the accuracy gate, passed once;
 8. :func:`~tritonkit.convert.versions.version_writes`: manifests, one ``VersionWrite`` per model;
-9. :meth:`tritonkit.repository.ModelRepository.write_versions`: all checked, then written, under the
-   repository's lock.
+9. the reservation's ``commit``: all checked again, then written, under the repository's lock.
 
-Every check that can fail without building runs in step 1 and in the preflight after it
-(:func:`~tritonkit.convert.preflight.check_build`: shapes, batch axis, data files); steps 2 to 7 run
+Every check that can fail without building runs in steps 1 to 3; steps 4 to 7 run
 their native code (export, clean-up, precisions, gates, engines) in one worker process per build
 (:mod:`~tritonkit.convert.isolate`), so a crash there is one line. The graphs are judged before any target is
 made (a TensorRT build runs, and fails, here up to the builder, which needs ``import tensorrt``);
@@ -42,7 +43,7 @@ from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import convert_precisions
 from tritonkit.convert.datasets import Datasets, prepare_data
 from tritonkit.convert.flagship import FLAGSHIP_SPECS, flagship_spec
-from tritonkit.convert.gates import gate_all, merged
+from tritonkit.convert.gates import gate_build
 from tritonkit.convert.plan import Log, plan_build, quiet
 from tritonkit.convert.preflight import check_build
 from tritonkit.convert.source import prepare_source
@@ -61,25 +62,6 @@ class BuildResult:
     accuracy: dict[str, Any] | None
 
 
-def _existing(repo: ModelRepository | str | Path) -> ModelRepository | None:
-    """The repository if it exists already; a build that fails must not create it."""
-    if isinstance(repo, ModelRepository):
-        return repo
-    return ModelRepository(repo) if Path(repo).exists() else None
-
-
-def _created(repo: ModelRepository | str | Path) -> ModelRepository:
-    """The repository, created now (the build made everything it writes)."""
-    return repo if isinstance(repo, ModelRepository) else ModelRepository(repo, create=True)
-
-
-def _accuracy_line(accuracy: dict[str, Any]) -> str:
-    return (
-        f"  accuracy vs fp32: {accuracy['metric']} mean {accuracy['mean']:.6f} min {accuracy['min']:.6f} "
-        f"({accuracy['samples']} samples)"
-    )
-
-
 def build_from_spec(
     spec: BuildSpec,
     repo: ModelRepository | str | Path,
@@ -95,9 +77,8 @@ def build_from_spec(
     plan of each portable version reads (:mod:`.gpu_target`); other builds never ask.
     """
     plan = plan_build(spec, gpus=gpus, log=log)
-    existing = _existing(repo)
-    if existing is not None:
-        existing.check_free(plan.names, version, force=force)
+    proposed = "new" if spec.as_is else "spec"
+    reservation = ModelRepository.reserve(repo, plan.names, version, force=force, proposed=proposed)
     checked = check_build(spec)  # shapes, batch axis, data files: one line each, before any build work
     for warning in checked.warnings:
         log(f"warning: {warning}")
@@ -113,20 +94,15 @@ def build_from_spec(
         converts = set(spec.precisions) - {"fp32"}
         sets = prepare_data(spec, source, "int8" in spec.precisions) if converts else Datasets()
         converted = convert_precisions(plan, source, sets, workdir, log)
-        graphs = gate_all(spec.accuracy, [c.checks for c in converted], sets.labels)
-        for gated in graphs:
-            if "precision" in gated.records:
-                log(_accuracy_line(gated.records["precision"]))
-        targets = make_targets(plan, source, sets, converted, workdir, log)
-        served = gate_all(spec.accuracy, [made.checks for made in targets.versions], sets.labels)
-        versions = version_writes(plan, source, sets, targets, merged(graphs, served))
-        repository = existing or _created(repo)
-        paths = repository.write_versions(
-            [v.write for v in versions],
-            version=version,
-            force=force,
-            proposed="new" if spec.as_is else "spec",
+        targets, records = gate_build(
+            spec.accuracy,
+            [c.checks for c in converted],
+            sets.labels,
+            lambda: make_targets(plan, source, sets, converted, workdir, log),
+            log,
         )
+        versions = version_writes(plan, source, sets, targets, records)
+        paths = reservation.commit([v.write for v in versions])
     for path in paths:
         log(f"wrote {path}")
     return [

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "CALIBRATION_METHODS",
     "INT8_COMPUTE_OPS",
     "QDQ_FP16_OPSET",
+    "Fp16Options",
     "Int8Options",
     "UnsupportedOpError",
     "activation_scales",
@@ -73,6 +74,16 @@ class UnsupportedOpError(BuildError):
 
 
 @dataclass
+class Fp16Options:
+    """How a graph goes to float16 (the spec's ``fp16`` section, as it is): FP32 inputs/outputs kept
+    when ``keep_io_types``; ops and nodes named in the block lists stay in float32."""
+
+    keep_io_types: bool = True
+    op_block_list: list[str] = field(default_factory=list)
+    node_block_list: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Int8Options:
     """How a Q/DQ model is made (the spec's ``int8`` section)."""
 
@@ -85,24 +96,22 @@ class Int8Options:
     min_samples: int = 16
 
 
-def to_fp16(
+def to_fp16(source: str | Path, dest: str | Path, options: Fp16Options | None = None) -> dict[str, Any]:
+    """Convert ``source`` to float16 weights and compute (see :class:`Fp16Options`).
+    Runs in the build's worker (:mod:`tritonkit.convert.isolate`)."""
+    return _fp16_in_worker("fp16 conversion", _to_fp16, source, dest, options)
+
+
+def _fp16_in_worker(
+    step: str,
+    work: Callable[..., dict[str, Any]],
     source: str | Path,
     dest: str | Path,
-    *,
-    keep_io_types: bool = True,
-    op_block_list: Sequence[str] = (),
-    node_block_list: Sequence[str] = (),
+    options: Fp16Options | None,
 ) -> dict[str, Any]:
-    """Convert ``source`` to float16 weights and compute; FP32 inputs/outputs when ``keep_io_types``.
-    Runs in the build's worker (:mod:`tritonkit.convert.isolate`)."""
+    o = options or Fp16Options()
     return isolate.run(
-        "fp16 conversion",
-        _to_fp16,
-        Path(source),
-        Path(dest),
-        keep_io_types,
-        list(op_block_list),
-        list(node_block_list),
+        step, work, Path(source), Path(dest), o.keep_io_types, list(o.op_block_list), list(o.node_block_list)
     )
 
 
@@ -478,27 +487,12 @@ def _float32_nodes(model: Any) -> list[str]:
     )
 
 
-def qdq_to_fp16(
-    source: str | Path,
-    dest: str | Path,
-    *,
-    keep_io_types: bool = True,
-    op_block_list: Sequence[str] = (),
-    node_block_list: Sequence[str] = (),
-) -> dict[str, Any]:
+def qdq_to_fp16(source: str | Path, dest: str | Path, options: Fp16Options | None = None) -> dict[str, Any]:
     """Write the FP16-base twin of the Q/DQ model ``source`` to ``dest`` (see the module
     docstring): float16 compute and float16 Q/DQ scales, FP32 I/O when ``keep_io_types``; the
     same INT8 weights, zero points and node set. BuildError when the result is not a valid model
     or a scale did not become float16. Runs in the build's worker."""
-    return isolate.run(
-        "Q/DQ fp16-base conversion",
-        _qdq_to_fp16,
-        Path(source),
-        Path(dest),
-        keep_io_types,
-        list(op_block_list),
-        list(node_block_list),
-    )
+    return _fp16_in_worker("Q/DQ fp16-base conversion", _qdq_to_fp16, source, dest, options)
 
 
 def _qdq_to_fp16(

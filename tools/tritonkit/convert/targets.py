@@ -69,6 +69,11 @@ class Targets:
     versions: tuple[Made, ...]
     tokenizer: Tokenizer | None
 
+    @property
+    def checks(self) -> tuple[tuple[Comparison, ...], ...]:
+        """Per version, what the gate judges of the served artifact (:class:`~.gates.Served`)."""
+        return tuple(made.checks for made in self.versions)
+
 
 def _portable(
     plan: BuildPlan, source: Source, item: Converted, name: str, mbs: int

@@ -246,13 +246,7 @@ def typed_int8_network(
     if not sets.evaluation:
         raise BuildError("the FP16-base Q/DQ model needs evaluation data for its accuracy gate; got none")
     target = workdir / "int8-fp16-base.onnx"
-    details = precision.qdq_to_fp16(
-        qdq_onnx,
-        target,
-        keep_io_types=spec.fp16.keep_io_types,
-        op_block_list=spec.fp16.op_block_list,
-        node_block_list=spec.fp16.node_block_list,
-    )
+    details = precision.qdq_to_fp16(qdq_onnx, target, spec.fp16)
     stats, cand, ref = accuracy.compare_models(
         fp32_onnx,
         target,

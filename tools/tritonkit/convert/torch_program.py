@@ -42,7 +42,7 @@ from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import GPU_REQUESTS, runner_path
 
 __all__ = [
     "FAST_FILE",
@@ -271,6 +271,7 @@ def torch_version(
         PROGRAM_FILE: program,
         **({FAST_FILE: fast} if fast.is_file() else {}),
         "model.py": runner_path(TORCH_RUNNER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
     }
 
 
@@ -303,7 +304,11 @@ def onnx_gpu_version(
         extra_parameters={"onnx_file": "model.onnx"},
         **batching,
     )
-    return config, {"model.onnx": source, "model.py": runner_path(ONNX_CUDA_RUNNER)}
+    return config, {
+        "model.onnx": source,
+        "model.py": runner_path(ONNX_CUDA_RUNNER),
+        f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
+    }
 
 
 def _module_check(

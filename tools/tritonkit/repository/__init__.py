@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from tritonkit.repository.manifest import MANIFEST_FILE, Manifest, sha256_file
 from tritonkit.repository.staging import STAGING_PREFIX
-from tritonkit.repository.store import CONFIG_FILE, ModelRepository, VersionWrite, validate_model_name
+from tritonkit.repository.store import (
+    CONFIG_FILE,
+    ModelRepository,
+    Reservation,
+    VersionWrite,
+    validate_model_name,
+)
 
 __all__ = [
     "CONFIG_FILE",
@@ -20,6 +26,7 @@ __all__ = [
     "STAGING_PREFIX",
     "Manifest",
     "ModelRepository",
+    "Reservation",
     "VersionWrite",
     "sha256_file",
     "validate_model_name",

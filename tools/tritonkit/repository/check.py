@@ -29,7 +29,7 @@ from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.staging import STAGING_PREFIX
 from tritonkit.repository.store import CONFIG_FILE, ModelRepository
-from tritonkit.serve.runners import ONNX_RUNNER, runner_path
+from tritonkit.serve.runners import GPU_REQUESTS, ONNX_RUNNER, runner_path
 
 __all__ = [
     "CHECK_TARGETS",
@@ -180,12 +180,19 @@ def _escaping_links(model_dir: Path, root: Path) -> list[str]:
 
 
 def _python_problems(config: ModelConfig, version_dir: Path) -> list[str]:
-    """A python-backend model.py that does not compile (compiled, never imported or run)."""
+    """A python-backend model.py that does not compile (compiled, never imported or run), or a GPU
+    runner without the shared request path it imports from its folder."""
     model_py = version_dir / (config.default_model_filename or "model.py")
     if config.backend != "python" or not model_py.is_file():
         return []
+    source = model_py.read_bytes()
+    if (
+        f"from {GPU_REQUESTS} import".encode() in source
+        and not (version_dir / f"{GPU_REQUESTS}.py").is_file()
+    ):
+        return [f"`{model_py.name}` imports `{GPU_REQUESTS}.py`, which its version folder lacks (rebuild it)"]
     try:
-        compile(model_py.read_bytes(), str(model_py), "exec", dont_inherit=True)
+        compile(source, str(model_py), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         where = f" line {line}" if line else ""

@@ -9,7 +9,9 @@ Layout (what Triton reads, plus tritonkit's manifest)::
 :class:`ModelRepository` owns every write into a repository: versions (:meth:`~ModelRepository.write_versions`,
 what a build writes), a model's config rewritten in place and a model cloned under a new name with
 another config (:meth:`~ModelRepository.write_config`, :meth:`~ModelRepository.clone_model`, what
-``tritonkit tune --write`` does). Each holds the repository's lock (:mod:`.staging`) from its checks to
+``tritonkit tune --write`` does). A build takes its place first (:meth:`~ModelRepository.reserve`: the
+version-conflict read, before any build work, creating nothing) and writes once, through the
+:class:`Reservation`'s ``commit``. Each write holds the repository's lock (:mod:`.staging`) from its checks to
 its last rename, assembles what it adds in a staging folder inside the repository and renames it into
 place; an existing version is replaced only with ``force`` (old one renamed aside, new one renamed in,
 old one deleted). Any error leaves the repository as it was. Triton 2.51 treats *every* folder at
@@ -48,7 +50,7 @@ from tritonkit.repository.staging import (
     staging_dirs,
 )
 
-__all__ = ["CONFIG_FILE", "ModelRepository", "VersionWrite", "validate_model_name"]
+__all__ = ["CONFIG_FILE", "ModelRepository", "Reservation", "VersionWrite", "validate_model_name"]
 
 CONFIG_FILE = "config.pbtxt"
 
@@ -234,6 +236,25 @@ class ModelRepository:
         for name in names:
             self.check_write(name, None, version, force=force)
 
+    @staticmethod
+    def reserve(
+        repo: ModelRepository | str | os.PathLike[str],
+        names: Sequence[str],
+        version: int | None,
+        *,
+        force: bool,
+        proposed: str = "new",
+    ) -> Reservation:
+        """A build's place in ``repo``, taken before any build work: ``names`` at ``version`` checked
+        free (:meth:`check_free`; a repository that does not exist is not created, and passes). The
+        build's one write is :meth:`Reservation.commit`."""
+        if not isinstance(repo, ModelRepository):
+            if not Path(repo).exists():
+                return Reservation(Path(repo), version, force, proposed)
+            repo = ModelRepository(repo)
+        repo.check_free(names, version, force=force)
+        return Reservation(repo, version, force, proposed)
+
     # --- writing ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -377,3 +398,21 @@ class ModelRepository:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return target
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What :meth:`ModelRepository.reserve` checked free, and the one write of what the build made."""
+
+    repo: ModelRepository | Path  # a Path: the repository did not exist when reserved
+    version: int | None
+    force: bool
+    proposed: str
+
+    def commit(self, writes: Sequence[VersionWrite]) -> list[Path]:
+        """:meth:`ModelRepository.write_versions` of ``writes`` (checked again under the lock), creating
+        the repository first if it did not exist: only a build that made everything creates one."""
+        repo = (
+            self.repo if isinstance(self.repo, ModelRepository) else ModelRepository(self.repo, create=True)
+        )
+        return repo.write_versions(writes, version=self.version, force=self.force, proposed=self.proposed)

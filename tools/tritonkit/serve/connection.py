@@ -33,8 +33,10 @@ _INLINE_CHECK_BYTES = 256 * 1024
 _REASONS = {
     400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
     411: "Length Required", 413: "Content Too Large", 414: "URI Too Long", 415: "Unsupported Media Type",
-    431: "Request Header Fields Too Large", 503: "Service Unavailable",
+    431: "Request Header Fields Too Large", 503: "Service Unavailable", 505: "HTTP Version Not Supported",
 }  # fmt: skip
+#: The HTTP versions the guard serves (llhttp also reads 0.9 and 2.0 in HTTP/1 framing).
+_VERSIONS = ("1.1", "1.0")
 #: Headers the guard consumes or rewrites; never forwarded as the client sent them.
 _HOP = frozenset(
     {
@@ -60,6 +62,18 @@ def _answer(status: int, message: str, *, close: bool, retry: bool = False) -> b
         f"{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
     )
     return head.encode() + body
+
+
+def _malformed(error: str, limit: int) -> RefusedError:
+    """The answer to a request llhttp could not parse (``error``: its reason)."""
+    if "Content-Length overflow" in error:  # more digits than 64 bits hold
+        return RefusedError(413, f"the declared body is over the limit of {limit} bytes")
+    status = 505 if "HTTP version" in error or "PRI" in error else 400  # PRI: HTTP/2's preface
+    return RefusedError(status, f"malformed HTTP/1.1 request: {error}")
+
+
+def _unchecked(exc: BaseException) -> str:
+    return f"the request could not be checked ({type(exc).__name__}: {str(exc)[:80]})"
 
 
 def trim_heap() -> None:
@@ -132,6 +146,7 @@ class Connection(asyncio.Protocol):
         self.route: Route | None = None
         self.model: str | None = None
         self.target = b""
+        self.line_tail = b""  # the last bytes of a head still arriving
 
     # --- transport events ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -164,18 +179,49 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
-            refused = exc.__context__
-            self._refuse(refused if isinstance(refused, RefusedError) else RefusedError(400, str(exc)))
+            cause = exc.__context__
+            self._refuse(
+                cause if isinstance(cause, RefusedError) else RefusedError(400, _unchecked(cause or exc))
+            )
         except httptools.HttpParserUpgrade:
-            self._refuse(RefusedError(400, "protocol upgrades are not served"))
+            self._upgrade()
         except httptools.HttpParserError as exc:
-            self._refuse(RefusedError(400, f"malformed HTTP/1.1 request: {exc}"))
+            self._refuse(_malformed(str(exc), self.guard.max_body_bytes))
+        else:
+            if self.in_message and self.route is None:  # a head cut across reads (rare)
+                self._request_line(data)
         if self.in_message and self.timer is None and not self.closing:
             self._arm()
         self._pump()
         if len(self.queue) >= 8 and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
+
+    def _request_line(self, data: bytes) -> None:
+        """Refuse an HTTP/0.9 request line (``GET /path`` and CRLF, no version) as soon as it ends: llhttp
+        reads one as the start of a head and would wait for its headers (then serve it) until the deadline."""
+        assert self.parser is not None
+        keep = _TARGET_LIMIT + 32
+        recent = data[-keep:] if len(data) >= keep else self.line_tail[len(data) - keep :] + data
+        self.line_tail = recent
+        if not self.url or not recent.endswith(b"\n"):
+            return
+        line = b"%s %s" % (self.parser.get_method(), self.url)
+        for end in (b"\r\n", b"\n"):
+            # The line ends the stream, not as a header's value ("X: GET /path" has a colon or blank before).
+            if recent.endswith(line + end) and recent[-len(line + end) - 1 :][:1] not in b" \t:":
+                self._refuse(RefusedError(505, "HTTP/0.9 is not served; expected HTTP/1.1 or HTTP/1.0"))
+                return
+
+    def _upgrade(self) -> None:
+        """llhttp stops at a request asking to switch protocols (``Upgrade``, ``CONNECT``, ``PRI``). A
+        complete one is served as plain HTTP/1.1 (RFC 9110 lets a server ignore ``Upgrade``; the guard
+        drops the header) and is the connection's last; one cut short is refused."""
+        if self.in_message or not (self.queue or self.busy):
+            self._refuse(RefusedError(400, "protocol upgrades are not served"))
+            return
+        self.parser = None  # the bytes after it belong to the other protocol: read no further
+        (self.queue[-1] if self.queue else cast(_Item, self.busy)).close = True
 
     def eof_received(self) -> bool:
         """The client sent all it will: answer what it sent (a half request is refused), then close."""
@@ -249,7 +295,10 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         assert self.parser is not None
         method = self.parser.get_method().decode("latin-1")
-        if self.parser.get_http_version() == "1.1" and b"host" not in self.fields:
+        version = self.parser.get_http_version()
+        if version not in _VERSIONS:
+            raise RefusedError(505, f"HTTP/{version} is not served; expected HTTP/1.1 or HTTP/1.0")
+        if version == "1.1" and b"host" not in self.fields:
             raise RefusedError(400, "an HTTP/1.1 request needs a Host header")
         if b"transfer-encoding" in self.fields:
             raise RefusedError(411, "chunked bodies are not accepted; send Content-Length")
@@ -340,7 +389,8 @@ class Connection(asyncio.Protocol):
         try:
             await asyncio.to_thread(check_body, route, body, header_length, self.guard.max_body_bytes)
             item.data = head + body
-        except RefusedError as refused:
+        except Exception as exc:  # any failure must answer: an item left without data stalls the queue
+            refused = exc if isinstance(exc, RefusedError) else RefusedError(400, _unchecked(exc))
             self.guard.refused += refused.count
             self.guard.give(item.held)
             item.held, item.close = 0, True
@@ -483,7 +533,8 @@ class _Upstream(asyncio.Protocol):
         client = self.client
         if self.orphaned or client.transport is None or client.closing:
             return
-        if not self.started and client.guard.draining and b"\r\n" in data:
+        last = client.guard.draining or (client.busy is not None and client.busy.close)
+        if not self.started and last and b"\r\n" in data:
             at = data.index(b"\r\n") + 2  # this answer is the connection's last: say so
             data = data[:at] + _CLOSE + data[at:]
         self.started = True

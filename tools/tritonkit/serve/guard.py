@@ -7,7 +7,8 @@ is dead or stopped. The guard owns the client connections:
 
 * requests are parsed by llhttp (``httptools``), which refuses what RFC 9112 says to refuse: whitespace
   before a header's colon, obs-fold, duplicate or conflicting ``Content-Length``, ``Transfer-Encoding``
-  with ``Content-Length``, bare LF line ends. ``Host`` must be given once (HTTP/1.1);
+  with ``Content-Length``, bare LF line ends. ``Host`` must be given once (HTTP/1.1). Versions other
+  than 1.0 and 1.1 get 505, an HTTP/0.9 request line (no version) as soon as it ends;
 * default deny: only the routes of :mod:`tritonkit.serve.kserve` pass, each with its method and body
   check; an absolute-form target is reduced to its path. Triton never sees the client's bytes: the guard
   writes each request anew (origin-form target, ``Content-Length`` of the checked body, hop-by-hop

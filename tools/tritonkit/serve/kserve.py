@@ -14,6 +14,9 @@ gets the route's check, with numbers read the way Triton reads them (RapidJSON t
   (``1_05`` is 1 to Triton, 105 to Python's ``int``);
 * a key given twice in one JSON object is refused (Python keeps the last, RapidJSON's ``Find`` the
   first: the guard would check one value and Triton serve the other), and so are ``NaN``/``Infinity``;
+* anywhere in the JSON, what RapidJSON fails to parse and Python reads (Triton answers 500 "failed to
+  parse the request JSON buffer"): a number past the double range (``1e400``, an integer of 309 digits)
+  or written with an exponent over 308, and a ``\\u`` escape of a high surrogate without its low half;
 * the bytes the shapes declare must stay within ``max_bytes * EXPANSION`` (Triton allocates them before
   looking at the data: ``std::bad_alloc`` kills the process), and JSON nesting within Python's
   recursion limit (Triton's recursive parser dies of a stack overflow on 130,000 levels).
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,12 +168,81 @@ def _constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_constant)
+#: Digits as 0 and ``E`` as ``e``: what :func:`_suspect` looks for in one pass per pattern.
+_SHAPES = bytes.maketrans(b"0123456789E", b"0000000000e")
+_HIGH_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
+_DOUBLE_MAX = int(sys.float_info.max)
+_HIGH_SURROGATE = re.compile("[\ud800-\udbff]")
+
+
+def _too_big(text: str) -> RefusedError:
+    return RefusedError(
+        400,
+        f"the request JSON holds the number {text[:24]}, past what Triton's JSON parser reads "
+        "(at most 1.8e308, exponents up to 308)",
+    )
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    exponent = text.lower().partition("e")[2]
+    if math.isinf(value) or (exponent and int(exponent) > 308):  # RapidJSON: kParseErrorNumberTooBig
+        raise _too_big(text)
+    return value
+
+
+def _checked_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > _DOUBLE_MAX:  # past int64/uint64 RapidJSON reads a double
+        raise _too_big(text)
+    return value
+
+
+_CHECKED_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates,
+    parse_constant=_constant,
+    parse_float=_checked_float,
+    parse_int=_checked_int,
+)
+
+
+def _suspect(text: bytes) -> bool:
+    """Whether ``text`` may hold what RapidJSON refuses and Python reads: an exponent of three digits or
+    more, 309 digits in a row, a high-surrogate escape. Only such bodies take the slower, checked
+    decoding. (``rfind``: CPython's reverse search skips on the needle's first byte, rare in numbers.)"""
+    shapes = text.translate(_SHAPES)
+    if shapes.rfind(b"e000") >= 0 or shapes.rfind(b"e+000") >= 0 or b"0" * 309 in shapes:
+        return True
+    return shapes.rfind(b"\\u") >= 0 and _HIGH_ESCAPE.search(text) is not None
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string (key or value) in ``value`` holds a high surrogate without its low half."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            if _HIGH_SURROGATE.search(item):
+                return True
+        elif type(item) is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
 
 
 def parse_json(text: bytes) -> Any:
     """The JSON value of ``text``; :class:`RefusedError` (400) for anything Triton would not read the same."""
     try:
-        return _DECODER.decode(text.decode("utf-8"))
+        if not _suspect(text):
+            return _DECODER.decode(text.decode("utf-8"))
+        value = _CHECKED_DECODER.decode(text.decode("utf-8"))
+        if _lone_surrogate(value):
+            raise RefusedError(
+                400, "the request JSON holds a \\u escape of a high surrogate without its low half"
+            )
+        return value
     except RecursionError:
         raise RefusedError(400, "the request JSON is nested too deeply") from None
     except UnicodeDecodeError:

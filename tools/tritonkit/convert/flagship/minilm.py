@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert.export import export_torch
+from tritonkit.convert.export import export_model
 from tritonkit.errors import ModelImportError
 
 __all__ = ["INPUTS", "OUTPUT", "export_minilm", "max_seq_length", "model_dir", "tokenizer_file"]
@@ -76,7 +76,7 @@ def export_minilm(path: str | Path) -> Path:
 
     # Traced with batch 2 and 8 tokens; both axes stay symbolic in the exported graph.
     example = (torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64))
-    return export_torch(
+    export_model(
         _module(),
         example,
         path,
@@ -89,3 +89,4 @@ def export_minilm(path: str | Path) -> Path:
             OUTPUT: {0: "batch"},
         },
     )
+    return Path(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert.export import export_torch
+from tritonkit.convert.export import export_model
 
 __all__ = ["INPUT", "OUTPUT", "SEED", "build_resnet50", "export_resnet50"]
 
@@ -83,7 +83,7 @@ def export_resnet50(path: str | Path, image_size: int = 224) -> Path:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     example = (torch.zeros(1, 3, image_size, image_size),)
-    return export_torch(
+    export_model(
         build_resnet50(),
         example,
         path,
@@ -92,3 +92,4 @@ def export_resnet50(path: str | Path, image_size: int = 224) -> Path:
         exporter="torchscript",  # traces as it always has: no need for the slower dynamo export
         dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}},
     )
+    return Path(path)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:  # absent outside the stub: the benchmark imports the engine alone
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # pragma: no cover - exercised only inside the stub
-    pb_utils = None
+if TYPE_CHECKING:
+    from tritonkit.serve.runners.gpu_requests import GeneralPath, Member
+else:  # the copy beside this file: the stub puts the version folder on sys.path
+    from gpu_requests import GeneralPath
 
 
 def _param(params: dict[str, Any], key: str, default: str) -> str:
@@ -110,7 +110,7 @@ class OrtCudaEngine:
         return outputs
 
 
-class TritonPythonModel:
+class TritonPythonModel(GeneralPath):
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -139,64 +139,17 @@ class TritonPythonModel:
         self.engine.input_names = list(self.inputs)
         self.engine.output_names = list(self.outputs)
 
-    def _input(self, request: Any, name: str) -> Any:
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
-        if tensor is None:
-            raise ValueError(f"request lacks input `{name}`")
-        value = self.dlpack.from_dlpack(tensor.to_dlpack())
-        return value.unsqueeze(0) if self.max_batch_size == 0 else value
-
-    def _respond(self, outputs: list[Any]) -> Any:
-        tensors = []
-        for name, value in zip(self.outputs, outputs, strict=True):
-            out = value.squeeze(0) if self.max_batch_size == 0 else value
-            tensors.append(pb_utils.Tensor.from_dlpack(name, self.dlpack.to_dlpack(out.contiguous())))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
-
-    @staticmethod
-    def _error(exc: BaseException) -> Any:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
-
-    def _run_members(self, members: list[tuple[int, list[Any], bool]]) -> list[tuple[int, Any]]:
-        sizes = [int(feeds[0].shape[0]) for _, feeds, _ in members]
+    def _run_members(self, members: list[Member]) -> list[tuple[int, Any]]:
         columns = zip(*(feeds for _, feeds, _ in members), strict=True)
         # Host parts are joined on the host and go up in one copy (engine.run moves them).
         batch = [self.torch.cat(list(parts), dim=0) for parts in columns]
         outputs = self.engine.run(batch)
         # One copy down per output for all host answers, not one per request.
         host = [o.cpu() for o in outputs] if any(h for _, _, h in members) else None
-        on_device = [o.split(sizes, dim=0) for o in outputs]
-        on_host = [h.split(sizes, dim=0) for h in host] if host is not None else None
-        pairs = []
-        for position, (index, _, to_host) in enumerate(members):
-            source = on_host if to_host and on_host is not None else on_device
-            pairs.append((index, self._respond([parts[position] for parts in source])))
-        return pairs
+        return self._answers(members, outputs, host)
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
-        groups: dict[tuple[Any, ...], list[tuple[int, list[Any], bool]]] = {}
-        for index, request in enumerate(requests):
-            try:
-                feeds = [self._input(request, name) for name in self.inputs]
-            except Exception as exc:
-                responses[index] = self._error(exc)
-                continue
-            key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
-            groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
-        for members in groups.values():
-            try:
-                for index, response in self._run_members(members):
-                    responses[index] = response
-            except Exception:  # retried alone: one bad request fails only itself
-                for member in members:
-                    try:
-                        for index, response in self._run_members([member]):
-                            responses[index] = response
-                    except Exception as inner:
-                        responses[member[0]] = self._error(inner)
-        return responses
+        return self._execute_general(requests)
 
     def finalize(self) -> None:
         del self.engine
