@@ -5,7 +5,6 @@ Wav2Vec2), and the torch-program engine's half programs and fast files."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from tritonkit.convert.execution import ExecutionPlan, ServingSpec, plan_executi
 from tritonkit.convert.export import TorchSource
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import BuildError, ModelImportError
-from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners import load_runner
 
 
 class KeywordOnly(nn.Module):
@@ -197,11 +196,7 @@ def test_an_lstm_program_whose_fast_file_cannot_load_serves_from_the_program(tmp
         tmp_path / "repo", "lstm", built.module, examples, ["y"], plan, max_batch_size=8
     )
     assert not (version / "model.fx.pt").exists() and (version / "model.pt2").is_file()
-    spec = importlib.util.spec_from_file_location("torch_runner_lstm", runner_path("torch_runner"))
-    assert spec is not None and spec.loader is not None
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
-    module, _ = runner.load_program(str(version / "model.pt2"), "cpu")
+    module, _ = load_runner("torch_runner").load_program(str(version / "model.pt2"), "cpu")
     ids = examples["input_ids"][:3]
     with torch.no_grad():
         torch.testing.assert_close(module(ids), built.module(ids))
