@@ -1,6 +1,7 @@
 """The zoo, run: every architecture of tests/support/torch_zoo.py (torchvision's own models where
-torchvision imports) and the `onnx` package's test CNNs, each built fp32 + fp16 + int8 through
-`tritonkit build` with no edit to the model, and a markdown table of what came out.
+torchvision imports), of tests/support/torch_zoo_more.py (transformers models passed as they are, RNN
+classifiers) and the `onnx` package's test CNNs, each built fp32 + fp16 + int8 with no edit to the
+model, and a markdown table of what came out.
 
     python scripts/gpu/zoo.py --out zoo.md --raw zoo.json             # full size (the GPU host)
     python scripts/gpu/zoo.py --small --out zoo.md --raw zoo.json     # test sizes (any CPU machine)
@@ -32,7 +33,7 @@ sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import yaml  # noqa: E402
-from tests.support import torch_zoo  # noqa: E402
+from tests.support import torch_zoo, torch_zoo_more  # noqa: E402
 
 from tritonkit import cli, machine  # noqa: E402
 from tritonkit.convert import isolate  # noqa: E402
@@ -127,6 +128,12 @@ def build_entry(entry: str, small: bool, samples: int, work: Path) -> dict[str, 
             if not small and entry in torch_zoo.TORCHVISION and torch_zoo.torchvision_missing() is None
             else ("transformers" if entry in ("bert", "distilbert") else "tests/support/torch_zoo.py")
         )
+    elif entry in torch_zoo_more.FAMILIES:
+        built = torch_zoo_more.source(entry, full=not small)
+        for file, seed, count in (("cal.npz", 1, samples), ("eval.npz", 2, samples // 2)):
+            np.savez(folder / file, **torch_zoo_more.arrays(built, count, seed))
+        source = {"torch": f"tests.support.torch_zoo_more:{'' if small else 'full_'}{entry}"}
+        origin = torch_zoo_more.FAMILIES[entry][1]
     else:
         rng = np.random.default_rng(0)
         name = _cnn_input(entry)
@@ -196,7 +203,7 @@ def main() -> int:
         rows = [row for run in runs for row in run["rows"]]
         page = render(rows, runs[0]["machine"], runs[0]["small"])
     else:
-        entries = [*torch_zoo.FAMILIES, *CNNS]
+        entries = [*torch_zoo.FAMILIES, *torch_zoo_more.FAMILIES, *CNNS]
         if args.only:
             wanted = [e.strip() for e in args.only.split(",") if e.strip()]
             entries = [e for e in entries if e in wanted or ("onnx" in wanted and e in CNNS)]
@@ -210,7 +217,7 @@ def main() -> int:
         if args.merge and args.merge.is_file():
             built = {r["entry"] for r in rows}
             rows += [r for r in json.loads(args.merge.read_text())["rows"] if r["entry"] not in built]
-        order = {e: i for i, e in enumerate([*torch_zoo.FAMILIES, *CNNS])}
+        order = {e: i for i, e in enumerate([*torch_zoo.FAMILIES, *torch_zoo_more.FAMILIES, *CNNS])}
         rows.sort(key=lambda r: order.get(r["entry"], len(order)))
         where = machine.description()
         page = render(rows, where, args.small)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonkit.convert import isolate
+from tritonkit.convert import isolate, torch_io
 from tritonkit.errors import ModelImportError
 
 __all__ = [
@@ -109,7 +109,7 @@ def _dynamo(job: _Export, opset: int) -> None:
         None,
         input_names=list(job.input_names),
         output_names=list(job.output_names),
-        dynamic_shapes=tuple(axes),
+        dynamic_shapes=torch_io.dynamic_shapes(job.module, axes),
         opset_version=opset,
         dynamo=True,
     )
@@ -169,6 +169,9 @@ def export_model(
     if opset is not None and opset < MIN_OPSET:
         raise ModelImportError(f"ONNX opset must be >= {MIN_OPSET}; got {opset}")
     module.eval()
+    label = type(module).__name__
+    # Inputs by keyword where forward takes them so, outputs one tensor per name (torch_io).
+    module = torch_io.adapt(module, example_inputs, input_names, output_names)
     job = _Export(module, example_inputs, Path(path), input_names, output_names, dynamic_axes)
     chosen = ("dynamo", "torchscript") if exporter == "auto" else (exporter,)
     failures: list[str] = []
@@ -180,7 +183,7 @@ def export_model(
                 warnings.simplefilter("ignore")  # tracer and deprecation warnings: the log has the rest
                 run(job, version)
         except Exception as exc:  # torch raises many types; the user needs one line
-            print(f"tritonkit: the {name} exporter failed for {type(module).__name__}:", flush=True)
+            print(f"tritonkit: the {name} exporter failed for {label}:", flush=True)
             traceback.print_exc()
             failures.append(f"{name}: {_first_line(exc)}")
             continue
@@ -188,7 +191,7 @@ def export_model(
         if failures:
             details["fallback_from"] = failures
         return details
-    raise ExportError(f"export of {type(module).__name__} failed ({'; '.join(failures)})")
+    raise ExportError(f"export of {label} failed ({'; '.join(failures)})")
 
 
 @dataclass

@@ -117,7 +117,8 @@ def _execute(task: _Task, crash: str | None) -> Any:
 def _pickled(payload: Any) -> bytes:
     try:
         return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+    except (pickle.PicklingError, TypeError, AttributeError, RuntimeError, NotImplementedError) as exc:
+        # RuntimeError: torch refuses to pickle parametrized modules (weight_norm: Wav2Vec2, HiFi-GAN)
         raise UnpicklableError(f"cannot send to the worker: {exc}") from None
 
 

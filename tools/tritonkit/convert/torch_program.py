@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -35,6 +36,7 @@ from numpy.typing import NDArray
 
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
+from tritonkit.convert import torch_io
 from tritonkit.convert.buildspec import AccuracySpec
 from tritonkit.convert.execution import ExecutionPlan
 from tritonkit.convert.gates import Comparison, gate_all
@@ -87,6 +89,7 @@ def export_program(
     *,
     precision: str = "fp32",
     max_batch_size: int = 64,
+    output_names: Sequence[str] | None = None,
 ) -> list[tuple[str, str, list[int]]]:
     """Export ``module`` (called with ``example_inputs`` as positional arguments, batch axis first) to a
     program at ``precision`` whose batch axis is dynamic up to ``max_batch_size``; return the outputs
@@ -98,8 +101,8 @@ def export_program(
 
     if precision not in ("fp32", "fp16"):
         raise BuildError(f"program precision must be fp32 or fp16; got {precision!r}")
-    module = module.eval()
     inputs = dict(example_inputs)
+    module = torch_io.adapt(module.eval(), list(inputs.values()), list(inputs), output_names)
     if precision == "fp16":
         # A copy: the caller's module stays FP32 (it may be exported again or be the reference).
         module = copy.deepcopy(module).half()
@@ -107,14 +110,24 @@ def export_program(
     batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
     # Positional, in the order given: the runner feeds the config's inputs in that order.
     args = tuple(inputs.values())
-    dynamic = tuple({0: batch} for _ in args)
+    dynamic = torch_io.dynamic_shapes(module, [{0: batch} for _ in args])
     try:
-        program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
+        with warnings.catch_warnings():  # tracing warnings (nn.LSTM's) must not turn into failures
+            warnings.simplefilter("ignore")
+            program = torch.export.export(module, args=args, dynamic_shapes=dynamic, strict=False)
     except Exception as exc:  # torch's own errors are long; the first line names the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildError(f"torch.export failed: {first}") from None
-    with torch.inference_mode():
-        out = program.module()(*args)
+    try:
+        with torch.inference_mode():
+            out = program.module()(*args)
+    except Exception as exc:  # a half module that casts to float32 inside fails here, not in export
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BuildError(
+            f"the {precision} program does not run on its example inputs: {first}; expected a module that "
+            "runs in that precision (one casting to float32 inside cannot run as a half module: serve "
+            "it with serving.engine: onnxruntime or at fp32)"
+        ) from None
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +138,8 @@ def export_program(
 
 def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> None:
     """Write the program's module as a plain ``torch.fx.GraphModule`` that loads fast (see the module
-    docstring): flat positional inputs and outputs, the guard call dropped, parameters kept."""
+    docstring): flat positional inputs and outputs, the guard call dropped, parameters kept. A file that
+    does not load back is removed (the runner then loads ``model.pt2``)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = program.module()
@@ -147,6 +161,10 @@ def save_fast_module(program: Any, path: Path, input_dtypes: Sequence[Any]) -> N
     torch.save(
         {"module": fast, "input_dtypes": [str(d).removeprefix("torch.") for d in input_dtypes]}, str(path)
     )
+    try:  # torch.load re-traces the code: a list of symbolic sizes passed to an op (nn.LSTM's zeros) fails
+        torch.load(str(path), map_location="cpu", weights_only=False)  # the file just written
+    except Exception:  # any failure: the runner loads model.pt2 instead
+        path.unlink()
 
 
 class Batching(TypedDict, total=False):
@@ -229,7 +247,12 @@ def torch_version(
         for n, t in example_inputs.items()
     ]
     outs = export_program(
-        module, example_inputs, program, precision=plan.precision, max_batch_size=max_batch_size
+        module,
+        example_inputs,
+        program,
+        precision=plan.precision,
+        max_batch_size=max_batch_size,
+        output_names=output_names,
     )
     if len(outs) != len(output_names):
         raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
@@ -244,9 +267,10 @@ def torch_version(
         extra_parameters={"program_file": PROGRAM_FILE},
         **batching,
     )
+    fast = program.with_name(FAST_FILE)
     return config, {
         PROGRAM_FILE: program,
-        FAST_FILE: program.with_name(FAST_FILE),
+        **({FAST_FILE: fast} if fast.is_file() else {}),
         "model.py": runner_path(TORCH_RUNNER),
         f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
         f"{TORCH_PIPELINE}.py": runner_path(TORCH_PIPELINE),
@@ -290,19 +314,25 @@ def onnx_gpu_version(
 
 
 def _module_check(
-    name: str, module: Any, example_inputs: Mapping[str, Any], output: str, plan: ExecutionPlan, program: Path
+    name: str,
+    module: Any,
+    example_inputs: Mapping[str, Any],
+    outputs: Sequence[str],
+    plan: ExecutionPlan,
+    program: Path,
 ) -> Comparison:
     """The program's first output and the FP32 module's, on the example inputs (a library write has
     no held-out set: the examples are what it has)."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
+    inputs = list(example_inputs.values())
     with torch.inference_mode():
-        out = module.eval()(*example_inputs.values())
+        out = torch_io.adapt(module.eval(), inputs, list(example_inputs), outputs)(*inputs)
     reference = (list(out) if isinstance(out, (tuple, list)) else [out])[0].float().cpu().numpy()
     feeds = [[t.detach().cpu().numpy() for t in example_inputs.values()]]
     candidate, device = program_outputs(program, feeds, len(reference), 0)
     runtime = f"torch.export-{device.split(':')[0]}"
-    return Comparison("program", name, plan.precision, candidate, reference, output, runtime)
+    return Comparison("program", name, plan.precision, candidate, reference, outputs[0], runtime)
 
 
 def write_torch_version(
@@ -337,7 +367,7 @@ def write_torch_version(
         checks = (
             []
             if plan.precision == "fp32"
-            else [_module_check(name, module, example_inputs, output_names[0], plan, program)]
+            else [_module_check(name, module, example_inputs, output_names, plan, program)]
         )
         (gated,) = gate_all(AccuracySpec(), [checks], None)
         return _write(
