@@ -17,31 +17,9 @@ from tritonkit_bench import gpu, gpu_render, gpu_tune
 from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload, request_bytes
 from tritonkit_bench.gpu_measure import sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, image_examples, runner
+from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module  # the dry run's tiny model, one copy
 
 TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
-
-
-def _tiny_module() -> Any:
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = torch.nn.Linear(8, 4)
-
-        def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (input names)
-            out: torch.Tensor = self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
-            return out
-
-    torch.manual_seed(0)
-    return Tiny().eval()
-
-
-def _tiny_inputs(batch: int, seed: int, held_out: bool) -> dict[str, Any]:
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    g = torch.Generator().manual_seed(seed)
-    return {"X": torch.randn(batch, 8, generator=g), "MASK": torch.ones(batch, 3, dtype=torch.int64)}
 
 
 @pytest.fixture
