@@ -10,7 +10,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +19,6 @@ from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_mode
 
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
-
-
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    repo = tmp_path_factory.mktemp("repo")
-    write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo, exit_timeout=1, guard=True, max_body_bytes=1 << 20) as server:
-        yield server
 
 
 def _post(

@@ -13,10 +13,8 @@ import http.client
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
-from tests.support.python_models import ADD_ONE, write_python_model
 
 from tritonkit.serve.embedded import EmbeddedServer
 
@@ -25,14 +23,6 @@ _INFER = b"/v2/models/add_one/infer"
 _GOOD = json.dumps(
     {"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 ).encode()
-
-
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    repo = tmp_path_factory.mktemp("repo")
-    write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo, exit_timeout=1, guard=True, max_body_bytes=1 << 20) as server:
-        yield server
 
 
 def _request(*headers: bytes, body: bytes = b"", line: bytes = b"POST " + _INFER + b" HTTP/1.1") -> bytes:
