@@ -51,7 +51,8 @@ class GeneralPath:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
-    def _error(exc: BaseException) -> Any:
+    def error_response(exc: BaseException) -> Any:
+        """The failure as a request's error response (one line)."""
         message = " ".join(str(exc).split()) or type(exc).__name__
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
@@ -69,14 +70,14 @@ class GeneralPath:
             pairs.append((index, self._respond([parts[position] for parts in source])))
         return pairs
 
-    def _execute_general(self, requests: list[Any]) -> list[Any]:
+    def execute_general(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[Member]] = {}
         for index, request in enumerate(requests):
             try:
                 feeds = [self._input(request, name) for name in self.inputs]
             except Exception as exc:  # every failure becomes that request's error response
-                responses[index] = self._error(exc)
+                responses[index] = self.error_response(exc)
                 continue
             key = tuple((tuple(t.shape[1:]), t.dtype) for t in feeds) if self.max_batch_size else (index,)
             groups.setdefault(key, []).append((index, feeds, not all(t.is_cuda for t in feeds)))
@@ -90,5 +91,5 @@ class GeneralPath:
                         for index, response in self._run_members([member]):
                             responses[index] = response
                     except Exception as inner:
-                        responses[member[0]] = self._error(inner)
+                        responses[member[0]] = self.error_response(inner)
         return responses

@@ -149,7 +149,7 @@ class TritonPythonModel(GeneralPath):
         return self._answers(members, outputs, host)
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return self._execute_general(requests)
+        return self.execute_general(requests)
 
     def finalize(self) -> None:
         del self.engine

@@ -493,13 +493,6 @@ class TritonPythonModel(GeneralPath):
     def padded(self, rows: int) -> int:
         return padded_rows(rows, self.padded_to)
 
-    def error_response(self, exc: BaseException) -> Any:
-        """The failure as a request's error response (one line)."""
-        return self._error(exc)
-
-    def execute_general(self, requests: list[Any]) -> list[Any]:
-        return self._execute_general(requests)
-
     def execute(self, requests: list[Any]) -> list[Any] | None:
         self.executes += 1
         if self.profile_dir:
@@ -514,7 +507,7 @@ class TritonPythonModel(GeneralPath):
             except Exception:  # the general path answers each request, errors included
                 done = None
         if done is None:
-            return self._execute_general(requests)
+            return self.execute_general(requests)
         responses, rows = done
         self.stats.add(len(requests), rows, self.padded(rows), marks)
         return responses
