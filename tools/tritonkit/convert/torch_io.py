@@ -100,7 +100,7 @@ def _plain(out: Any, count: int | None) -> bool:
         return count in (None, 1)
     return (
         type(out) in (tuple, list)
-        and len(out) == (len(out) if count is None else count)
+        and (count is None or len(out) == count)
         and all(isinstance(o, torch.Tensor) for o in out)
     )
 
