@@ -174,9 +174,10 @@ def sweep(
     log: Callable[[str], None],
     *,
     log_file: Path | None = None,
+    processes: int = 8,
 ) -> list[dict[str, Any]]:
     """Requests of one row at each number in flight in ``levels``, on a server of ``root`` as its
-    configs are now; one row of figures per level."""
+    configs are now, from ``processes`` client processes; one row of figures per level."""
     import psutil  # noqa: PLC0415 (optional (dev extra))
     import tritonclient.grpc as grpcclient  # noqa: PLC0415 (the statistics API through tritonclient)
 
@@ -185,7 +186,7 @@ def sweep(
     rows = []
     with (
         EmbeddedServer(root, startup_timeout=600.0, extra_args=SERVER_ARGS, log_file=log_file) as server,
-        pool(8) as workers,
+        pool(processes) as workers,
     ):
         client = grpcclient.InferenceServerClient(server.grpc_url)
         headers = grpc_headers(server.admin_headers) or {}
@@ -203,7 +204,7 @@ def sweep(
             before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
             with _GpuSampler() as gpu:
                 load_ = run_load(server.grpc_url, spec.model, payload=spec.payload, batch=1,
-                                 in_flight=in_flight, seconds=seconds, workers=workers)  # fmt: skip
+                                 in_flight=in_flight, seconds=seconds, workers=workers, processes=processes)  # fmt: skip
             after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0
             cores = os.cpu_count() or 1
             row = {

@@ -25,6 +25,7 @@ from typing import Any
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.serve.native import BACKEND, export_program
 from tritonkit_bench.gpu_load import Payload
 from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
@@ -40,31 +41,45 @@ def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-Variant = tuple[bool, int, int, int, tuple[int, ...]]
+#: (runner: ``off`` synchronous python runner, ``on`` pipelined, ``native`` the C++ backend; instances
+#: per GPU; pipeline depth; sender threads; GPUs; batching delay in microseconds, None: as built)
+Variant = tuple[str, int, int, int, tuple[int, ...], int | None]
 
 
 def parse_variants(text: str) -> list[Variant]:
-    """``off:2,on:4,on:4:3:4,off:4:2:1:0+1`` -> (pipeline, instances, depth, senders, gpus) each; depth
-    defaults to 2, senders (threads sending the answers) to 1, gpus (the instance group's GPUs, ``+``
-    between them; the instances are per GPU) to GPU 0."""
+    """``off:2,on:4,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0`` -> (runner, instances, depth, senders,
+    gpus, delay) each; depth defaults to 2, senders (threads sending the answers) to 1, gpus (the
+    instance group's GPUs, ``+`` between them; the instances are per GPU) to GPU 0, and the batching
+    delay in microseconds (after ``@``) to the built config's."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
-        fields = item.split(":")
+        head, _, delay = item.partition("@")
+        fields = head.split(":")
         gpus = fields[4].split("+") if len(fields) == 5 else ["0"]
         ok = (
             len(fields) in (2, 3, 4, 5)
-            and fields[0] in ("on", "off")
+            and fields[0] in ("on", "off", "native")
             and all(f.isdigit() and int(f) >= 1 for f in fields[1:4])
             and all(g.isdigit() for g in gpus)
+            and (delay == "" or delay.isdigit())
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                "expected variants like off:2,on:2,on:4:3:4,off:4:2:1:0+1 "
-                f"(pipeline:instances[:depth[:senders[:gpus]]]); got {item!r}"
+                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0 "
+                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us]); got {item!r}"
             )
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
-        out.append((fields[0] == "on", int(fields[1]), depth, senders, tuple(int(g) for g in gpus)))
+        out.append(
+            (
+                fields[0],
+                int(fields[1]),
+                depth,
+                senders,
+                tuple(int(g) for g in gpus),
+                int(delay) if delay else None,
+            )
+        )
     if not out:
         raise argparse.ArgumentTypeError(f"expected at least one variant; got {text!r}")
     return out
@@ -91,6 +106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--levels", type=_levels, default=[1, 64, 256], help="requests in flight (default 1,64,256)"
     )
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per level (default 3)")
+    parser.add_argument(
+        "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
+    )
     parser.add_argument("--out", default="pipeline-ab.md")
     parser.add_argument("--raw", default=None, help="also write the figures as JSON here")
     parser.add_argument(
@@ -142,11 +160,12 @@ def _dry_part(repo: Path) -> str:
 def configure(
     repo: Path,
     model: str,
-    pipeline: bool,
+    runner: str,
     instances: int,
     depth: int,
     senders: int,
     gpus: tuple[int, ...] = (0,),
+    delay_us: int | None = None,
 ) -> None:
     """Set the variant in the model's config: the runner's pipeline parameters, the instances per GPU and
     the GPUs."""
@@ -156,8 +175,11 @@ def configure(
     if list(config.instance_groups[0].gpus) or gpus != (0,):  # a CPU group (the dry run) names no GPU
         del config.instance_groups[0].gpus[:]
         config.instance_groups[0].gpus.extend(gpus)
+    config.backend = BACKEND if runner == "native" else "python"
+    if delay_us is not None and config.dynamic_batching is not None:
+        config.dynamic_batching.max_queue_delay_microseconds = delay_us
     config.parameters.update(
-        pipeline="on" if pipeline else "off",
+        pipeline="on" if runner == "on" else "off",
         pipeline_depth=str(depth),
         pipeline_senders=str(senders),
         stats_interval_s="5",
@@ -165,10 +187,24 @@ def configure(
     save(config, path)
 
 
-def _label(pipeline: bool, instances: int, depth: int, senders: int, gpus: tuple[int, ...] = (0,)) -> str:
+def _label(
+    runner: str,
+    instances: int,
+    depth: int,
+    senders: int,
+    gpus: tuple[int, ...] = (0,),
+    delay_us: int | None = None,
+) -> str:
     on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
     where = "" if gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, gpus))}"
-    return f"pipeline {on if pipeline else 'off'}, {instances} instances{where}"
+    kind = "native backend" if runner == "native" else f"pipeline {on if runner == 'on' else 'off'}"
+    delay = "" if delay_us is None else f", delay {delay_us} µs"
+    return f"{kind}, {instances} instances{where}{delay}"
+
+
+def prepare_native(repo: Path, model: str, device: str) -> None:
+    """The version's ``model.ts`` traced on ``device`` (the embedded server compiles the backend)."""
+    export_program(repo / model / "1", load(repo / model / "config.pbtxt"), device)
 
 
 def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
@@ -180,25 +216,40 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         build_part(repo, part, log)
     device = "cpu" if args.dry_run else "cuda:0"
     data: dict[str, Any] = {"part": args.part if not args.dry_run else DRY, "model": PARTS[part].model,
-                            "dry_run": args.dry_run, "levels": args.levels, "seconds": args.seconds, "variants": []}  # fmt: skip
+                            "dry_run": args.dry_run, "levels": args.levels, "seconds": args.seconds,
+                            "client_processes": args.client_processes, "variants": []}  # fmt: skip
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
-    for pipeline, instances, depth, senders, gpus in args.variants:
-        label = _label(pipeline, instances, depth, senders, gpus)
-        configure(repo, PARTS[part].model, pipeline, instances, depth, senders, gpus)
+    if any(v[0] == "native" for v in args.variants):
+        started = time.perf_counter()
+        prepare_native(repo, PARTS[part].model, device)
+        log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
+    for runner, instances, depth, senders, gpus, delay_us in args.variants:
+        label = _label(runner, instances, depth, senders, gpus, delay_us)
+        configure(repo, PARTS[part].model, runner, instances, depth, senders, gpus, delay_us)
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
-            "pipeline": pipeline,
+            "pipeline": runner == "on",
+            "runner": runner,
             "instances": instances,
             "depth": depth,
             "senders": senders,
             "gpus": list(gpus),
+            "delay_us": delay_us,
         }
         try:
-            name = f"server-{'on' if pipeline else 'off'}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}.log"
-            variant["rows"] = sweep(repo, part, args.levels, args.seconds, log, log_file=work / name)
+            name = f"server-{runner}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}-{delay_us}.log"
+            variant["rows"] = sweep(
+                repo,
+                part,
+                args.levels,
+                args.seconds,
+                log,
+                log_file=work / name,
+                processes=args.client_processes,
+            )
         except Exception as exc:  # the other variants still run; the table says why this one is empty
             variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             log(f"{label} failed: {variant['error']}")
@@ -220,7 +271,7 @@ def render(data: dict[str, Any]) -> str:
         + (" (dry run, CPU)" if data.get("dry_run") else ""),
         "",
         f"In-process peak {top:,.0f} samples/s (batch {batch}). Requests of one row, {data['seconds']:g} s "
-        "per level, 8 client processes (gRPC). † pipelined: Triton's compute infer is the hand-over of a "
+        f"per level, {data.get('client_processes', 8)} client processes (gRPC; one request in flight: blocking calls). † pipelined: Triton's compute infer is the hand-over of a "
         "batch to the runner's worker, not the GPU work.",
         "",
         "| variant | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "

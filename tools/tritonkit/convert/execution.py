@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_GPU_INSTANCES",
     "DEVICES",
     "ENGINES",
+    "RUNNERS",
     "ExecutionPlan",
     "Placement",
     "ServingSpec",
@@ -43,6 +44,10 @@ DEVICES: tuple[str, ...] = ("auto", "gpu", "cpu")
 #: docs/benchmarks-gpu.md); ``onnxruntime``: the ONNX graph on ONNX Runtime's CUDA provider.
 ENGINES: tuple[str, ...] = ("auto", "torch", "onnxruntime")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "fp16")
+#: How a torch-engine version is served: ``python`` (the torch runner in Triton's python backend) or
+#: ``native`` (tritonkit's C++ backend ``tritonkit_torch`` in Triton's own process: no per-request trip
+#: through the python backend's stub; ``tritonkit.serve.native``).
+RUNNERS: tuple[str, ...] = ("python", "native")
 
 
 #: Instances per GPU when the spec names no count: two, so one instance's host work (reading
@@ -73,18 +78,34 @@ class ServingSpec:
     #: torch runner: hand each batch to a worker thread that answers while the next one is staged
     #: (config parameter ``pipeline``); off until measured faster on the H100.
     pipeline: bool = False
+    #: :data:`RUNNERS`: the python-backend torch runner or the native backend (torch engine only).
+    runner: str = "python"
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ServingSpec:
         """Parse ``serving:``; a wrong key or value is a one-line :class:`SpecError`."""
         data = dict(data or {})
-        known = {"device", "engine", "precision", "batch_buckets", "cuda_graphs", "instances", "pipeline"}
+        known = {
+            "device",
+            "engine",
+            "precision",
+            "batch_buckets",
+            "cuda_graphs",
+            "instances",
+            "pipeline",
+            "runner",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(
                 f"serving: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}"
             )
-        for key, allowed in (("device", DEVICES), ("engine", ENGINES), ("precision", PRECISIONS)):
+        for key, allowed in (
+            ("device", DEVICES),
+            ("engine", ENGINES),
+            ("precision", PRECISIONS),
+            ("runner", RUNNERS),
+        ):
             if key in data and data[key] not in allowed:
                 raise SpecError(f"serving.{key} must be one of {', '.join(allowed)}; got {data[key]!r}")
         buckets = data.get("batch_buckets", [])
@@ -96,6 +117,11 @@ class ServingSpec:
         pipeline = data.get("pipeline", False)
         if not isinstance(pipeline, bool):
             raise SpecError(f"serving.pipeline must be true or false; got {pipeline!r}")
+        runner = str(data.get("runner", "python"))
+        if runner == "native" and data.get("engine") == "onnxruntime":
+            raise SpecError("serving.runner native serves the torch engine; got serving.engine onnxruntime")
+        if runner == "native" and pipeline:
+            raise SpecError("serving.pipeline is the python runner's; serving.runner native has no pipeline")
         instances = data.get("instances", {}) or {}
         if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
             raise SpecError(f"serving.instances takes `count` and `gpus`; got {instances!r}")
@@ -115,6 +141,7 @@ class ServingSpec:
             cuda_graphs=graphs,
             placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
             pipeline=pipeline,
+            runner=runner,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -130,6 +157,7 @@ class ServingSpec:
             "cuda_graphs": self.cuda_graphs,
             "instances": instances,
             "pipeline": self.pipeline,
+            "runner": self.runner,
         }
 
 
@@ -182,6 +210,7 @@ class ExecutionPlan:
     instance_groups: tuple[InstanceGroup, ...]
     reason: str
     pipeline: bool = False
+    runner: str = "python"
 
     def manifest_extra(self) -> dict[str, Any]:
         return {
@@ -195,7 +224,7 @@ class ExecutionPlan:
                     {"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in self.instance_groups
                 ],
                 "reason": self.reason,
-                **({"pipeline": self.pipeline} if self.engine == "torch" else {}),
+                **({"pipeline": self.pipeline, "runner": self.runner} if self.engine == "torch" else {}),
             }
         }
 
@@ -284,6 +313,18 @@ def plan_execution(
     if max_batch_size > 0 and buckets[-1] > max_batch_size:
         raise SpecError(f"serving.batch_buckets {list(buckets)} exceed max_batch_size {max_batch_size}")
     groups = instance_groups(spec.placement, device, visible)
+    if spec.runner == "native" and engine != "torch":
+        raise SpecError(
+            f"serving.runner native serves the torch engine; this version's engine is {engine} ({reason})"
+        )
     return ExecutionPlan(
-        device, engine, precision, tuple(buckets), spec.cuda_graphs, groups, reason, spec.pipeline
+        device,
+        engine,
+        precision,
+        tuple(buckets),
+        spec.cuda_graphs,
+        groups,
+        reason,
+        spec.pipeline,
+        spec.runner,
     )

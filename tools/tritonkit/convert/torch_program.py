@@ -43,6 +43,9 @@ from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
+from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
+from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
+from tritonkit.serve.native import export_program as export_native
 from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, runner_path
 
 __all__ = [
@@ -268,6 +271,13 @@ def torch_version(
         **batching,
     )
     fast = program.with_name(FAST_FILE)
+    if plan.runner == "native":  # the C++ backend serves model.ts; the program stays for in-process use
+        config.backend = NATIVE_BACKEND
+        return config, {
+            PROGRAM_FILE: program,
+            **({FAST_FILE: fast} if fast.is_file() else {}),
+            NATIVE_PROGRAM: export_native(program.parent, config),
+        }
     return config, {
         PROGRAM_FILE: program,
         **({FAST_FILE: fast} if fast.is_file() else {}),

@@ -46,7 +46,10 @@ __all__ = [
 #: Servers ``tritonkit check --target`` knows.
 CHECK_TARGETS = ("embedded", "triton-image")
 #: What the embedded server (nvidia-pytriton's tritonserver) can run: python-backend models and ensembles.
-_EMBEDDED_BACKENDS = ("python",)
+_EMBEDDED_BACKENDS = ("python", "tritonkit_torch")
+#: tritonkit's native backend (``tritonkit.serve.native``): the embedded server gets it compiled for
+#: the local torch; NVIDIA's Triton image does not have it.
+_NATIVE_BACKEND = "tritonkit_torch"
 _EMBEDDED_PLATFORMS = ("ensemble",)
 
 _ONNX_PLATFORMS = ("onnxruntime_onnx",)
@@ -64,6 +67,8 @@ def expected_artifacts(config: ModelConfig) -> list[str]:
         onnx_file = config.parameters.get("onnx_file")
         if onnx_file:
             names.append(onnx_file)
+    elif backend == _NATIVE_BACKEND:
+        names.append("model.ts")
     elif platform in _ONNX_PLATFORMS or backend in _ONNX_BACKENDS:
         names.append(config.default_model_filename or "model.onnx")
     elif (platform in _PLAN_PLATFORMS or backend in _PLAN_BACKENDS) and not config.cc_model_filenames:
@@ -355,7 +360,7 @@ def target_problems(
         if backend not in _EMBEDDED_BACKENDS and platform not in _EMBEDDED_PLATFORMS:
             what = f"platform `{platform}`" if platform else f"backend `{backend or 'none'}`"
             problems.append(
-                f"the embedded server cannot load {what}: it has the python backend and ensembles only; "
+                f"the embedded server cannot load {what}: it has the python backend, tritonkit's native backend and ensembles only; "
                 "serve it with NVIDIA's Triton image (check with --target triton-image)"
             )
         visible = list(gpus) if gpus is not None else (visible_gpus() if gpu_available is None else None)
@@ -372,6 +377,11 @@ def target_problems(
             )
         elif visible:
             problems.extend(_placement(config, visible))
+    elif backend == _NATIVE_BACKEND:
+        problems.append(
+            "backend `tritonkit_torch` is tritonkit's native runner, which NVIDIA's Triton image does not have: "
+            "serve it with the embedded server, or rebuild with `serving: {runner: python}`"
+        )
     elif (platform == "tensorrt_plan" or backend == "tensorrt") and kinds - {"KIND_GPU", "KIND_AUTO"}:
         problems.append(f"a TensorRT engine runs on GPU instances only; got instance kinds {sorted(kinds)}")
     return problems

@@ -42,6 +42,7 @@ from tritonkit.serve.install import (
     find_triton,
     free_port,
     prepare_backends,
+    prepare_native,
     state_dir,
 )
 from tritonkit.serve.options import (
@@ -239,10 +240,12 @@ class EmbeddedServer:
     def command(self) -> list[str]:
         """The full ``tritonserver`` command line (ports must be resolved)."""
         install = find_triton()
+        backends = prepare_backends(install)
+        prepare_native(backends, self.repo)  # tritonkit's C++ backend, when a model uses it
         args = [
             str(install.binary),
             f"--model-repository={self.repo}",
-            f"--backend-directory={prepare_backends(install)}",
+            f"--backend-directory={backends}",
             f"--http-address={'127.0.0.1' if self.guard else self.host}",
             f"--http-port={self._triton_http_port or self.http_port}",
             f"--grpc-address={self.host}",

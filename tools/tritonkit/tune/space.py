@@ -56,6 +56,8 @@ DEFAULT_INSTANCES: tuple[int, ...] = (1, 2, 3)
 #: them, and requests of one row need more host work in flight than two instances give.
 DEFAULT_GPU_INSTANCES: tuple[int, ...] = (2, 3, 4)
 BUCKETS_PARAMETER = "batch_buckets"
+#: The native runner's backend (``tritonkit.serve.native``): it pads to the same buckets.
+NATIVE_BACKEND = "tritonkit_torch"
 
 
 def on_gpu(cfg: ModelConfig) -> bool:
@@ -78,7 +80,11 @@ def pipelined(cfg: ModelConfig) -> bool:
 
 def _bucketed(cfg: ModelConfig) -> bool:
     """True for a runner that pads to batch buckets (the torch runner's ``batch_buckets`` parameter)."""
-    return cfg.backend == "python" and BUCKETS_PARAMETER in cfg.parameters and cfg.max_batch_size > 0
+    return (
+        cfg.backend in ("python", NATIVE_BACKEND)
+        and BUCKETS_PARAMETER in cfg.parameters
+        and cfg.max_batch_size > 0
+    )
 
 
 def buckets_of(cfg: ModelConfig) -> list[int]:

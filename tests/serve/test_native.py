@@ -1,0 +1,170 @@
+"""The native runner on the CPU: a torch version built with ``serving: {runner: native}`` is served by
+tritonkit's C++ backend (compiled here for this torch) inside the real tritonserver, answers as the
+module does over HTTP and gRPC, batches concurrent requests, refuses a bad request alone, and a config
+naming a bucket its program lacks fails to load with one line. The GPU half (CUDA graphs) runs in
+``tests/serve/test_gpu_runner.py`` and ``scripts/gpu/native_ab.sh``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tritonkit.config import load, save
+from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.errors import ServerError, SpecError
+from tritonkit.repository.check import check_repository
+from tritonkit.serve.embedded import EmbeddedServer
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
+
+
+def _module() -> Any:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    class Two(torch.nn.Module):
+        """Two inputs, two outputs, a reshape by the batch and a tensor made on the input's device."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 6)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            b = x.shape[0]
+            pos = torch.arange(x.shape[1], device=x.device).to(x.dtype)
+            y = self.proj(x + pos).view(b, 3, 2).transpose(1, 2).reshape(b, 6)
+            return y, mask.sum(dim=1, keepdim=True).to(torch.int32)
+
+    torch.manual_seed(0)
+    return Two().eval()
+
+
+def _expected(x: np.ndarray[Any, Any], mask: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+    import torch  # noqa: PLC0415
+
+    with torch.no_grad():
+        y, s = _module()(torch.from_numpy(x), torch.from_numpy(mask))
+    return y.numpy(), s.numpy()
+
+
+@pytest.fixture(scope="module")
+def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch  # noqa: PLC0415
+
+    repo = tmp_path_factory.mktemp("native") / "repo"
+    plan = plan_execution(ServingSpec(engine="torch", runner="native"), max_batch_size=8, gpus=[])
+    examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 5, dtype=torch.int64)}
+    write_torch_version(repo, "two", _module(), examples, ["Y", "S"], plan, max_batch_size=8)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(native_repo: Path) -> Iterator[EmbeddedServer]:
+    with EmbeddedServer(native_repo, exit_timeout=1) as running:
+        yield running
+
+
+def _feeds(rows: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, 8)).astype(np.float32), rng.integers(0, 2, (rows, 5)).astype(np.int64)
+
+
+def test_build_writes_a_native_version_that_checks_clean(native_repo: Path) -> None:
+    config = load(native_repo / "two" / "config.pbtxt")
+    assert config.backend == "tritonkit_torch"
+    assert (native_repo / "two" / "1" / "model.ts").is_file()
+    assert not (native_repo / "two" / "1" / "model.py").exists()
+    execution = json.loads((native_repo / "two" / "1" / "build.json").read_text())["extra"]["execution"]
+    assert execution["runner"] == "native"
+    assert check_repository(native_repo, "embedded", gpus=[]) == []
+    assert any(
+        "NVIDIA's Triton image does not have" in p for p in check_repository(native_repo, "triton-image")
+    )
+
+
+def test_native_answers_equal_the_module_over_http_and_grpc(server: EmbeddedServer) -> None:
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    http = httpclient.InferenceServerClient(server.http_url)
+    for rows, seed in ((1, 1), (3, 2), (8, 3)):
+        x, mask = _feeds(rows, seed)
+        want_y, want_s = _expected(x, mask)
+        for module, client in ((grpcclient, grpc), (httpclient, http)):
+            inputs = [
+                module.InferInput("X", list(x.shape), "FP32"),
+                module.InferInput("MASK", list(mask.shape), "INT64"),
+            ]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(mask)
+            result = client.infer("two", inputs)
+            np.testing.assert_allclose(result.as_numpy("Y"), want_y, rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(result.as_numpy("S"), want_s)
+            assert result.as_numpy("S").dtype == np.int32
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: EmbeddedServer) -> None:
+    feeds = [_feeds(1 + seed % 2, seed) for seed in range(200)]
+    expected = [_expected(x, mask)[0] for x, mask in feeds]  # built here: torch's seed is process-wide
+
+    def one(index: int) -> bool:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        x, mask = feeds[index]
+        inputs = [
+            grpcclient.InferInput("X", list(x.shape), "FP32"),
+            grpcclient.InferInput("MASK", list(mask.shape), "INT64"),
+        ]
+        inputs[0].set_data_from_numpy(x)
+        inputs[1].set_data_from_numpy(mask)
+        got = client.infer("two", inputs).as_numpy("Y")
+        return bool(np.allclose(got, expected[index], rtol=1e-5, atol=1e-5))
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(pool.map(one, range(len(feeds))))
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("two").model_stats[0]
+    assert stats.execution_count < stats.inference_count  # some executions held several requests
+    assert stats.inference_stats.compute_infer.count > 0
+
+
+def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: EmbeddedServer) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x, mask = _feeds(2, 9)
+    bad = [grpcclient.InferInput("X", [2, 8], "FP32"), grpcclient.InferInput("MASK", [2, 5], "INT32")]
+    bad[0].set_data_from_numpy(x)
+    bad[1].set_data_from_numpy(mask.astype(np.int32))
+    with pytest.raises(Exception, match="MASK"):
+        client.infer("two", bad)
+    good = [grpcclient.InferInput("X", [2, 8], "FP32"), grpcclient.InferInput("MASK", [2, 5], "INT64")]
+    good[0].set_data_from_numpy(x)
+    good[1].set_data_from_numpy(mask)
+    np.testing.assert_allclose(
+        client.infer("two", good).as_numpy("Y"), _expected(x, mask)[0], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(native_repo, repo)
+    path = repo / "two" / "config.pbtxt"
+    config = load(path)
+    config.parameters["batch_buckets"] = "1,3,8"  # the program was traced for the fine and pow2 ladders
+    save(config, path)
+    with pytest.raises(ServerError, match="no method b3"), EmbeddedServer(repo, exit_timeout=1):
+        pass
+
+
+def test_spec_refuses_native_where_it_cannot_serve() -> None:
+    with pytest.raises(SpecError, match="torch engine"):
+        ServingSpec.from_mapping({"runner": "native", "engine": "onnxruntime"})
+    with pytest.raises(SpecError, match="no pipeline"):
+        ServingSpec.from_mapping({"runner": "native", "pipeline": True})
+    with pytest.raises(SpecError, match="runner must be one of"):
+        ServingSpec.from_mapping({"runner": "cpp"})
+    assert ServingSpec.from_mapping({"runner": "native"}).to_mapping()["runner"] == "native"

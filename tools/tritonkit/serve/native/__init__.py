@@ -1,0 +1,238 @@
+"""The native runner: a C++ Triton backend (``tritonkit_torch``) that serves a torch version from
+Triton's own process, and what makes it: the compiled library and the version's ``model.ts``.
+
+The python backend gives every request a trip through shared memory and a Python request and answer
+object; for requests of one row on a GPU that, not the GPU, bounds what is served. The native backend
+(``tritonkit_torch.cc`` here) does per request only the checks and a copy in and out, and runs the
+same program the torch runner runs: traced to TorchScript once per batch bucket (methods ``b1``,
+``b2``, ... sharing one set of weights), each replayed from a CUDA graph captured at load.
+
+This module owns:
+  * :func:`compile_backend`: the library for the torch of this interpreter (g++, torch's headers and
+    libraries; CUDA where torch has it), cached by source, torch version and flags;
+  * :func:`export_program`: ``model.ts`` of a torch-engine version, from its ``model.pt2``/``model.fx.pt``,
+    casts to the program's dtypes and to the config's output dtypes inside every method;
+The embedded server puts the library into its backend directory when a model of its repository
+names the backend (``tritonkit.serve.install.prepare_native``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonkit.errors import TritonKitError
+
+__all__ = [
+    "BACKEND",
+    "LIBRARY",
+    "PROGRAM",
+    "NativeBackendError",
+    "compile_backend",
+    "export_program",
+    "method_buckets",
+    "trace_device",
+]
+
+BACKEND = "tritonkit_torch"
+LIBRARY = f"libtriton_{BACKEND}.so"
+PROGRAM = "model.ts"
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCES = ("tritonkit_torch.cc", "mini_json.h", "triton_api.h")
+
+_DTYPES = {
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "FP16": "float16",
+    "BF16": "bfloat16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
+
+
+class NativeBackendError(TritonKitError):
+    """The native backend could not be compiled or its program not exported."""
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tritonkit" / "native"
+
+
+def _command(output: Path, cuda: bool) -> list[str]:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from torch.utils import cpp_extension  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise NativeBackendError("the native runner needs a C++ compiler (g++ or $CXX); none found on PATH")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
+    libs = cpp_extension.library_paths()
+    cmd += [str(SOURCE_DIR / "tritonkit_torch.cc"), "-o", str(output)]
+    cmd += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
+    cmd += ["-Wl,--no-as-needed", "-ltorch", "-ltorch_cpu", "-lc10"]
+    if cuda:
+        home = cpp_extension.CUDA_HOME
+        if home is None:
+            raise NativeBackendError(
+                "the native runner's CUDA build needs CUDA's headers; CUDA_HOME is not set and nvcc is not on PATH"
+            )
+        cmd += ["-DTRITONKIT_CUDA", f"-I{home}/include", f"-L{home}/lib64", f"-Wl,-rpath,{home}/lib64"]
+        cmd += ["-ltorch_cuda", "-lc10_cuda", "-lcudart"]
+    return cmd
+
+
+def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path:
+    """The backend library for this interpreter's torch (compiled once per source, torch and flags).
+
+    ``cuda`` None: with CUDA where this torch was built with it and sees a GPU."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    if cuda is None:
+        cuda = torch.version.cuda is not None and torch.cuda.is_available()
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((SOURCE_DIR / name).read_bytes())
+    digest.update(f"{torch.__version__} cuda={cuda} {sys.version}".encode())
+    folder = (cache or _cache_dir()) / digest.hexdigest()[:16]
+    target = folder / LIBRARY
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        built = Path(tmp) / LIBRARY
+        done = subprocess.run(_command(built, cuda), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            lines = [ln for ln in done.stderr.splitlines() if "error" in ln] or done.stderr.splitlines()[-1:]
+            raise NativeBackendError(
+                f"compiling the native backend failed: {lines[0] if lines else 'no output'}"
+            )
+        os.replace(built, target)
+    return target
+
+
+def method_buckets(max_batch_size: int) -> list[int]:
+    """Every bucket a config of this version may name: the fine and pow2 ladders up to its max batch
+    (tune's bucket styles), so a tuned config finds a method for each of its buckets."""
+    from tritonkit.convert.execution import bucket_ladder  # noqa: PLC0415 (keeps this module light)
+
+    return sorted(set(bucket_ladder(max_batch_size, "fine")) | set(bucket_ladder(max_batch_size, "pow2")))
+
+
+def _wrapper(
+    module: Any, program_dtypes: Sequence[Any], output_dtypes: Sequence[Any], buckets: Sequence[int]
+) -> Any:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    class Native(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *xs: Any) -> Any:
+            cast = [
+                x.to(d) if d is not None and x.dtype != d else x
+                for x, d in zip(xs, program_dtypes, strict=True)
+            ]
+            out = self.inner(*cast)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if len(outs) != len(output_dtypes):
+                raise NativeBackendError(
+                    f"program returned {len(outs)} outputs; the config names {len(output_dtypes)}"
+                )
+            return tuple(o.to(d) for o, d in zip(outs, output_dtypes, strict=True))
+
+    for bucket in buckets:
+        setattr(Native, f"b{bucket}", Native.forward)
+    return Native()
+
+
+def _device_free(graph: Any) -> int:
+    """Make a traced method's graph serve on any device: inline its calls, then let every device
+    constant the trace recorded (``torch.arange(..., device=...)`` in the program) be the device of
+    the method's first tensor input. Returns how many constants were replaced."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    torch._C._jit_pass_inline(graph)
+    tensors = [v for v in graph.inputs() if v.type().kind() == "TensorType"]
+    constants = [
+        n
+        for n in graph.nodes()
+        if n.kind() == "prim::Constant" and n.output().type().kind() == "DeviceObjType"
+    ]
+    if not constants or not tensors:
+        return 0
+    device = graph.create("prim::device", [tensors[0]])
+    device.output().setType(constants[0].output().type())
+    device.insertBefore(next(iter(graph.nodes())))
+    for node in constants:
+        node.output().replaceAllUsesWith(device.output())
+        node.destroy()
+    return len(constants)
+
+
+def trace_device() -> str:
+    """Where to trace: the first GPU when torch sees one (fast), else the CPU. The methods are made
+    device-free, so the program serves on whichever device its instances are."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def export_program(
+    program_dir: Path, config: Any, device: str | None = None, buckets: Sequence[int] | None = None
+) -> Path:
+    """Write ``model.ts`` beside the program in ``program_dir`` (``model.pt2``, with ``model.fx.pt``
+    when there is one): one method ``b<N>`` per bucket (default: :func:`method_buckets`), each traced
+    at its batch on ``device`` (default :func:`trace_device`) and made device-free."""
+    import warnings  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    from tritonkit.serve.runners import load_runner  # noqa: PLC0415 (loads the torch runner by path)
+
+    if config.max_batch_size <= 0:
+        raise NativeBackendError(f"the native runner needs max_batch_size > 0; got {config.max_batch_size}")
+    variable = [t.name for t in config.inputs if any(d < 0 for d in t.dims)]
+    if variable:
+        raise NativeBackendError(
+            f"the native runner needs fixed dims besides the batch; input(s) {', '.join(variable)} have -1"
+        )
+    device = device or trace_device()
+    runner = load_runner("torch_runner")
+    module, program_dtypes = runner.load_program(str(Path(program_dir) / "model.pt2"), device)
+    outs = [getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]) for t in config.outputs]
+    sizes = sorted(set(buckets)) if buckets is not None else method_buckets(config.max_batch_size)
+    wrapper = _wrapper(module, program_dtypes, outs, sizes)
+    examples = {
+        f"b{b}": tuple(
+            torch.zeros(
+                (b, *t.dims), dtype=getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]), device=device
+            )
+            for t in config.inputs
+        )
+        for b in sizes
+    }
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation and tracer notes
+        traced = torch.jit.trace_module(wrapper, examples, check_trace=False)  # type: ignore[no-untyped-call]
+    for b in sizes:
+        _device_free(getattr(traced, f"b{b}").graph)
+    target = Path(program_dir) / PROGRAM
+    partial = target.with_name(PROGRAM + ".partial")
+    traced.save(str(partial))
+    os.replace(partial, target)
+    return target

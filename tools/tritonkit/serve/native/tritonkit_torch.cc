@@ -1,0 +1,550 @@
+// tritonkit's native Triton backend: serves a version's TorchScript program (``model.ts``, one
+// method per batch bucket, written by ``tritonkit.serve.native.export``) from Triton's own process.
+//
+// Why it exists: the python backend costs every request a trip through shared memory and a Python
+// request and answer object (60-70 us a request measured on an H100 host), which bounds requests of
+// one row far below what the GPU does. Here a request costs a memcpy in and a memcpy out.
+//
+// One execute: every request's inputs are checked against the config (dtype, shape, byte size; a
+// bad request gets its own error response and the rest run), copied into one pinned staging
+// buffer per input, run in chunks padded to the smallest bucket that holds them (the method
+// ``b<bucket>``, replayed from a CUDA graph captured at load on a GPU), copied down into pinned
+// output buffers, one wait, then one response per request written from those buffers. Statistics
+// go to Triton per request and per batch, so ``queue``/``compute_*`` mean what they mean for any
+// backend.
+//
+// Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and
+// device, and the parameters ``batch_buckets`` (comma-separated, each must be a method of the
+// program; default: every ``b<N>`` method up to max_batch_size) and ``cuda_graphs`` (true/false).
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifdef TRITONKIT_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "mini_json.h"
+#include "triton_api.h"
+
+namespace tk {
+namespace {
+
+uint64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& message) {
+  return TRITONSERVER_ErrorNew(code, message.c_str());
+}
+
+struct DType {
+  TRITONSERVER_DataType triton;
+  at::ScalarType torch;
+  size_t bytes;
+};
+
+bool dtype_of(const std::string& name, DType* out) {
+  static const std::vector<std::pair<std::string, DType>> table = {
+      {"TYPE_BOOL", {TRITONSERVER_TYPE_BOOL, at::kBool, 1}},
+      {"TYPE_UINT8", {TRITONSERVER_TYPE_UINT8, at::kByte, 1}},
+      {"TYPE_INT8", {TRITONSERVER_TYPE_INT8, at::kChar, 1}},
+      {"TYPE_INT16", {TRITONSERVER_TYPE_INT16, at::kShort, 2}},
+      {"TYPE_INT32", {TRITONSERVER_TYPE_INT32, at::kInt, 4}},
+      {"TYPE_INT64", {TRITONSERVER_TYPE_INT64, at::kLong, 8}},
+      {"TYPE_FP16", {TRITONSERVER_TYPE_FP16, at::kHalf, 2}},
+      {"TYPE_BF16", {TRITONSERVER_TYPE_BF16, at::kBFloat16, 2}},
+      {"TYPE_FP32", {TRITONSERVER_TYPE_FP32, at::kFloat, 4}},
+      {"TYPE_FP64", {TRITONSERVER_TYPE_FP64, at::kDouble, 8}},
+  };
+  for (const auto& entry : table) {
+    if (entry.first == name) {
+      *out = entry.second;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct Tensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> dims;  // without the batch axis
+  size_t row_bytes = 0;
+};
+
+struct ModelState {
+  std::string name;
+  std::string version_dir;
+  int64_t max_batch_size = 0;
+  std::vector<Tensor> inputs, outputs;
+  std::vector<int64_t> buckets;
+  bool cuda_graphs = true;
+};
+
+std::string parameter(const Json& config, const std::string& key) {
+  return config["parameters"][key]["string_value"].text;
+}
+
+std::vector<int64_t> parse_buckets(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ',')) {
+    if (part.find_first_not_of(" ") == std::string::npos) continue;
+    out.push_back(std::stoll(part));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+TRITONSERVER_Error* read_tensors(const Json& list, std::vector<Tensor>* out, const char* role) {
+  for (const Json& item : list.items) {
+    Tensor t;
+    t.name = item["name"].text;
+    if (!dtype_of(item["data_type"].text, &t.dtype)) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string(role) + " `" + t.name + "`: data type " +
+                                                      item["data_type"].text + " is not served by tritonkit_torch");
+    }
+    size_t count = 1;
+    for (const Json& d : item["dims"].items) {
+      int64_t dim = d.as_int(-1);
+      if (dim < 0) {
+        return error(TRITONSERVER_ERROR_INVALID_ARG,
+                     std::string(role) + " `" + t.name + "` has a variable dim; tritonkit_torch needs fixed dims");
+      }
+      t.dims.push_back(dim);
+      count *= static_cast<size_t>(dim);
+    }
+    t.row_bytes = count * t.dtype.bytes;
+    out->push_back(t);
+  }
+  return nullptr;
+}
+
+TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* state) {
+  const char* name = nullptr;
+  TRITONBACKEND_ModelName(model, &name);
+  state->name = name ? name : "model";
+  TRITONBACKEND_ArtifactType type;
+  const char* location = nullptr;
+  uint64_t version = 0;
+  if (auto* err = TRITONBACKEND_ModelRepository(model, &type, &location)) return err;
+  if (auto* err = TRITONBACKEND_ModelVersion(model, &version)) return err;
+  state->version_dir = std::string(location) + "/" + std::to_string(version);
+
+  TRITONSERVER_Message* message = nullptr;
+  if (auto* err = TRITONBACKEND_ModelConfig(model, 1, &message)) return err;
+  const char* base = nullptr;
+  size_t size = 0;
+  TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(message, &base, &size);
+  std::string text = err == nullptr ? std::string(base, size) : std::string();
+  TRITONSERVER_MessageDelete(message);
+  if (err != nullptr) return err;
+  Json config;
+  try {
+    config = JsonReader(text).parse();
+  } catch (const std::exception& e) {
+    return error(TRITONSERVER_ERROR_INVALID_ARG, e.what());
+  }
+  state->max_batch_size = config["max_batch_size"].as_int(0);
+  if (state->max_batch_size <= 0) {
+    return error(TRITONSERVER_ERROR_INVALID_ARG, "tritonkit_torch needs max_batch_size > 0; got " +
+                                                     std::to_string(state->max_batch_size));
+  }
+  if (auto* e = read_tensors(config["input"], &state->inputs, "input")) return e;
+  if (auto* e = read_tensors(config["output"], &state->outputs, "output")) return e;
+  state->cuda_graphs = parameter(config, "cuda_graphs") != "false";
+  try {
+    state->buckets = parse_buckets(parameter(config, "batch_buckets"));
+  } catch (const std::exception&) {
+    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `batch_buckets` must be comma-separated integers; got `" +
+                                                     parameter(config, "batch_buckets") + "`");
+  }
+  return nullptr;
+}
+
+// One instance: its own copy of the program on its device, its graphs and buffers.
+class Instance {
+ public:
+  Instance(ModelState* model, TRITONBACKEND_ModelInstance* triton) : model_(model), triton_(triton) {}
+
+  TRITONSERVER_Error* init() {
+    TRITONSERVER_InstanceGroupKind kind;
+    int32_t device_id = 0;
+    TRITONBACKEND_ModelInstanceKind(triton_, &kind);
+    TRITONBACKEND_ModelInstanceDeviceId(triton_, &device_id);
+    on_gpu_ = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU;
+#ifndef TRITONKIT_CUDA
+    if (on_gpu_) {
+      return error(TRITONSERVER_ERROR_UNSUPPORTED, "this tritonkit_torch build has no CUDA; use KIND_CPU instances");
+    }
+#endif
+    device_ = on_gpu_ ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_id)) : c10::Device(c10::kCPU);
+    try {
+      c10::InferenceMode guard;
+      torch::jit::setGraphExecutorOptimize(false);
+      module_ = torch::jit::load(model_->version_dir + "/model.ts", device_);
+      module_.eval();
+      resolve_buckets();
+      allocate();
+      prepare();
+    } catch (const std::exception& e) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("tritonkit_torch: ") + first_line(e.what()));
+    }
+    return nullptr;
+  }
+
+  void execute(TRITONBACKEND_Request** requests, uint32_t count);
+
+ private:
+  struct Bucket {
+    int64_t rows;
+    torch::jit::Method* method = nullptr;
+    std::vector<at::Tensor> static_in, static_out;
+#ifdef TRITONKIT_CUDA
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+  };
+
+  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+  // The torch runner's rule (tritonkit.tune.space.buckets_of): listed sizes below max_batch_size,
+  // then max_batch_size; none listed: powers of two up to it. Each needs a method b<N>.
+  void resolve_buckets() {
+    const int64_t top = model_->max_batch_size;
+    std::vector<int64_t> kept;
+    if (model_->buckets.empty()) {
+      for (int64_t b = 1; b < top; b *= 2) kept.push_back(b);
+    } else {
+      for (int64_t b : model_->buckets) {
+        if (b >= 1 && b < top) kept.push_back(b);
+      }
+    }
+    kept.push_back(top);
+    for (int64_t b : kept) {
+      auto method = module_.find_method("b" + std::to_string(b));
+      if (!method) {
+        throw std::runtime_error("model.ts has no method b" + std::to_string(b) + " for bucket " + std::to_string(b) +
+                                 "; rebuild the version or choose buckets it was exported with");
+      }
+      buckets_.push_back(Bucket{b});
+      methods_.push_back(std::make_unique<torch::jit::Method>(*method));
+      buckets_.back().method = methods_.back().get();
+    }
+  }
+
+  void allocate() {
+    const int64_t top = buckets_.back().rows;
+    auto host = at::TensorOptions().device(c10::kCPU).pinned_memory(on_gpu_);
+    for (const Tensor& t : model_->inputs) {
+      std::vector<int64_t> shape{top};
+      shape.insert(shape.end(), t.dims.begin(), t.dims.end());
+      staging_.push_back(at::empty(shape, host.dtype(t.dtype.torch)));
+    }
+    for (const Tensor& t : model_->outputs) {
+      std::vector<int64_t> shape{top};
+      shape.insert(shape.end(), t.dims.begin(), t.dims.end());
+      host_out_.push_back(at::empty(shape, host.dtype(t.dtype.torch)));
+    }
+  }
+
+  std::vector<at::Tensor> call(Bucket& b, const std::vector<at::Tensor>& in) {
+    std::vector<c10::IValue> args(in.begin(), in.end());
+    c10::IValue result = (*b.method)(args);
+    std::vector<at::Tensor> outs;
+    if (result.isTuple()) {
+      for (const auto& item : result.toTupleRef().elements()) outs.push_back(item.toTensor());
+    } else if (result.isTensorList()) {
+      for (const auto& item : result.toTensorVector()) outs.push_back(item);
+    } else {
+      outs.push_back(result.toTensor());
+    }
+    if (outs.size() != model_->outputs.size()) {
+      throw std::runtime_error("program returned " + std::to_string(outs.size()) + " outputs; the config names " +
+                               std::to_string(model_->outputs.size()));
+    }
+    for (size_t o = 0; o < outs.size(); ++o) {
+      if (outs[o].scalar_type() != model_->outputs[o].dtype.torch) outs[o] = outs[o].to(model_->outputs[o].dtype.torch);
+    }
+    return outs;
+  }
+
+  // Static inputs per bucket; on a GPU with graphs, one capture per bucket (after a warm-up run).
+  void prepare() {
+    for (Bucket& b : buckets_) {
+      for (size_t i = 0; i < model_->inputs.size(); ++i) {
+        std::vector<int64_t> shape{b.rows};
+        shape.insert(shape.end(), model_->inputs[i].dims.begin(), model_->inputs[i].dims.end());
+        b.static_in.push_back(at::zeros(shape, at::TensorOptions().device(device_).dtype(model_->inputs[i].dtype.torch)));
+      }
+    }
+#ifdef TRITONKIT_CUDA
+    if (on_gpu_) {
+      c10::cuda::CUDAGuard device_guard(device_);
+      stream_ = std::make_unique<c10::cuda::CUDAStream>(c10::cuda::getStreamFromPool(false, device_.index()));
+      c10::cuda::CUDAStreamGuard stream_guard(*stream_);
+      c10::InferenceMode mode;
+      for (Bucket& b : buckets_) {
+        call(b, b.static_in);  // warm-up: lazy initialisations happen outside the capture
+        stream_->synchronize();
+        if (model_->cuda_graphs) {
+          b.graph = std::make_unique<at::cuda::CUDAGraph>();
+          b.graph->capture_begin();
+          b.static_out = call(b, b.static_in);
+          b.graph->capture_end();
+        }
+      }
+      stream_->synchronize();
+    }
+#endif
+  }
+
+  // Outputs of ``piece`` rows (staged at ``start``) run as bucket ``b``, written into host_out_.
+  void run_chunk(Bucket& b, int64_t start, int64_t piece) {
+    for (size_t i = 0; i < b.static_in.size(); ++i) {
+      b.static_in[i].narrow(0, 0, piece).copy_(staging_[i].narrow(0, start, piece), /*non_blocking=*/on_gpu_);
+    }
+    std::vector<at::Tensor> outs;
+#ifdef TRITONKIT_CUDA
+    if (b.graph) {
+      b.graph->replay();
+      outs = b.static_out;
+    } else {
+      outs = call(b, b.static_in);
+    }
+#else
+    outs = call(b, b.static_in);
+#endif
+    for (size_t o = 0; o < outs.size(); ++o) {
+      host_out_[o].narrow(0, start, piece).copy_(outs[o].narrow(0, 0, piece), /*non_blocking=*/on_gpu_);
+    }
+  }
+
+  void run(int64_t rows) {
+    c10::InferenceMode mode;
+#ifdef TRITONKIT_CUDA
+    std::unique_ptr<c10::cuda::CUDAStreamGuard> guard;
+    if (on_gpu_) guard = std::make_unique<c10::cuda::CUDAStreamGuard>(*stream_);
+#endif
+    const int64_t top = buckets_.back().rows;
+    int64_t start = 0;
+    while (start < rows) {
+      int64_t piece = std::min(top, rows - start);
+      Bucket* chosen = &buckets_.back();
+      for (Bucket& b : buckets_) {
+        if (b.rows >= piece) {
+          chosen = &b;
+          break;
+        }
+      }
+      run_chunk(*chosen, start, piece);
+      start += piece;
+    }
+#ifdef TRITONKIT_CUDA
+    if (on_gpu_) stream_->synchronize();
+#endif
+  }
+
+  TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows);
+
+  ModelState* model_;
+  TRITONBACKEND_ModelInstance* triton_;
+  bool on_gpu_ = false;
+  c10::Device device_{c10::kCPU};
+  torch::jit::Module module_;
+  std::vector<std::unique_ptr<torch::jit::Method>> methods_;
+  std::vector<Bucket> buckets_;
+  std::vector<at::Tensor> staging_, host_out_;
+#ifdef TRITONKIT_CUDA
+  std::unique_ptr<c10::cuda::CUDAStream> stream_;
+#endif
+};
+
+// Checks one request's inputs and copies them into the staging buffers at row ``offset``.
+TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows) {
+  *rows = -1;
+  const int64_t capacity = buckets_.back().rows;
+  for (size_t i = 0; i < model_->inputs.size(); ++i) {
+    const Tensor& spec = model_->inputs[i];
+    TRITONBACKEND_Input* input = nullptr;
+    if (auto* err = TRITONBACKEND_RequestInput(request, spec.name.c_str(), &input)) {
+      TRITONSERVER_ErrorDelete(err);
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "request lacks input `" + spec.name + "`");
+    }
+    TRITONSERVER_DataType dtype;
+    const int64_t* shape = nullptr;
+    uint32_t dims = 0, buffers = 0;
+    uint64_t bytes = 0;
+    if (auto* err = TRITONBACKEND_InputProperties(input, nullptr, &dtype, &shape, &dims, &bytes, &buffers)) return err;
+    if (dtype != spec.dtype.triton) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong data type");
+    }
+    bool same = dims == spec.dims.size() + 1;
+    for (size_t d = 0; same && d < spec.dims.size(); ++d) same = shape[d + 1] == spec.dims[d];
+    if (!same || shape[0] < 1) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong shape");
+    }
+    if (*rows < 0) *rows = shape[0];
+    if (shape[0] != *rows) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "inputs disagree on the batch size");
+    }
+    if (offset + *rows > capacity) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "the batch exceeds max_batch_size " + std::to_string(capacity));
+    }
+    if (bytes != static_cast<uint64_t>(*rows) * spec.row_bytes) {
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` holds " + std::to_string(bytes) +
+                                                       " bytes; its shape needs " +
+                                                       std::to_string(static_cast<uint64_t>(*rows) * spec.row_bytes));
+    }
+    char* dst = static_cast<char*>(staging_[i].data_ptr()) + static_cast<size_t>(offset) * spec.row_bytes;
+    uint64_t copied = 0;
+    for (uint32_t k = 0; k < buffers; ++k) {
+      const void* src = nullptr;
+      uint64_t size = 0;
+      TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+      int64_t type_id = 0;
+      if (auto* err = TRITONBACKEND_InputBuffer(input, k, &src, &size, &type, &type_id)) return err;
+      if (copied + size > bytes) return error(TRITONSERVER_ERROR_INVALID_ARG, "input buffers exceed the input's size");
+      if (type == TRITONSERVER_MEMORY_GPU) {
+#ifdef TRITONKIT_CUDA
+        if (cudaMemcpy(dst + copied, src, size, cudaMemcpyDefault) != cudaSuccess) {
+          return error(TRITONSERVER_ERROR_INTERNAL, "copying input `" + spec.name + "` from GPU memory failed");
+        }
+#else
+        return error(TRITONSERVER_ERROR_UNSUPPORTED, "input in GPU memory; this build has no CUDA");
+#endif
+      } else {
+        std::memcpy(dst + copied, src, size);
+      }
+      copied += size;
+    }
+  }
+  return nullptr;
+}
+
+void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
+  const uint64_t exec_start = now_ns();
+  std::vector<int64_t> rows(count, 0), offsets(count, 0);
+  std::vector<TRITONSERVER_Error*> failures(count, nullptr);
+  int64_t total = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    offsets[r] = total;
+    failures[r] = gather(requests[r], total, &rows[r]);
+    if (failures[r] == nullptr) total += rows[r];
+  }
+  const uint64_t compute_start = now_ns();
+  TRITONSERVER_Error* run_failure = nullptr;
+  if (total > 0) {
+    try {
+      run(total);
+    } catch (const std::exception& e) {
+      run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
+    }
+  }
+  const uint64_t compute_end = now_ns();
+  for (uint32_t r = 0; r < count; ++r) {
+    TRITONBACKEND_Response* response = nullptr;
+    TRITONSERVER_Error* failure = failures[r];
+    if (failure == nullptr && run_failure != nullptr) failure = error(TRITONSERVER_ERROR_INTERNAL, TRITONSERVER_ErrorMessage(run_failure));
+    if (TRITONBACKEND_ResponseNew(&response, requests[r]) == nullptr) {
+      for (size_t o = 0; failure == nullptr && o < model_->outputs.size(); ++o) {
+        const Tensor& spec = model_->outputs[o];
+        std::vector<int64_t> shape{rows[r]};
+        shape.insert(shape.end(), spec.dims.begin(), spec.dims.end());
+        TRITONBACKEND_Output* output = nullptr;
+        failure = TRITONBACKEND_ResponseOutput(response, &output, spec.name.c_str(), spec.dtype.triton, shape.data(),
+                                               static_cast<uint32_t>(shape.size()));
+        if (failure != nullptr) break;
+        const uint64_t bytes = static_cast<uint64_t>(rows[r]) * spec.row_bytes;
+        void* buffer = nullptr;
+        TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+        int64_t type_id = 0;
+        failure = TRITONBACKEND_OutputBuffer(output, &buffer, bytes, &type, &type_id);
+        if (failure != nullptr) break;
+        const char* src = static_cast<const char*>(host_out_[o].data_ptr()) + static_cast<size_t>(offsets[r]) * spec.row_bytes;
+        if (type == TRITONSERVER_MEMORY_GPU) {
+#ifdef TRITONKIT_CUDA
+          cudaMemcpy(buffer, src, bytes, cudaMemcpyDefault);
+#else
+          failure = error(TRITONSERVER_ERROR_UNSUPPORTED, "output buffer in GPU memory; this build has no CUDA");
+#endif
+        } else {
+          std::memcpy(buffer, src, bytes);
+        }
+      }
+      TRITONBACKEND_ResponseSend(response, kResponseCompleteFinal, failure);
+    }
+    const uint64_t exec_end = now_ns();
+    TRITONBACKEND_ModelInstanceReportStatistics(triton_, requests[r], failure == nullptr, exec_start, compute_start,
+                                                compute_end, exec_end);
+    if (failure != nullptr) TRITONSERVER_ErrorDelete(failure);
+    TRITONBACKEND_RequestRelease(requests[r], kRequestReleaseAll);
+  }
+  if (run_failure != nullptr) TRITONSERVER_ErrorDelete(run_failure);
+  if (total > 0) {
+    TRITONBACKEND_ModelInstanceReportBatchStatistics(triton_, static_cast<uint64_t>(total), exec_start, compute_start,
+                                                     compute_end, now_ns());
+  }
+}
+
+}  // namespace
+}  // namespace tk
+
+extern "C" {
+
+__attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
+  auto state = std::make_unique<tk::ModelState>();
+  if (auto* err = tk::load_model_state(model, state.get())) return err;
+  TRITONBACKEND_ModelSetState(model, state.release());
+  return nullptr;
+}
+
+__attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
+  void* state = nullptr;
+  TRITONBACKEND_ModelState(model, &state);
+  delete static_cast<tk::ModelState*>(state);
+  return nullptr;
+}
+
+__attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(
+    TRITONBACKEND_ModelInstance* instance) {
+  TRITONBACKEND_Model* model = nullptr;
+  TRITONBACKEND_ModelInstanceModel(instance, &model);
+  void* state = nullptr;
+  TRITONBACKEND_ModelState(model, &state);
+  auto created = std::make_unique<tk::Instance>(static_cast<tk::ModelState*>(state), instance);
+  if (auto* err = created->init()) return err;
+  TRITONBACKEND_ModelInstanceSetState(instance, created.release());
+  return nullptr;
+}
+
+__attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(
+    TRITONBACKEND_ModelInstance* instance) {
+  void* state = nullptr;
+  TRITONBACKEND_ModelInstanceState(instance, &state);
+  delete static_cast<tk::Instance*>(state);
+  return nullptr;
+}
+
+__attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
+    TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count) {
+  void* state = nullptr;
+  TRITONBACKEND_ModelInstanceState(instance, &state);
+  static_cast<tk::Instance*>(state)->execute(requests, request_count);
+  return nullptr;
+}
+
+}  // extern "C"
