@@ -15,24 +15,25 @@ from tritonkit_bench.gpu_models import PARTS
 
 
 def test_variants_and_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_pipeline.parse_variants("off:2,on:4:3,on:2:2:4,off:4:2:1:0+1") == [
-        (False, 2, 2, 1, (0,)),
-        (True, 4, 3, 1, (0,)),
-        (True, 2, 2, 4, (0,)),
-        (False, 4, 2, 1, (0, 1)),
+    assert gpu_pipeline.parse_variants("off:2,on:4:3,on:2:2:4,off:4:2:1:0+1,native:4@0") == [
+        ("off", 2, 2, 1, (0,), None),
+        ("on", 4, 3, 1, (0,), None),
+        ("on", 2, 2, 4, (0,), None),
+        ("off", 4, 2, 1, (0, 1), None),
+        ("native", 4, 2, 1, (0,), 0),
     ]
     args = gpu_pipeline.parse_args([])
     assert args.part == "bert" and args.levels == [1, 64, 256] and args.seconds == 3.0
     assert args.variants == [
-        (False, 2, 2, 1, (0,)),
-        (True, 2, 2, 1, (0,)),
-        (False, 4, 2, 1, (0,)),
-        (True, 4, 2, 1, (0,)),
-        (True, 2, 2, 4, (0,)),
+        ("off", 2, 2, 1, (0,), None),
+        ("on", 2, 2, 1, (0,), None),
+        ("off", 4, 2, 1, (0,), None),
+        ("on", 4, 2, 1, (0,), None),
+        ("on", 2, 2, 4, (0,), None),
     ]
     with pytest.raises(
         argparse.ArgumentTypeError,
-        match=r"pipeline:instances\[:depth\[:senders\[:gpus\]\]\]\); got 'maybe:2'",
+        match=r"runner:instances\[:depth\[:senders\[:gpus\]\]\]\[@delay_us\]\); got 'maybe:2'",
     ):
         gpu_pipeline.parse_variants("maybe:2")
     with pytest.raises(SystemExit) as exited:
@@ -65,21 +66,27 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
     out, raw = tmp_path / "ab.md", tmp_path / "ab.json"
     try:
         rc = gpu_pipeline.main([
-            "--dry-run", "--variants", "off:1,on:1:3:2", "--levels", "2", "--seconds", "0.3",
+            "--dry-run", "--variants", "off:1,on:1:3:2,native:1@0", "--levels", "2", "--seconds", "0.3",
             "--work", str(tmp_path / "work"), "--out", str(out), "--raw", str(raw),
         ])  # fmt: skip
     finally:
         PARTS.pop(gpu_pipeline.DRY, None)
     assert rc == 0
     data = json.loads(raw.read_text())
-    assert [(v["pipeline"], v["instances"], v["depth"], v["senders"]) for v in data["variants"]] == [
-        (False, 1, 2, 1),
-        (True, 1, 3, 2),
+    assert [
+        (v["runner"], v["instances"], v["depth"], v["senders"], v["delay_us"]) for v in data["variants"]
+    ] == [
+        ("off", 1, 2, 1, None),
+        ("on", 1, 3, 2, None),
+        ("native", 1, 2, 1, 0),
     ]
     for variant in data["variants"]:
         (level,) = variant["rows"]
         assert level["errors"] == 0 and level["samples_per_s"] > 0
     logs = {p.name: p.read_text() for p in (tmp_path / "work").glob("server-*.log")}
-    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0.log"]
-    assert "pipeline off" in logs["server-off-1-2-1-0.log"]
+    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0-None.log"]
+    assert "pipeline off" in logs["server-off-1-2-1-0-None.log"]
+    assert (
+        "libtriton_tritonkit_torch.so" in logs["server-native-1-2-1-0-0.log"]
+    )  # the native backend served it
     assert "(dry run, CPU)" in out.read_text()

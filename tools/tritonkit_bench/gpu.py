@@ -73,11 +73,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notes", default=None, help="a markdown file: its text ends the page")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per served level")
     parser.add_argument("--work", default="/tmp/tritonkit-gpu-bench", help="folder for versions and reports")
+    parser.add_argument("--runner", choices=("python", "native"), default="python",
+                        help="serving.runner of the versions built (default python)")  # fmt: skip
+    parser.add_argument(
+        "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
+    )
     parser.add_argument("--tune-window-s", type=float, default=gpu_tune.TuneSettings().window_s)
     parser.add_argument("--tune-workers", type=int, default=gpu_tune.TuneSettings().workers)
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.tune_window_s <= 0 or args.tune_workers < 1:
-        parser.error("--seconds and --tune-window-s must be > 0 and --tune-workers >= 1")
+    if args.seconds <= 0 or args.tune_window_s <= 0 or args.tune_workers < 1 or args.client_processes < 1:
+        parser.error("--seconds and --tune-window-s must be > 0, --tune-workers and --client-processes >= 1")
     for path in [
         *([args.merge] if args.merge else []),
         *(args.render_from or []),
@@ -134,26 +139,29 @@ def measure_part(
 
     spec, repo = PARTS[name], work / f"repo-{name}"
     started = time.monotonic()
-    build_part(repo, name, log)
+    build_part(repo, name, log, runner=args.runner)
     config = load(repo / spec.model / "config.pbtxt")
     dynamic = config.dynamic_batching
     part: dict[str, Any] = {
         "about": spec.about, "model": spec.model, "max_batch": spec.max_batch, "buckets": buckets_of(config),
         "instances": config.instance_groups[0].count, "delay_us": dynamic.max_queue_delay_microseconds if dynamic else None,
-        "pipeline": pipelined(config),
+        "pipeline": pipelined(config), "runner": args.runner,
     }  # fmt: skip
     part["accuracy"] = accuracy(repo, name)
     part["in_process"] = in_process(repo, name)
     log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
     torch.cuda.empty_cache()
     save(part)
-    part["served"] = sweep(repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}.log")
+    clients = args.client_processes
+    part["served"] = sweep(
+        repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}.log", processes=clients
+    )
     save(part)
     if args.malloc_ab:
         os.environ[MALLOC_TUNING_ENV] = "0"
         try:
             level = max(spec.levels[:-1])
-            part["malloc_off"] = sweep(repo, name, (level,), args.seconds, log)
+            part["malloc_off"] = sweep(repo, name, (level,), args.seconds, log, processes=clients)
         finally:
             os.environ.pop(MALLOC_TUNING_ENV, None)
     if name in args.tune:
@@ -166,7 +174,13 @@ def measure_part(
             "delay_us": tuned.dynamic_batching.max_queue_delay_microseconds if tuned.dynamic_batching else None,
         }  # fmt: skip
         part["tuned_served"] = sweep(
-            repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}-tuned.log"
+            repo,
+            name,
+            spec.levels,
+            args.seconds,
+            log,
+            log_file=work / f"server-{name}-tuned.log",
+            processes=clients,
         )
     part["seconds"] = round(time.monotonic() - started, 1)
     return part
@@ -191,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data["machine"] = _machine()
     data["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    data["client_processes"] = args.client_processes
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     for name in args.only:

@@ -180,13 +180,14 @@ def build_part(
     *,
     gpus: list[int] | None = None,
     parameters: dict[str, str] | None = None,
+    runner: str = "python",
 ) -> Path:
     """Write the part's FP16 version under ``root`` as a build would; return its version folder.
     ``gpus`` (None: ask nvidia-smi) lets a CPU-only test build it; ``parameters`` are added to the
-    config's (the runner's diagnostics)."""
+    config's (the runner's diagnostics); ``runner``: ``serving.runner`` (python or native)."""
     spec = PARTS[part]
     plan = plan_execution(
-        ServingSpec(engine="torch", precision="fp16"), max_batch_size=spec.max_batch, gpus=gpus
+        ServingSpec(engine="torch", precision="fp16", runner=runner), max_batch_size=spec.max_batch, gpus=gpus
     )
     version = write_torch_version(
         root,
@@ -206,6 +207,7 @@ def build_part(
         config.parameters.update(parameters)
         save(config, path)
     log(
-        f"built {spec.model}: {plan.instance_groups[0].count} instance(s) per GPU, buckets {list(plan.batch_buckets)}"
+        f"built {spec.model} ({runner} runner): {plan.instance_groups[0].count} instance(s) per GPU, "
+        f"buckets {list(plan.batch_buckets)}"
     )
     return version

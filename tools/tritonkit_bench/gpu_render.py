@@ -32,7 +32,14 @@ ANCHORS = """## Anchors (published, other hardware: for reading the ratios only)
 | TensorRT's BERT demo on a T4, batch 1, sequence 128 (BERT-base) | 1.69 ms INT8, 1.95 ms FP16 |
 
 Those servers ran TensorRT engines in Triton's C++ backend; the versions here run a torch program with
-CUDA graphs in the python backend of the embedded tritonserver 2.51 (the only backend its wheel has)."""
+CUDA graphs in the embedded tritonserver 2.51, through tritonkit's native C++ backend (`tritonkit_torch`)
+or the python backend (each model's section says which)."""
+
+#: How each ``serving.runner`` serves a version, for the page.
+RUNNERS = {
+    "python": "the torch runner in Triton's python backend",
+    "native": "tritonkit's native C++ backend `tritonkit_torch` (the program traced per bucket, CUDA graphs)",
+}
 
 
 def _f(value: float | None, digits: int = 0) -> str:
@@ -173,7 +180,8 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         return [*lines, f"**Not measured:** {part['error']}", ""]
     acc = part.get("accuracy") or {}
     lines += [
-        f"{part['about']}. Version `{part['model']}` as built: {part['instances']} instances per GPU, max batch "
+        f"{part['about']}. Version `{part['model']}` as built, served by {RUNNERS[part.get('runner', 'python')]}: "
+        f"{part['instances']} instances per GPU, max batch "
         f"{part['max_batch']}, {part['delay_us']} µs delay, buckets {part['buckets']} (the batcher's preferred sizes). "
         f"FP16 against FP32 (eager, TF32 off, held-out rows): cosine min {acc.get('min', float('nan')):.5f}, mean "
         f"{acc.get('mean', float('nan')):.5f}, top-1 agreement {100 * acc.get('top1', float('nan')):.1f} %.",
@@ -213,13 +221,19 @@ def render(data: dict[str, Any]) -> str:
         "# GPU benchmarks",
         "",
         f"GPU: **{m.get('gpu', '?')}** (driver {m.get('driver', '?')}), {m.get('cores', '?')} CPU cores, Python "
-        f"{m.get('python', '?')}, torch {m.get('torch', '?')}, tritonserver 2.51 (nvidia-pytriton 0.7.0, python "
-        f"backend). Run {data.get('when', '?')}. Re-run: `scripts/gpu/pack.sh` on a networked machine, then "
+        f"{m.get('python', '?')}, torch {m.get('torch', '?')}, tritonserver 2.51 (nvidia-pytriton 0.7.0). "
+        f"Run {data.get('when', '?')}. Re-run: `scripts/gpu/pack.sh` on a networked machine, then "
         "`scripts/gpu/bench.sh` on the GPU host (`python -m tritonkit_bench.gpu`; `--only bert,minilm,resnet`).",
         "",
         "How to read: samples/s = rows answered per second; every request is one row. Served levels are closed "
-        "loops (8 client processes sending pre-serialised gRPC requests; 1 s warm-up, then the measured window); "
-        "latencies are client-side. Queue, compute input / infer / output and the batches formed are Triton's own "
+        + (
+            f"loops ({data['client_processes']} client processes sending pre-serialised gRPC requests, one in "
+            "flight per process as blocking calls, more through asyncio; 1 s warm-up, then the measured window); "
+            if "client_processes" in data
+            else "loops (8 client processes sending pre-serialised gRPC requests through asyncio; 1 s warm-up, "
+            "then the measured window); "
+        )
+        + "latencies are client-side. Queue, compute input / infer / output and the batches formed are Triton's own "
         "statistics over the level (compute figures per execution); padded rows = rows the runner computed that "
         "no request asked for / all rows it computed (each batch padded to its bucket). / peak in-process = served "
         "samples/s over the engine's best in-process rate at any batch up to the max batch.",
