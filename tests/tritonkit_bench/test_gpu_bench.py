@@ -86,9 +86,13 @@ def test_payloads_serialise_requests_of_the_models_inputs() -> None:
     assert np.frombuffer(request.raw_input_contents[1], dtype=np.int64).tolist() == [1] * 128
 
 
-def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str) -> None:
+@pytest.mark.parametrize("runner", ["python", "native"])
+def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str, runner: str) -> None:
     repo = tmp_path / "repo"
-    build_part(repo, tiny_part, lambda _: None, gpus=[0])
+    build_part(repo, tiny_part, lambda _: None, gpus=[0], runner=runner)
+    assert load(repo / "tiny_fp16" / "config.pbtxt").backend == (
+        "tritonkit_torch" if runner == "native" else "python"
+    )
     _on_cpu(repo, "tiny_fp16")
     rows = sweep(repo, tiny_part, (1, 4), 0.5, lambda _: None)
     assert [r["in_flight"] for r in rows] == [1, 4] and all(r["errors"] == 0 for r in rows)

@@ -1,8 +1,8 @@
 """What the GPU benchmark measures (:mod:`tritonkit_bench.gpu`): engines in-process, accuracy against
 the FP32 reference, and versions served by the embedded tritonserver, level by level.
 
-In-process figures run the torch runner's own engine (``serve/runners/torch_runner.py``) on the GPU
-with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
+In-process figures run the torch runner's own engine (``serve/runners/torch_runner.py``; for a native
+version, the same engine replaying its ``model.ts`` methods) on the GPU with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
 measured). Served figures are requests of one row kept in flight by the raw gRPC generator
 (:mod:`tritonkit_bench.gpu_load`), next to Triton's own statistics over the level (queue, compute
 input / infer / output, the batches formed and so the padded share, from ``batch_stats``), the
@@ -24,6 +24,8 @@ from typing import Any
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
+from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit_bench.gpu_load import pool, run_load
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner
@@ -42,6 +44,15 @@ def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
     spec = PARTS[part]
     tr = runner("torch_runner")
     config = load(root / spec.model / "config.pbtxt")
+    if config.backend == NATIVE_BACKEND:  # the traced methods the native backend replays, one per bucket
+        traced = torch.jit.load(str(root / spec.model / "1" / NATIVE_PROGRAM), map_location=device)
+
+        def by_bucket(*xs: Any) -> Any:
+            return getattr(traced, f"b{xs[0].shape[0]}")(*xs)
+
+        return tr.GraphEngine(
+            by_bucket, device, [None] * len(config.inputs), [torch.float32], buckets_of(config)
+        )
     module, dtypes = tr.load_program(str(root / spec.model / "1" / "model.pt2"), device)
     return tr.GraphEngine(module, device, dtypes, [torch.float32], buckets_of(config))
 
