@@ -45,7 +45,7 @@ def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
     tr = runner("torch_runner")
     config = load(root / spec.model / "config.pbtxt")
     if config.backend == NATIVE_BACKEND:  # the traced methods the native backend replays, one per bucket
-        traced = torch.jit.load(str(root / spec.model / "1" / NATIVE_PROGRAM), map_location=device)
+        traced = torch.jit.load(str(root / spec.model / "1" / NATIVE_PROGRAM), map_location=device)  # type: ignore[no-untyped-call]
 
         def by_bucket(*xs: Any) -> Any:
             return getattr(traced, f"b{xs[0].shape[0]}")(*xs)
