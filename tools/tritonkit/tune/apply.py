@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import http.client
 import json
 import os
 from collections.abc import Mapping
@@ -58,6 +59,11 @@ class RepositoryApi:
             elif "restricted" in message.lower() or "unauthenticated" in message.lower():
                 hint = "; expected the admin key of the model-repository API (--admin-key)"
             raise TritonKitError(f"{what} on {self.url} failed: {message}{hint}") from None
+        except (OSError, ValueError, RuntimeError, http.client.HTTPException) as exc:  # the server went away
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise TritonKitError(
+                f"{what} on {self.url} failed: the server did not answer ({detail}); see the server's log"
+            ) from None
 
     def load(self, model: str, config: ModelConfig | None = None) -> None:
         """(Re)load ``model``; with ``config`` that config replaces ``config.pbtxt`` for this load only."""

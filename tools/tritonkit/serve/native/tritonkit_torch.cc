@@ -45,9 +45,13 @@ uint64_t now_ns() {
       .count();
 }
 
+}  // namespace
+
 TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& message) {
   return TRITONSERVER_ErrorNew(code, message.c_str());
 }
+
+namespace {
 
 struct DType {
   TRITONSERVER_DataType triton;
@@ -302,7 +306,9 @@ class Instance {
         stream_->synchronize();
         if (model_->cuda_graphs) {
           b.graph = std::make_unique<at::cuda::CUDAGraph>();
-          b.graph->capture_begin();
+          // Thread-local capture: other instances keep serving (and Triton keeps allocating) while
+          // this one captures; a global capture would fail their CUDA calls.
+          b.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
           b.static_out = call(b, b.static_in);
           b.graph->capture_end();
         }
@@ -442,7 +448,11 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
   int64_t total = 0;
   for (uint32_t r = 0; r < count; ++r) {
     offsets[r] = total;
-    failures[r] = gather(requests[r], total, &rows[r]);
+    try {
+      failures[r] = gather(requests[r], total, &rows[r]);
+    } catch (const std::exception& e) {
+      failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
+    }
     if (failures[r] == nullptr) total += rows[r];
   }
   const uint64_t compute_start = now_ns();
@@ -505,40 +515,60 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
 
 extern "C" {
 
+// No C++ exception may cross into Triton: each entry point turns one into an error.
+#define TK_GUARD(body)                                                                        \
+  try {                                                                                       \
+    body                                                                                      \
+  } catch (const std::exception& e) {                                                         \
+    return tk::error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + e.what()); \
+  } catch (...) {                                                                             \
+    return tk::error(TRITONSERVER_ERROR_INTERNAL, "tritonkit_torch: unknown failure");       \
+  }
+
 __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
-  auto state = std::make_unique<tk::ModelState>();
-  if (auto* err = tk::load_model_state(model, state.get())) return err;
-  TRITONBACKEND_ModelSetState(model, state.release());
-  return nullptr;
+  TK_GUARD({
+    auto state = std::make_unique<tk::ModelState>();
+    if (auto* err = tk::load_model_state(model, state.get())) return err;
+    TRITONBACKEND_ModelSetState(model, state.release());
+    return nullptr;
+  })
 }
 
 __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
-  void* state = nullptr;
-  TRITONBACKEND_ModelState(model, &state);
-  delete static_cast<tk::ModelState*>(state);
-  return nullptr;
+  TK_GUARD({
+    void* state = nullptr;
+    TRITONBACKEND_ModelState(model, &state);
+    delete static_cast<tk::ModelState*>(state);
+    return nullptr;
+  })
 }
 
 __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(
     TRITONBACKEND_ModelInstance* instance) {
-  TRITONBACKEND_Model* model = nullptr;
-  TRITONBACKEND_ModelInstanceModel(instance, &model);
-  void* state = nullptr;
-  TRITONBACKEND_ModelState(model, &state);
-  auto created = std::make_unique<tk::Instance>(static_cast<tk::ModelState*>(state), instance);
-  if (auto* err = created->init()) return err;
-  TRITONBACKEND_ModelInstanceSetState(instance, created.release());
-  return nullptr;
+  TK_GUARD({
+    TRITONBACKEND_Model* model = nullptr;
+    TRITONBACKEND_ModelInstanceModel(instance, &model);
+    void* state = nullptr;
+    TRITONBACKEND_ModelState(model, &state);
+    auto created = std::make_unique<tk::Instance>(static_cast<tk::ModelState*>(state), instance);
+    if (auto* err = created->init()) return err;
+    TRITONBACKEND_ModelInstanceSetState(instance, created.release());
+    return nullptr;
+  })
 }
 
 __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(
     TRITONBACKEND_ModelInstance* instance) {
-  void* state = nullptr;
-  TRITONBACKEND_ModelInstanceState(instance, &state);
-  delete static_cast<tk::Instance*>(state);
-  return nullptr;
+  TK_GUARD({
+    void* state = nullptr;
+    TRITONBACKEND_ModelInstanceState(instance, &state);
+    delete static_cast<tk::Instance*>(state);
+    return nullptr;
+  })
 }
 
+// Execute answers and releases every request itself (an error becomes that request's response), so
+// it always returns success: returning an error would hand back requests already released.
 __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count) {
   void* state = nullptr;
