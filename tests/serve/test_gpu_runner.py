@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.execution import Placement, ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import load_runner
@@ -34,7 +34,9 @@ def _tiny() -> Any:
             self.mlp = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
 
         def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            out: torch.Tensor = self.mlp(x) * mask.to(x.dtype).sum(dim=1, keepdim=True)
+            # a tensor made on the input's device: a traced program must follow its instance's GPU
+            offset = torch.arange(8, device=x.device).to(x.dtype) * 0.01
+            out: torch.Tensor = self.mlp(x) * mask.to(x.dtype).sum(dim=1, keepdim=True) + offset
             return out
 
     torch.manual_seed(0)
@@ -57,13 +59,17 @@ def test_cuda_graph_replay_equals_eager_for_every_batch() -> None:
     assert {key[0] for key in graphs.graphs} == {1, 4, 16}
 
 
+@pytest.mark.parametrize("runner", ["python", "native"])
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
-def test_torch_version_serves_on_kind_gpu(tmp_path: Path, precision: str) -> None:
+def test_torch_version_serves_on_kind_gpu(tmp_path: Path, precision: str, runner: str) -> None:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     module = _tiny()
     examples = {"X": torch.randn(2, 16), "MASK": torch.ones(2, 5, dtype=torch.int64)}
-    plan = plan_execution(ServingSpec(precision=precision), max_batch_size=32)
+    # The last visible GPU: on a host of several, the program runs on a GPU other than the one it was traced on.
+    last = torch.cuda.device_count() - 1
+    serving = ServingSpec(precision=precision, runner=runner, placement=Placement(1, (last,)))
+    plan = plan_execution(serving, max_batch_size=32)
     assert (plan.device, plan.engine, plan.precision) == ("gpu", "torch", precision)
     version = write_torch_version(
         tmp_path / "repo", "tiny", _tiny(), examples, ["Y"], plan, max_batch_size=32
