@@ -234,8 +234,9 @@ def test_check_names_what_the_embedded_server_cannot_load(
     assert check_repository(repo) == []  # without a target: only the artifacts are checked
     assert main(["check", "--repo", str(repo)]) == 1  # the embedded server is the default target
     assert capsys.readouterr().out.splitlines() == [
-        "ort: the embedded server cannot load platform `onnxruntime_onnx`: it has the python backend and "
-        "ensembles only; serve it with NVIDIA's Triton image (check with --target triton-image)"
+        "ort: the embedded server cannot load platform `onnxruntime_onnx`: it has the python backend, "
+        "tritonkit's native backend and ensembles only; serve it with NVIDIA's Triton image (check with "
+        "--target triton-image)"
     ]
     assert main(["check", "--repo", str(repo), "--target", "triton-image"]) == 0
     assert capsys.readouterr().out == "3 models OK\n"

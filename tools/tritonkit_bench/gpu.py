@@ -105,7 +105,7 @@ def _merged(paths: list[str]) -> dict[str, Any]:
         if not isinstance(earlier, dict) or not isinstance(earlier.get("machine"), dict):
             raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark (no `machine` in it)")
         data["parts"].update(earlier.get("parts") or {})
-        data.update({k: earlier[k] for k in ("machine", "when") if earlier.get(k)})
+        data.update({k: earlier[k] for k in ("machine", "when", "client_processes") if earlier.get(k)})
     return data
 
 

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import load, save
-from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.native import BACKEND, export_program
 from tritonkit_bench.gpu_load import Payload
 from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
+from tritonkit_bench.gpu_models import runner as load_torch_runner
 from tritonkit_bench.gpu_render import peak
 
 __all__ = ["main", "parse_args", "parse_variants", "render"]
@@ -204,7 +205,10 @@ def _label(
 
 def prepare_native(repo: Path, model: str, device: str) -> None:
     """The version's ``model.ts`` traced on ``device`` (the embedded server compiles the backend)."""
-    export_program(repo / model / "1", load(repo / model / "config.pbtxt"), device)
+    config = load(repo / model / "config.pbtxt")
+    program = repo / model / "1" / "model.pt2"
+    module, dtypes = load_torch_runner("torch_runner").load_program(str(program), device)
+    export_program(program.parent, module, dtypes, config, method_buckets(config.max_batch_size), device)
 
 
 def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:

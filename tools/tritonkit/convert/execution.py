@@ -35,6 +35,7 @@ __all__ = [
     "default_buckets",
     "gpu_placement_problems",
     "instance_groups",
+    "method_buckets",
     "plan_execution",
     "visible_gpus",
 ]
@@ -191,6 +192,12 @@ def bucket_ladder(max_batch_size: int, style: str = "fine") -> tuple[int, ...]:
         else:
             size += max(8, (1 << (size.bit_length() - 1)) // 4)
     return (*buckets, max_batch_size)
+
+
+def method_buckets(max_batch_size: int) -> list[int]:
+    """Every bucket a config of a version may name: the ``fine`` and ``pow2`` ladders up to its max
+    batch (tune's bucket styles); the native runner's program is traced for each."""
+    return sorted(set(bucket_ladder(max_batch_size, "fine")) | set(bucket_ladder(max_batch_size, "pow2")))
 
 
 def bucket_style(buckets: Sequence[int], max_batch_size: int) -> str | None:

@@ -38,7 +38,7 @@ from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.convert import torch_io
 from tritonkit.convert.buildspec import AccuracySpec
-from tritonkit.convert.execution import ExecutionPlan
+from tritonkit.convert.execution import ExecutionPlan, method_buckets
 from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
@@ -46,7 +46,8 @@ from tritonkit.repository.onnx_io import read_io
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.serve.native import export_program as export_native
-from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, runner_path
+from tritonkit.serve.native import trace_device
+from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, load_runner, runner_path
 
 __all__ = [
     "FAST_FILE",
@@ -229,6 +230,14 @@ def gpu_config(
     )
 
 
+def native_program(program: Path, config: ModelConfig, max_batch_size: int) -> Path:
+    """``model.ts`` beside ``program`` for the native runner: the program as the torch runner loads it,
+    traced for every bucket a tuned config may name (on the first GPU where there is one)."""
+    device = trace_device()
+    module, dtypes = load_runner(TORCH_RUNNER).load_program(str(program), device)
+    return export_native(program.parent, module, dtypes, config, method_buckets(max_batch_size), device)
+
+
 def torch_version(
     name: str,
     module: Any,
@@ -276,7 +285,7 @@ def torch_version(
         return config, {
             PROGRAM_FILE: program,
             **({FAST_FILE: fast} if fast.is_file() else {}),
-            NATIVE_PROGRAM: export_native(program.parent, config),
+            NATIVE_PROGRAM: native_program(program, config, max_batch_size),
         }
     return config, {
         PROGRAM_FILE: program,

@@ -37,7 +37,6 @@ __all__ = [
     "NativeBackendError",
     "compile_backend",
     "export_program",
-    "method_buckets",
     "trace_device",
 ]
 
@@ -124,14 +123,6 @@ def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path
     return target
 
 
-def method_buckets(max_batch_size: int) -> list[int]:
-    """Every bucket a config of this version may name: the fine and pow2 ladders up to its max batch
-    (tune's bucket styles), so a tuned config finds a method for each of its buckets."""
-    from tritonkit.convert.execution import bucket_ladder  # noqa: PLC0415 (keeps this module light)
-
-    return sorted(set(bucket_ladder(max_batch_size, "fine")) | set(bucket_ladder(max_batch_size, "pow2")))
-
-
 def _wrapper(
     module: Any, program_dtypes: Sequence[Any], output_dtypes: Sequence[Any], buckets: Sequence[int]
 ) -> Any:
@@ -193,16 +184,21 @@ def trace_device() -> str:
 
 
 def export_program(
-    program_dir: Path, config: Any, device: str | None = None, buckets: Sequence[int] | None = None
+    target_dir: Path,
+    module: Any,
+    program_dtypes: Sequence[Any],
+    config: Any,
+    buckets: Sequence[int],
+    device: str,
 ) -> Path:
-    """Write ``model.ts`` beside the program in ``program_dir`` (``model.pt2``, with ``model.fx.pt``
-    when there is one): one method ``b<N>`` per bucket (default: :func:`method_buckets`), each traced
-    at its batch on ``device`` (default :func:`trace_device`) and made device-free."""
+    """Write ``model.ts`` into ``target_dir``: ``module`` (a version's program as the torch runner loads
+    it on ``device``, with its inputs' dtypes) traced once per bucket in ``buckets`` and the max batch,
+    as methods ``b<N>`` that cast to the program's dtypes and to the config's output dtypes, each made
+    device-free. A build passes every bucket a tuned config may name
+    (``tritonkit.convert.execution.method_buckets``)."""
     import warnings  # noqa: PLC0415
 
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    from tritonkit.serve.runners import load_runner  # noqa: PLC0415 (loads the torch runner by path)
 
     if config.max_batch_size <= 0:
         raise NativeBackendError(f"the native runner needs max_batch_size > 0; got {config.max_batch_size}")
@@ -211,11 +207,8 @@ def export_program(
         raise NativeBackendError(
             f"the native runner needs fixed dims besides the batch; input(s) {', '.join(variable)} have -1"
         )
-    device = device or trace_device()
-    runner = load_runner("torch_runner")
-    module, program_dtypes = runner.load_program(str(Path(program_dir) / "model.pt2"), device)
     outs = [getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]) for t in config.outputs]
-    sizes = sorted(set(buckets)) if buckets is not None else method_buckets(config.max_batch_size)
+    sizes = sorted(set(buckets) | {config.max_batch_size})
     wrapper = _wrapper(module, program_dtypes, outs, sizes)
     examples = {
         f"b{b}": tuple(
@@ -231,7 +224,7 @@ def export_program(
         traced = torch.jit.trace_module(wrapper, examples, check_trace=False)  # type: ignore[no-untyped-call]
     for b in sizes:
         _device_free(getattr(traced, f"b{b}").graph)
-    target = Path(program_dir) / PROGRAM
+    target = Path(target_dir) / PROGRAM
     partial = target.with_name(PROGRAM + ".partial")
     traced.save(str(partial))
     os.replace(partial, target)
