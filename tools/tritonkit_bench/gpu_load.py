@@ -15,7 +15,7 @@ import asyncio
 import multiprocessing
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,33 @@ class LoadResult:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
 
+@dataclass
+class _Tally:
+    """What one process counts: answers and errors of requests sent and answered inside the window."""
+
+    t_measure: float
+    t_end: float
+    done: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+    first_error: str = ""
+
+    def record(self, t0: float, t1: float, error: str | None) -> None:
+        """A request sent at ``t0`` and answered at ``t1`` (``error``: why it failed, None when it did not)."""
+        if error is not None:
+            self.first_error = self.first_error or error
+        if self.t_measure <= t0 and t1 <= self.t_end:
+            if error is not None:
+                self.errors += 1
+            else:
+                self.done += 1
+                if len(self.latencies) < 50000:
+                    self.latencies.append((t1 - t0) * 1000.0)
+
+    def result(self, cpu: float) -> tuple[int, int, list[float], float, str]:
+        return self.done, self.errors, self.latencies, cpu, self.first_error
+
+
 def _worker(
     args: tuple[str, str, Payload, int, int, float, float, float],
 ) -> tuple[int, int, list[float], float, str]:
@@ -116,31 +143,20 @@ def _worker(
         while time.time() < start_at:  # all processes start together
             await asyncio.sleep(0.005)
         t_measure = time.perf_counter() + warmup_s
-        t_end = t_measure + seconds
-        done = errors = 0
-        latencies: list[float] = []
+        tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
         cpu0 = [0.0]
 
         async def loop() -> None:
-            nonlocal done, errors, first_error
             while True:
                 t0 = time.perf_counter()
-                if t0 >= t_end:
+                if t0 >= tally.t_end:
                     return
+                error = None
                 try:
                     await call(body)
-                    ok = True
                 except grpc.aio.AioRpcError as exc:
-                    ok = False
-                    first_error = first_error or " ".join(str(exc.details()).split())[:200]
-                t1 = time.perf_counter()
-                if t_measure <= t0 and t1 <= t_end:
-                    if ok:
-                        done += 1
-                        if len(latencies) < 50000:
-                            latencies.append((t1 - t0) * 1000.0)
-                    else:
-                        errors += 1
+                    error = " ".join(str(exc.details()).split())[:200]
+                tally.record(t0, time.perf_counter(), error)
 
         async def mark_cpu() -> None:
             await asyncio.sleep(max(0.0, t_measure - time.perf_counter()))
@@ -149,7 +165,7 @@ def _worker(
         await asyncio.gather(mark_cpu(), *(loop() for _ in range(in_flight)))
         cpu = time.process_time() - cpu0[0]
         await channel.close()
-        return done, errors, latencies, cpu, first_error
+        return tally.result(cpu)
 
     return asyncio.run(main())
 
@@ -171,33 +187,23 @@ def _single(
     while time.time() < start_at:
         time.sleep(0.005)
     t_measure = time.perf_counter() + warmup_s
-    t_end = t_measure + seconds
-    done = errors = 0
-    latencies: list[float] = []
+    tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
     cpu0 = None
     while True:
         t0 = time.perf_counter()
-        if t0 >= t_end:
+        if t0 >= tally.t_end:
             break
         if cpu0 is None and t0 >= t_measure:
             cpu0 = time.process_time()
+        error = None
         try:
             call(body)
-            ok = True
         except grpc.RpcError as exc:
-            ok = False
-            first_error = first_error or " ".join(str(exc)[:200].split())
-        t1 = time.perf_counter()
-        if t_measure <= t0 and t1 <= t_end:
-            if ok:
-                done += 1
-                if len(latencies) < 50000:
-                    latencies.append((t1 - t0) * 1000.0)
-            else:
-                errors += 1
+            error = " ".join(str(exc)[:200].split())
+        tally.record(t0, time.perf_counter(), error)
     cpu = time.process_time() - cpu0 if cpu0 is not None else 0.0
     channel.close()
-    return done, errors, latencies, cpu, first_error
+    return tally.result(cpu)
 
 
 def pool(processes: int = 8) -> Any:

@@ -158,18 +158,10 @@ def _dry_part(repo: Path) -> str:
     return DRY
 
 
-def configure(
-    repo: Path,
-    model: str,
-    runner: str,
-    instances: int,
-    depth: int,
-    senders: int,
-    gpus: tuple[int, ...] = (0,),
-    delay_us: int | None = None,
-) -> None:
-    """Set the variant in the model's config: the runner's pipeline parameters, the instances per GPU and
-    the GPUs."""
+def configure(repo: Path, model: str, variant: Variant) -> None:
+    """Set the variant in the model's config: the backend, the runner's pipeline parameters, the
+    instances per GPU, the GPUs and the batching delay."""
+    runner, instances, depth, senders, gpus, delay_us = variant
     path = repo / model / "config.pbtxt"
     config = load(path)
     config.instance_groups[0].count = instances
@@ -188,14 +180,8 @@ def configure(
     save(config, path)
 
 
-def _label(
-    runner: str,
-    instances: int,
-    depth: int,
-    senders: int,
-    gpus: tuple[int, ...] = (0,),
-    delay_us: int | None = None,
-) -> str:
+def _label(variant: Variant) -> str:
+    runner, instances, depth, senders, gpus, delay_us = variant
     on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
     where = "" if gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, gpus))}"
     kind = "native backend" if runner == "native" else f"pipeline {on if runner == 'on' else 'off'}"
@@ -229,9 +215,10 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         started = time.perf_counter()
         prepare_native(repo, PARTS[part].model, device)
         log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
-    for runner, instances, depth, senders, gpus, delay_us in args.variants:
-        label = _label(runner, instances, depth, senders, gpus, delay_us)
-        configure(repo, PARTS[part].model, runner, instances, depth, senders, gpus, delay_us)
+    for chosen in args.variants:
+        runner, instances, depth, senders, gpus, delay_us = chosen
+        label = _label(chosen)
+        configure(repo, PARTS[part].model, chosen)
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
