@@ -195,3 +195,10 @@ def test_held_out_families_trace_per_bucket_as_the_module_answers(tmp_path: Path
         want = built.module(**dict(zip(built.input_names, feeds, strict=True)))
     want = want[0] if isinstance(want, (tuple, list)) else getattr(want, built.output_names[0], want)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_native_plans_four_instances_per_gpu_unless_counted() -> None:
+    assert plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0]).instance_groups[0].count == 4
+    assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).instance_groups[0].count == 2
+    counted = ServingSpec.from_mapping({"runner": "native", "instances": {"count": 3}})
+    assert plan_execution(counted, max_batch_size=8, gpus=[0]).instance_groups[0].count == 3
