@@ -198,7 +198,9 @@ def test_held_out_families_trace_per_bucket_as_the_module_answers(tmp_path: Path
 
 
 def test_native_plans_four_instances_per_gpu_unless_counted() -> None:
-    assert plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0]).instance_groups[0].count == 4
+    assert (
+        plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0]).instance_groups[0].count == 4
+    )
     assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).instance_groups[0].count == 2
     counted = ServingSpec.from_mapping({"runner": "native", "instances": {"count": 3}})
     assert plan_execution(counted, max_batch_size=8, gpus=[0]).instance_groups[0].count == 3

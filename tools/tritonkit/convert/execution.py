@@ -23,9 +23,9 @@ from tritonkit.repository.check import gpu_placement_problems, visible_gpus
 
 __all__ = [
     "DEFAULT_GPU_INSTANCES",
-    "NATIVE_GPU_INSTANCES",
     "DEVICES",
     "ENGINES",
+    "NATIVE_GPU_INSTANCES",
     "RUNNERS",
     "ExecutionPlan",
     "Placement",
