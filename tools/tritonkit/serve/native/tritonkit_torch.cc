@@ -23,6 +23,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -197,6 +198,11 @@ class Instance {
     }
 #endif
     device_ = on_gpu_ ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_id)) : c10::Device(c10::kCPU);
+    // Triton starts a model's instances on parallel threads. One instance's allocations (device and
+    // pinned memory) while another captures its graphs fail with "operation not permitted when stream
+    // is capturing" (seen on an H100 with 4 instances), so instances load one at a time per process.
+    static std::mutex loading;
+    std::lock_guard<std::mutex> one_at_a_time(loading);
     try {
       c10::InferenceMode guard;
       torch::jit::setGraphExecutorOptimize(false);
