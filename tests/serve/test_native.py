@@ -23,7 +23,7 @@ from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import ServerError, SpecError
-from tritonkit.repository.check import check_repository
+from tritonkit.repository.check import check_repository, executions
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
@@ -87,6 +87,8 @@ def test_build_writes_a_native_version_that_checks_clean(native_repo: Path) -> N
     execution = json.loads((native_repo / "two" / "1" / "build.json").read_text())["extra"]["execution"]
     assert execution["runner"] == "native"
     assert check_repository(native_repo, "embedded", gpus=[]) == []
+    (line,) = executions(native_repo)
+    assert line.startswith("two version 1 executes on cpu: engine torch (native runner), fp32")
     assert any(
         "NVIDIA's Triton image does not have" in p for p in check_repository(native_repo, "triton-image")
     )
