@@ -189,7 +189,7 @@ def _label(variant: Variant) -> str:
     return f"{kind}, {instances} instances{where}{delay}"
 
 
-def prepare_native(repo: Path, model: str, device: str) -> None:
+def trace_native(repo: Path, model: str, device: str) -> None:
     """The version's ``model.ts`` traced on ``device`` (the embedded server compiles the backend)."""
     config = load(repo / model / "config.pbtxt")
     program = repo / model / "1" / "model.pt2"
@@ -213,7 +213,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     save_figures(data)
     if any(v[0] == "native" for v in args.variants):
         started = time.perf_counter()
-        prepare_native(repo, PARTS[part].model, device)
+        trace_native(repo, PARTS[part].model, device)
         log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
     for chosen in args.variants:
         runner, instances, depth, senders, gpus, delay_us = chosen

@@ -280,16 +280,15 @@ def torch_version(
         **batching,
     )
     fast = program.with_name(FAST_FILE)
-    if plan.runner == "native":  # the C++ backend serves model.ts; the program stays for in-process use
-        config.backend = NATIVE_BACKEND
-        return config, {
-            PROGRAM_FILE: program,
-            **({FAST_FILE: fast} if fast.is_file() else {}),
-            NATIVE_PROGRAM: native_program(program, config, max_batch_size),
-        }
-    return config, {
+    programs: dict[str, Path | bytes] = {
         PROGRAM_FILE: program,
         **({FAST_FILE: fast} if fast.is_file() else {}),
+    }
+    if plan.runner == "native":  # the C++ backend serves model.ts; the program stays for in-process use
+        config.backend = NATIVE_BACKEND
+        return config, {**programs, NATIVE_PROGRAM: native_program(program, config, max_batch_size)}
+    return config, {
+        **programs,
         "model.py": runner_path(TORCH_RUNNER),
         f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
         f"{TORCH_PIPELINE}.py": runner_path(TORCH_PIPELINE),

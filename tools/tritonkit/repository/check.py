@@ -29,6 +29,8 @@ from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.staging import STAGING_PREFIX
 from tritonkit.repository.store import CONFIG_FILE, ModelRepository
+from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
+from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.serve.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
 
 __all__ = [
@@ -46,10 +48,9 @@ __all__ = [
 #: Servers ``tritonkit check --target`` knows.
 CHECK_TARGETS = ("embedded", "triton-image")
 #: What the embedded server (nvidia-pytriton's tritonserver) can run: python-backend models and ensembles.
-_EMBEDDED_BACKENDS = ("python", "tritonkit_torch")
-#: tritonkit's native backend (``tritonkit.serve.native``): the embedded server gets it compiled for
-#: the local torch; NVIDIA's Triton image does not have it.
-_NATIVE_BACKEND = "tritonkit_torch"
+#: tritonkit's native backend (``tritonkit.serve.native``) is among them: the embedded server gets it
+#: compiled for the local torch; NVIDIA's Triton image does not have it.
+_EMBEDDED_BACKENDS = ("python", NATIVE_BACKEND)
 _EMBEDDED_PLATFORMS = ("ensemble",)
 
 _ONNX_PLATFORMS = ("onnxruntime_onnx",)
@@ -67,8 +68,8 @@ def expected_artifacts(config: ModelConfig) -> list[str]:
         onnx_file = config.parameters.get("onnx_file")
         if onnx_file:
             names.append(onnx_file)
-    elif backend == _NATIVE_BACKEND:
-        names.append("model.ts")
+    elif backend == NATIVE_BACKEND:
+        names.append(NATIVE_PROGRAM)
     elif platform in _ONNX_PLATFORMS or backend in _ONNX_BACKENDS:
         names.append(config.default_model_filename or "model.onnx")
     elif (platform in _PLAN_PLATFORMS or backend in _PLAN_BACKENDS) and not config.cc_model_filenames:
@@ -377,7 +378,7 @@ def target_problems(
             )
         elif visible:
             problems.extend(_placement(config, visible))
-    elif backend == _NATIVE_BACKEND:
+    elif backend == NATIVE_BACKEND:
         problems.append(
             "backend `tritonkit_torch` is tritonkit's native runner, which NVIDIA's Triton image does not have: "
             "serve it with the embedded server, or rebuild with `serving: {runner: python}`"

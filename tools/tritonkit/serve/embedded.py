@@ -42,9 +42,9 @@ from tritonkit.serve.install import (
     find_triton,
     free_port,
     prepare_backends,
-    prepare_native,
     state_dir,
 )
+from tritonkit.serve.native import prepare_native
 from tritonkit.serve.options import (
     ADMIN_HEADER,
     DEFAULT_LOG_MAX_BYTES,

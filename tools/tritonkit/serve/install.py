@@ -26,7 +26,6 @@ __all__ = [
     "find_triton",
     "free_port",
     "prepare_backends",
-    "prepare_native",
     "state_dir",
 ]
 
@@ -92,27 +91,6 @@ def prepare_backends(install: TritonInstall) -> Path:
     except OSError:  # another process prepared it first
         shutil.rmtree(staging, ignore_errors=True)
     return backends
-
-
-def prepare_native(backends: Path, repo: Path) -> Path | None:
-    """When a model of ``repo`` uses tritonkit's native backend, put the library compiled for this
-    torch at ``backends/tritonkit_torch/`` (compiled once and cached; see ``tritonkit.serve.native``)
-    and return its path; None when no model uses it."""
-    from tritonkit.serve.native import BACKEND, LIBRARY, compile_backend  # noqa: PLC0415 (imports torch only when needed)
-
-    marker = f'"{BACKEND}"'
-    configs = [p for p in Path(repo).glob("*/config.pbtxt") if p.is_file()]
-    if not any(marker in p.read_text(encoding="utf-8", errors="replace") for p in configs):
-        return None
-    library = compile_backend()
-    folder = _mkdirs(backends / BACKEND)
-    link = folder / LIBRARY
-    if not (link.is_symlink() and link.resolve() == library.resolve()):
-        partial = folder / f".{LIBRARY}.{os.getpid()}"
-        partial.unlink(missing_ok=True)
-        partial.symlink_to(library)
-        os.replace(partial, link)
-    return link
 
 
 def cache_home() -> Path:

@@ -30,6 +30,7 @@ from typing import Any
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems
 from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style
 from tritonkit.errors import TritonKitError
+from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.search import Axis
 
 __all__ = [
@@ -56,8 +57,6 @@ DEFAULT_INSTANCES: tuple[int, ...] = (1, 2, 3)
 #: them, and requests of one row need more host work in flight than two instances give.
 DEFAULT_GPU_INSTANCES: tuple[int, ...] = (2, 3, 4)
 BUCKETS_PARAMETER = "batch_buckets"
-#: The native runner's backend (``tritonkit.serve.native``): it pads to the same buckets.
-NATIVE_BACKEND = "tritonkit_torch"
 
 
 def on_gpu(cfg: ModelConfig) -> bool:
@@ -79,7 +78,8 @@ def pipelined(cfg: ModelConfig) -> bool:
 
 
 def _bucketed(cfg: ModelConfig) -> bool:
-    """True for a runner that pads to batch buckets (the torch runner's ``batch_buckets`` parameter)."""
+    """True for a runner that pads to batch buckets (the torch runner's ``batch_buckets`` parameter; the
+    native backend pads to the same buckets)."""
     return (
         cfg.backend in ("python", NATIVE_BACKEND)
         and BUCKETS_PARAMETER in cfg.parameters

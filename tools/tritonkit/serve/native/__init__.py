@@ -10,10 +10,10 @@ same program the torch runner runs: traced to TorchScript once per batch bucket 
 This module owns:
   * :func:`compile_backend`: the library for the torch of this interpreter (g++, torch's headers and
     libraries; CUDA where torch has it), cached by source, torch version and flags;
-  * :func:`export_program`: ``model.ts`` of a torch-engine version, from its ``model.pt2``/``model.fx.pt``,
-    casts to the program's dtypes and to the config's output dtypes inside every method;
-The embedded server puts the library into its backend directory when a model of its repository
-names the backend (``tritonkit.serve.install.prepare_native``).
+  * :func:`export_program`: ``model.ts`` of a torch-engine version's program (as the torch runner loads
+    it), casts to the program's dtypes and to the config's output dtypes inside every method;
+  * :func:`prepare_native`: the library in the embedded server's backend directory when a model of
+    its repository names the backend.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
+from tritonkit.serve.install import cache_home
 
 __all__ = [
     "BACKEND",
@@ -37,6 +38,7 @@ __all__ = [
     "NativeBackendError",
     "compile_backend",
     "export_program",
+    "prepare_native",
     "trace_device",
 ]
 
@@ -62,11 +64,6 @@ _DTYPES = {
 
 class NativeBackendError(TritonKitError):
     """The native backend could not be compiled or its program not exported."""
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tritonkit" / "native"
 
 
 def _command(output: Path, cuda: bool) -> list[str]:
@@ -106,7 +103,7 @@ def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path
     for name in SOURCES:
         digest.update((SOURCE_DIR / name).read_bytes())
     digest.update(f"{torch.__version__} cuda={cuda} {sys.version}".encode())
-    folder = (cache or _cache_dir()) / digest.hexdigest()[:16]
+    folder = (cache or cache_home() / "native") / digest.hexdigest()[:16]
     target = folder / LIBRARY
     if target.is_file():
         return target
@@ -121,6 +118,26 @@ def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path
             )
         os.replace(built, target)
     return target
+
+
+def prepare_native(backends: Path, repo: Path) -> Path | None:
+    """When a model of ``repo`` names this backend, put the library compiled for this torch at
+    ``backends/tritonkit_torch/`` (the embedded server's backend directory) and return its path; None
+    when no model names it."""
+    marker = f'"{BACKEND}"'
+    configs = [p for p in Path(repo).glob("*/config.pbtxt") if p.is_file()]
+    if not any(marker in p.read_text(encoding="utf-8", errors="replace") for p in configs):
+        return None
+    library = compile_backend()
+    folder = backends / BACKEND
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / LIBRARY
+    if not (link.is_symlink() and link.resolve() == library.resolve()):
+        partial = folder / f".{LIBRARY}.{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        partial.symlink_to(library)
+        os.replace(partial, link)
+    return link
 
 
 def _wrapper(
