@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         f"Machine: {description()}.",
         "Server and load generator share this machine, so read absolute figures as this machine's and compare the",
         "ratios, which each section measures in one run against the same server. The same sections run on a",
-        "16-core host: [benchmarks-gpu-host.md](benchmarks-gpu-host.md).",
+        "16-core host: [benchmarks-gpu-host.md](benchmarks-gpu-host.md). GPU serving (the python and the native",
+        "runner, each GPU, host and date named): [benchmarks-gpu.md](benchmarks-gpu.md).",
         "",
     ]
     wanted = set(args.only or [s for s, _ in SECTIONS])
