@@ -3,11 +3,15 @@ open loop, both protocols, shared memory, worker processes."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.loadgen import Level, OpenLoop, Target, WindowSpec
+from tritonkit.tune.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.stats import StabilityRule
 
@@ -113,3 +117,31 @@ def test_find_max_stops_at_the_budget(server: EmbeddedServer) -> None:
         assert best is not None and [r.level.value for r in levels][:1] == [1]
         tiny, _ = find_max(measurer.measure, 0.001, limit=4, refine=0, require_stable=False)
     assert tiny is None  # nothing answers in 1 µs
+
+
+def test_a_level_ends_with_its_requests_answered_not_cancelled(server: EmbeddedServer) -> None:
+    """A cancelled gRPC call racing its answer crashes tritonserver 2.51's gRPC front end, so a level
+    stops sending and lets the requests in flight finish: none is cancelled, every one is answered."""
+    target = Target(server.grpc_url, "work", "grpc", headers=server.admin_headers)
+    loop, session = _Loop(target, time.process_time), _Session(target)
+    windows: list[RawWindow] = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def successes() -> int:
+        return int(client.get_inference_statistics("work").model_stats[0].inference_stats.success.count)
+
+    async def level() -> None:
+        await session.ready()
+        before = successes()
+        try:
+            await loop.run(
+                session, Level("concurrency", 8), WindowSpec(0.2), windows.append, lambda: len(windows) >= 2
+            )
+        finally:
+            await session.close()
+        counted = sum(len(w.latencies_ns) for w in windows)
+        assert successes() - before >= counted + 7  # the 8 in flight at the last cut were answered too
+
+    asyncio.run(level())
+    assert len(windows) == 2 and sum(w.failures for w in windows) == 0
+    assert loop.in_flight == 0 and loop.abandoned == 0

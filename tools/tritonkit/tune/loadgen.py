@@ -132,6 +132,10 @@ class _Loop:
         self.error = ""
         self.in_flight = 0
         self.completed = 0
+        #: set when a level ends: senders stop sending and the requests in flight finish
+        self.draining = False
+        #: requests cancelled in flight (unanswered after the request timeout at a level's end)
+        self.abandoned = 0
 
     def _cut(self, started: tuple[float, float]) -> tuple[RawWindow, tuple[float, float]]:
         now = (time.perf_counter(), self.cpu_clock())
@@ -152,6 +156,9 @@ class _Loop:
         start = time.perf_counter_ns()
         try:
             await client.infer(t.model, inputs, version=t.version or None, timeout=t.timeout_s)
+        except asyncio.CancelledError:
+            self.abandoned += 1
+            raise
         except Exception as exc:  # any failure is counted, kept as the window's first message, never timed
             self.failures += 1
             self.error = self.error or " ".join(str(exc).split())[:200]
@@ -163,7 +170,7 @@ class _Loop:
 
     async def _closed(self, client: Any, inputs: Sequence[Mapping[str, Any]], concurrency: int) -> None:
         async def user() -> None:
-            while True:
+            while not self.draining:
                 await self._one(client, inputs)
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
@@ -176,9 +183,11 @@ class _Loop:
         try:
             await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
         finally:
-            # Wait for the cancelled requests to unwind (their calls cancelled, their shared-memory
-            # regions released), as the closed loop's gather does: none outlives its level.
+            # The requests in flight finish (see run), then any left are cancelled and unwound (their
+            # shared-memory regions released), as the closed loop's gather does: none outlives its level.
             pending = list(tasks)
+            if pending and self.draining:
+                await asyncio.wait(pending, timeout=self.target.timeout_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -193,7 +202,7 @@ class _Loop:
         slot: float,
         late_s: float,
     ) -> None:
-        while True:
+        while not self.draining:
             slot += rng.expovariate(level.value) if level.mode == "poisson" else 1.0 / level.value
             delay = slot - time.perf_counter()
             if delay > 0:
@@ -216,6 +225,7 @@ class _Loop:
         stopped: Callable[[], bool],
     ) -> None:
         client, inputs = await session.ready()
+        self.draining = False
         sender = (
             self._closed(client, inputs, int(level.value))
             if level.mode == "concurrency"
@@ -238,8 +248,14 @@ class _Loop:
                 raw, started = self._cut(started)
                 emit(raw)
         finally:
-            # The client outlives the level (it is closed with the session, on this same loop): the
-            # abandoned requests' late completions land on a running loop.
+            # A level ends by letting its requests in flight finish, not by cancelling them: a gRPC
+            # cancellation racing the answer crashes Triton's gRPC front end (tritonserver 2.51 aborts
+            # in gRPC's sync.cc, "ASSERTION FAILED: prior > 0", at tune's level ends on a GPU serving
+            # 15-50k requests/s; triton-inference-server/server#7368, fixed in 2.53). Only requests
+            # still unanswered after the request timeout are cancelled. The client outlives the level
+            # (it is closed with the session, on this same loop).
+            self.draining = True
+            await asyncio.wait({task}, timeout=self.target.timeout_s)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
