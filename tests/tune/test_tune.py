@@ -11,7 +11,7 @@ import pytest
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, from_pbtxt, to_pbtxt
 from tritonkit.errors import OptionError, TritonKitError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
 from tritonkit.tune.loadgen import WindowSpec
 from tritonkit.tune.measure import MeasureOptions
@@ -78,6 +78,9 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
     text = (report / "report.md").read_text()
     assert "| rank | config |" in text and "queue / in / infer / out" in text
     assert (report / "pareto.png").stat().st_size > 1000
+    assert (
+        "successfully loaded 'add'" in (report / "server.log").read_text()
+    )  # the embedded server's log, kept
     # a resume with another budget is refused
     with pytest.raises(TritonKitError, match="expected the same model, budget and grid"):
         tune(_options(repo, report, resume=True, latency_budget_ms=5.0))
@@ -179,6 +182,16 @@ def test_tune_a_named_server_through_its_repository_api(
     out = capsys.readouterr().out
     assert "winner: " in out and "2 configs" in out
     assert (explicit_server.repo / "add" / "config.pbtxt").read_text() == before  # --write none
+    assert not (tmp_path / "r" / "server.log").exists()  # a named server keeps its own log
+
+
+def test_a_server_that_stops_answering_is_one_line_naming_its_log(tmp_path: Path) -> None:
+    api = RepositoryApi(f"127.0.0.1:{free_port()}", log=tmp_path / "server.log")  # nothing listens there
+    with pytest.raises(TritonKitError) as raised:
+        api.load("add")
+    message = str(raised.value)
+    assert "loading model `add`" in message and "the server did not answer" in message
+    assert message.endswith(f"; see {tmp_path / 'server.log'}") and "\n" not in message
 
 
 @pytest.mark.parametrize(

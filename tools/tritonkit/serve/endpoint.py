@@ -83,12 +83,14 @@ def endpoint(
     admin_key: str | None = None,
     load: Sequence[str] | None = None,
     exit_timeout: int = 30,
+    log_file: str | os.PathLike[str] | None = None,
 ) -> Iterator[Endpoint]:
     """The server at ``url`` (``host:port`` of ``protocol``), or an embedded one on ``repo`` for the block.
 
     ``load``: None serves every model of ``repo``; a sequence starts in explicit model control with
     only those models loaded. ``exit_timeout``: seconds the embedded server gives in-flight requests
-    on stop. Raises :class:`ServerError` when a model of ``load`` is not in
+    on stop. ``log_file``: where an embedded server writes its log (kept after the block; default a
+    temporary file removed with it). Raises :class:`ServerError` when a model of ``load`` is not in
     ``repo`` (before anything starts) or the server cannot start.
     """
     if url is not None:
@@ -105,6 +107,7 @@ def endpoint(
         exit_timeout=exit_timeout,
         model_control_mode="none" if load is None else "explicit",
         extra_args=[f"--load-model={m}" for m in dict.fromkeys(load or ())],
+        log_file=log_file,
     )
     with server:
         yield Endpoint(

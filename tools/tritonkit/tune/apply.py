@@ -38,10 +38,16 @@ class RepositoryApi:
     """Load, reload and unload models on a running server (HTTP endpoint ``host:port``)."""
 
     def __init__(
-        self, http_url: str, headers: Mapping[str, str] | None = None, timeout: float = 300.0
+        self,
+        http_url: str,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 300.0,
+        log: str | os.PathLike[str] | None = None,
     ) -> None:
 
         self.url = http_url
+        #: where the server's log is (named when the server stops answering), if known
+        self.log = str(log) if log is not None else "the server's log"
         self.headers = dict(headers or {})
         self._client = httpclient.InferenceServerClient(
             http_url, connection_timeout=timeout, network_timeout=timeout
@@ -62,7 +68,7 @@ class RepositoryApi:
         except (OSError, ValueError, RuntimeError, http.client.HTTPException) as exc:  # the server went away
             detail = " ".join(str(exc).split()) or type(exc).__name__
             raise TritonKitError(
-                f"{what} on {self.url} failed: the server did not answer ({detail}); see the server's log"
+                f"{what} on {self.url} failed: the server did not answer ({detail}); see {self.log}"
             ) from None
 
     def load(self, model: str, config: ModelConfig | None = None) -> None:

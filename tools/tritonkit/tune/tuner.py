@@ -175,12 +175,17 @@ class TuneResult:
     written_to: str = ""
 
 
+#: The embedded server's log, in the report folder (kept: a server that dies mid-tune says why there).
+SERVER_LOG = "server.log"
+
+
 def _endpoint(options: TuneOptions) -> contextlib.AbstractContextManager[Endpoint]:
     """The user's server, or the embedded one on ``repo`` in explicit model control (nothing loaded:
-    tune loads the model, then each config, through the repository API)."""
+    tune loads the model, then each config, through the repository API), its log in the report."""
     return endpoint(
         options.url, protocol=options.protocol, repo=options.repo or ".", http_url=options.http_url,
         admin_key=options.admin_key, load=(), exit_timeout=1,
+        log_file=Path(options.report_dir) / SERVER_LOG if options.url is None else None,
     )  # fmt: skip
 
 
@@ -320,7 +325,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
         (report / LOG).unlink()
     with _endpoint(options) as where, contextlib.ExitStack() as stack:
         url, headers, server = where.url(options.protocol), where.headers, where.server
-        api = RepositoryApi(where.http, headers)
+        api = RepositoryApi(where.http, headers, log=report / SERVER_LOG if server is not None else None)
         try:
             if server is not None:
                 api.load(options.model)
