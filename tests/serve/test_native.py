@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,9 @@ def _expected(x: np.ndarray[Any, Any], mask: np.ndarray[Any, Any]) -> tuple[Any,
     return y.numpy(), s.numpy()
 
 
+LONG_DELAY_US = 1_500_000
+
+
 @pytest.fixture(scope="module")
 def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch  # noqa: PLC0415
@@ -65,6 +69,16 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     plan = plan_execution(ServingSpec(engine="torch", runner="native"), max_batch_size=8, gpus=[])
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 5, dtype=torch.int64)}
     write_torch_version(repo, "two", _module(), examples, ["Y", "S"], plan, max_batch_size=8)
+    write_torch_version(  # the same with a long batching delay
+        repo,
+        "patient",
+        _module(),
+        examples,
+        ["Y", "S"],
+        plan,
+        max_batch_size=8,
+        max_queue_delay_us=LONG_DELAY_US,
+    )
     return repo
 
 
@@ -87,7 +101,7 @@ def test_build_writes_a_native_version_that_checks_clean(native_repo: Path) -> N
     execution = json.loads((native_repo / "two" / "1" / "build.json").read_text())["extra"]["execution"]
     assert execution["runner"] == "native"
     assert check_repository(native_repo, "embedded", gpus=[]) == []
-    (line,) = executions(native_repo)
+    line = next(e for e in executions(native_repo) if e.startswith("two "))
     assert line.startswith("two version 1 executes on cpu: engine torch (native runner), fp32")
     assert any(
         "NVIDIA's Triton image does not have" in p for p in check_repository(native_repo, "triton-image")
@@ -134,6 +148,38 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: Embedded
     stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("two").model_stats[0]
     assert stats.execution_count < stats.inference_count  # some executions held several requests
     assert stats.inference_stats.compute_infer.count > 0
+
+
+def test_a_lone_request_leaves_at_once_and_rows_off_the_buckets_wait_the_delay(
+    server: EmbeddedServer,
+) -> None:
+    """Every bucket, one included, is a preferred batch size: Triton sends a lone request of one row at
+    once instead of holding it for the delay; a request of 3 rows (no bucket of 8's ladder) waits."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    config = load(server.repo / "patient" / "config.pbtxt")
+    assert config.dynamic_batching is not None and config.dynamic_batching.preferred_batch_size == [
+        1,
+        2,
+        4,
+        8,
+    ]
+
+    def seconds(rows: int) -> float:
+        x, mask = _feeds(rows, rows)
+        inputs = [
+            grpcclient.InferInput("X", [rows, 8], "FP32"),
+            grpcclient.InferInput("MASK", [rows, 5], "INT64"),
+        ]
+        inputs[0].set_data_from_numpy(x)
+        inputs[1].set_data_from_numpy(mask)
+        started = time.perf_counter()
+        np.testing.assert_allclose(
+            client.infer("patient", inputs).as_numpy("Y"), _expected(x, mask)[0], rtol=1e-5, atol=1e-5
+        )
+        return time.perf_counter() - started
+
+    assert seconds(1) < LONG_DELAY_US / 1e6 / 3
+    assert seconds(3) >= LONG_DELAY_US / 1e6 * 0.9
 
 
 def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: EmbeddedServer) -> None:

@@ -54,8 +54,26 @@ def test_a_gpu_version_keeps_its_kind_and_gpus_and_gets_the_gpu_grid() -> None:
     assert axes_for(cfg, gpu=True)[1].values == ("KIND_GPU",)
 
 
+def test_a_native_version_searches_more_instances_per_gpu() -> None:
+    """The native backend's instances are threads of Triton's: its grid is 2 or 4 per GPU, the built
+    count (4) on it."""
+    plan = plan_execution(
+        ServingSpec(engine="torch", precision="fp16", runner="native"), max_batch_size=64, gpus=[0]
+    )
+    cfg = gpu_config(
+        "resnet50_fp16", [TensorConfig("image", "FP32", [3, 224, 224])], [TensorConfig("logits", "FP32", [1000])],
+        plan, runner="torch_runner", max_batch_size=64, max_queue_delay_us=500,
+    )  # fmt: skip
+    cfg.backend = "tritonkit_torch"  # what torch_version sets for the native runner
+    axes = {a.name: a.values for a in axes_for(cfg)}
+    assert axes["instances"] == (2, 4) and axes["buckets"] == ("pow2", "fine")
+    assert base_point(cfg)["instances"] == 4 == snap(axes_for(cfg), base_point(cfg))["instances"]
+
+
 @pytest.mark.parametrize(("max_batch", "style"), [(16, "pow2"), (32, "fine"), (64, "fine"), (128, "pow2")])
-def test_every_trial_buckets_follow_its_max_batch(max_batch: int, style: str) -> None:
+def test_every_trial_buckets_follow_its_max_batch(
+    max_batch: int, style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = _built()
     point = {**base_point(cfg), "max_batch_size": max_batch, "buckets": style, "instances": 3, "delay_us": 0}
     trial = apply_point(cfg, point)
@@ -63,10 +81,15 @@ def test_every_trial_buckets_follow_its_max_batch(max_batch: int, style: str) ->
     buckets = [int(b) for b in trial.parameters["batch_buckets"].split(",")]
     assert buckets[-1] == max_batch == trial.max_batch_size and buckets == buckets_of(trial)
     assert trial.dynamic_batching is not None
-    assert trial.dynamic_batching.preferred_batch_size == [b for b in buckets if b > 1]
+    assert (
+        trial.dynamic_batching.preferred_batch_size == buckets
+    )  # one included: a lone request leaves at once
     (group,) = trial.instance_groups
     assert (group.kind, group.count, group.gpus) == ("KIND_GPU", 3, [0])
     # what the runner loads from that config: the same buckets, nothing refused
+    monkeypatch.syspath_prepend(
+        str(runner_path("torch_runner").parent)
+    )  # its sibling modules, as the stub has
     spec = importlib.util.spec_from_file_location("torch_runner_space", runner_path("torch_runner"))
     assert spec is not None and spec.loader is not None
     runner = importlib.util.module_from_spec(spec)

@@ -38,7 +38,7 @@ from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.convert import torch_io
 from tritonkit.convert.buildspec import AccuracySpec
-from tritonkit.convert.execution import ExecutionPlan, method_buckets
+from tritonkit.convert.execution import ExecutionPlan, method_buckets, preferred_sizes
 from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
@@ -218,10 +218,10 @@ def gpu_config(
         inputs=list(inputs),
         outputs=list(outputs),
         # Preferred sizes are the runner's buckets: batches formed at a bucket waste no padded rows
-        # (a batch of 162 would run as 256).
+        # (a batch of 162 would run as 256), and a lone request does not wait the delay.
         dynamic_batching=DynamicBatching(
             max_queue_delay_microseconds=max_queue_delay_us,
-            preferred_batch_size=[b for b in plan.batch_buckets if 1 < b <= max_batch_size],
+            preferred_batch_size=preferred_sizes(plan.batch_buckets, max_batch_size),
         )
         if batching
         else None,
