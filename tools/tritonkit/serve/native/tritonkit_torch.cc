@@ -182,6 +182,15 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
 }
 
 // One instance: its own copy of the program on its device, its graphs and buffers.
+// Triton starts and stops a model's instances on parallel threads, and during a reload (tune's) the
+// old model's instances stop while the new one's start. One instance's allocations or teardown (device
+// and pinned memory, graphs) while another captures its graphs fail with "operation not permitted when
+// stream is capturing" (seen on an H100 with 4 instances), so instances load and stop one at a time.
+std::mutex& lifecycle() {
+  static std::mutex one_at_a_time;
+  return one_at_a_time;
+}
+
 class Instance {
  public:
   Instance(ModelState* model, TRITONBACKEND_ModelInstance* triton) : model_(model), triton_(triton) {}
@@ -198,11 +207,7 @@ class Instance {
     }
 #endif
     device_ = on_gpu_ ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_id)) : c10::Device(c10::kCPU);
-    // Triton starts a model's instances on parallel threads. One instance's allocations (device and
-    // pinned memory) while another captures its graphs fail with "operation not permitted when stream
-    // is capturing" (seen on an H100 with 4 instances), so instances load one at a time per process.
-    static std::mutex loading;
-    std::lock_guard<std::mutex> one_at_a_time(loading);
+    std::lock_guard<std::mutex> one_at_a_time(lifecycle());
     try {
       c10::InferenceMode guard;
       torch::jit::setGraphExecutorOptimize(false);
@@ -568,6 +573,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
   TK_GUARD({
     void* state = nullptr;
     TRITONBACKEND_ModelInstanceState(instance, &state);
+    std::lock_guard<std::mutex> one_at_a_time(tk::lifecycle());
     delete static_cast<tk::Instance*>(state);
     return nullptr;
   })
