@@ -73,8 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notes", default=None, help="a markdown file: its text ends the page")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per served level")
     parser.add_argument("--work", default="/tmp/tritonkit-gpu-bench", help="folder for versions and reports")
-    parser.add_argument("--runner", choices=("python", "native"), default="python",
-                        help="serving.runner of the versions built (default python)")  # fmt: skip
+    parser.add_argument("--runner", choices=("python", "native"), default="native",
+                        help="serving.runner of the versions built (default native)")  # fmt: skip
     parser.add_argument(
         "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
     )

@@ -43,18 +43,23 @@ def log(text: str) -> None:
 
 
 #: (runner: ``off`` synchronous python runner, ``on`` pipelined, ``native`` the C++ backend; instances
-#: per GPU; pipeline depth; sender threads; GPUs; batching delay in microseconds, None: as built)
-Variant = tuple[str, int, int, int, tuple[int, ...], int | None]
+#: per GPU; pipeline depth; sender threads; GPUs; batching delay in microseconds, None: as built;
+#: whether a batch of one is among the batcher's preferred sizes, None: as built)
+Variant = tuple[str, int, int, int, tuple[int, ...], int | None, bool | None]
 
 
 def parse_variants(text: str) -> list[Variant]:
     """``off:2,on:4,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0`` -> (runner, instances, depth, senders,
     gpus, delay) each; depth defaults to 2, senders (threads sending the answers) to 1, gpus (the
     instance group's GPUs, ``+`` between them; the instances are per GPU) to GPU 0, and the batching
-    delay in microseconds (after ``@``) to the built config's."""
+    delay in microseconds (after ``@``) to the built config's; ``+1`` / ``-1`` after it puts a batch
+    of one among the batcher's preferred sizes or takes it out (a lone request then leaves at once or
+    waits the delay), else as built."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
-        head, _, delay = item.partition("@")
+        head, _, tail = item.partition("@")
+        lone = {"+1": True, "-1": False}.get(tail[-2:]) if tail else None
+        delay = tail[:-2] if lone is not None else tail
         fields = head.split(":")
         gpus = fields[4].split("+") if len(fields) == 5 else ["0"]
         ok = (
@@ -66,8 +71,8 @@ def parse_variants(text: str) -> list[Variant]:
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0 "
-                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us]); got {item!r}"
+                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0,native:4@500+1 "
+                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1]); got {item!r}"
             )
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
@@ -79,6 +84,7 @@ def parse_variants(text: str) -> list[Variant]:
                 senders,
                 tuple(int(g) for g in gpus),
                 int(delay) if delay else None,
+                lone,
             )
         )
     if not out:
@@ -160,8 +166,8 @@ def _dry_part(repo: Path) -> str:
 
 def configure(repo: Path, model: str, variant: Variant) -> None:
     """Set the variant in the model's config: the backend, the runner's pipeline parameters, the
-    instances per GPU, the GPUs and the batching delay."""
-    runner, instances, depth, senders, gpus, delay_us = variant
+    instances per GPU, the GPUs, the batching delay and whether one row is a preferred batch size."""
+    runner, instances, depth, senders, gpus, delay_us, lone = variant
     path = repo / model / "config.pbtxt"
     config = load(path)
     config.instance_groups[0].count = instances
@@ -171,6 +177,9 @@ def configure(repo: Path, model: str, variant: Variant) -> None:
     config.backend = BACKEND if runner == "native" else "python"
     if delay_us is not None and config.dynamic_batching is not None:
         config.dynamic_batching.max_queue_delay_microseconds = delay_us
+    if lone is not None and config.dynamic_batching is not None:
+        sizes = [b for b in config.dynamic_batching.preferred_batch_size if b > 1]
+        config.dynamic_batching.preferred_batch_size = [1, *sizes] if lone else sizes
     config.parameters.update(
         pipeline="on" if runner == "on" else "off",
         pipeline_depth=str(depth),
@@ -181,12 +190,13 @@ def configure(repo: Path, model: str, variant: Variant) -> None:
 
 
 def _label(variant: Variant) -> str:
-    runner, instances, depth, senders, gpus, delay_us = variant
+    runner, instances, depth, senders, gpus, delay_us, lone = variant
     on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
     where = "" if gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, gpus))}"
     kind = "native backend" if runner == "native" else f"pipeline {on if runner == 'on' else 'off'}"
     delay = "" if delay_us is None else f", delay {delay_us} µs"
-    return f"{kind}, {instances} instances{where}{delay}"
+    alone = "" if lone is None else ", a lone request " + ("leaves at once" if lone else "waits the delay")
+    return f"{kind}, {instances} instances{where}{delay}{alone}"
 
 
 def trace_native(repo: Path, model: str, device: str) -> None:
@@ -216,7 +226,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         trace_native(repo, PARTS[part].model, device)
         log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
     for chosen in args.variants:
-        runner, instances, depth, senders, gpus, delay_us = chosen
+        runner, instances, depth, senders, gpus, delay_us, lone = chosen
         label = _label(chosen)
         configure(repo, PARTS[part].model, chosen)
         log(f"serving: {label}")
@@ -229,9 +239,10 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             "senders": senders,
             "gpus": list(gpus),
             "delay_us": delay_us,
+            "lone_preferred": lone,
         }
         try:
-            name = f"server-{runner}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}-{delay_us}.log"
+            name = f"server-{runner}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}-{delay_us}-{lone}.log"
             variant["rows"] = sweep(
                 repo,
                 part,
