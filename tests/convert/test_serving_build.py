@@ -191,6 +191,7 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
         assert [(t.name, t.data_type, list(t.dims)) for t in config.inputs] == [("x", "FP32", [16])]
         assert [(t.name, t.data_type, list(t.dims)) for t in config.outputs] == [("y", "FP32", [8])]
         assert config.dynamic_batching is not None and config.dynamic_batching.preferred_batch_size == [
+            1,
             2,
             4,
             8,

@@ -46,7 +46,7 @@ def test_versions_are_what_a_build_writes(tmp_path: Path, tiny_part: str) -> Non
     assert sorted(p.name for p in version.iterdir()) == names
     assert cfg.instance_groups[0].kind == "KIND_GPU" and cfg.instance_groups[0].count == 2
     assert cfg.parameters["batch_buckets"] == "1,2,4,8,16" and cfg.parameters["precision"] == "fp16"
-    assert cfg.dynamic_batching is not None and cfg.dynamic_batching.preferred_batch_size == [2, 4, 8, 16]
+    assert cfg.dynamic_batching is not None and cfg.dynamic_batching.preferred_batch_size == [1, 2, 4, 8, 16]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
     assert built == ["built tiny_fp16 (python runner): 2 instance(s) per GPU, buckets [1, 2, 4, 8, 16]"]
 
