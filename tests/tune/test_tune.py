@@ -55,6 +55,7 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
     assert all(t["levels"] and t["config"]["name"] == "add" for t in done)
 
     result = tune(_options(repo, report, resume=True))
+    assert (report / "server.log.1").is_file()  # the interrupted run's server log, kept beside the new one
     _, trials = load_trials(report)
     assert len(trials) == 4 == result.evaluations  # the two finished trials were not measured again
     assert [t["key"] for t in trials[:2]] == [t["key"] for t in done]

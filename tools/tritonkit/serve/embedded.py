@@ -339,6 +339,10 @@ class EmbeddedServer:
         assert self.log_file is not None
         command = self.command()
         self.reap()
+        if self.log_file.exists() and self.log_file.stat().st_size > 0:
+            # An earlier run's log (a resumed tune's) is kept as <log>.1: the new log must start empty,
+            # since hiding the admin key waits for Triton's first line in it.
+            os.replace(self.log_file, self.log_file.with_name(self.log_file.name + ".1"))
         self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
         assert self._process.stdout is not None
         self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
