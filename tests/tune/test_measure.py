@@ -145,3 +145,17 @@ def test_a_level_ends_with_its_requests_answered_not_cancelled(server: EmbeddedS
     asyncio.run(level())
     assert len(windows) == 2 and sum(w.failures for w in windows) == 0
     assert loop.in_flight == 0 and loop.abandoned == 0
+
+
+def test_the_first_window_after_a_config_load_is_not_kept(server: EmbeddedServer) -> None:
+    target = Target(server.grpc_url, "work", "grpc", headers=server.admin_headers)
+    with Measurer(target, QUICK) as measurer:
+        measurer.loaded()
+        first = measurer.measure(Level("concurrency", 2))
+        assert measurer.discarded == 1
+        second = measurer.measure(Level("concurrency", 2))
+        assert measurer.discarded == 1  # only the level right after a load loses a window
+    for result in (first, second):
+        # the server's split covers the kept windows only: the window sent first is not in it
+        assert abs(result.server.requests - result.successes) <= 2 * 2 * len(result.windows)
+        assert result.successes > 20

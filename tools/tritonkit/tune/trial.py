@@ -73,6 +73,7 @@ def measure_config(
         loaded = time.monotonic()
         with contextlib.ExitStack() as stack:
             used = measurer or stack.enter_context(Measurer(target, options.measure))
+            used.loaded()
             best, levels = find_max(
                 used.measure,
                 options.latency_budget_ms,
