@@ -1,21 +1,17 @@
 // tritonkit's native Triton backend: serves a version's TorchScript program (``model.ts``, one
 // method per batch bucket, written by ``tritonkit.serve.native.export``) from Triton's own process.
 //
-// Why it exists: the python backend costs every request a trip through shared memory and a Python
-// request and answer object (60-70 us a request measured on an H100 host), which bounds requests of
-// one row far below what the GPU does. Here a request costs a memcpy in and a memcpy out.
+// Why: the python backend costs every request a trip through shared memory and Python objects (60-70 us
+// on an H100 host), far below what the GPU does for one-row requests; here a memcpy in and one out.
 //
-// One execute: every request's inputs are checked against the config (dtype, shape, byte size; a
-// bad request gets its own error response and the rest run), copied into one pinned staging
-// buffer per input, run in chunks padded to the smallest bucket that holds them (the method
-// ``b<bucket>``, replayed from a CUDA graph captured at load on a GPU), copied down into pinned
-// output buffers, one wait, then one response per request written from those buffers. Statistics
-// go to Triton per request and per batch, so ``queue``/``compute_*`` mean what they mean for any
-// backend.
+// One execute: every request's inputs are checked against the config (dtype, shape, byte size; a bad
+// request gets its own error response and the rest run), copied into one pinned staging buffer per
+// input, run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
+// from a CUDA graph captured at load on a GPU), copied into pinned output buffers, one wait, then one
+// response per request. Statistics go to Triton per request and per batch (``queue``/``compute_*``).
 //
-// Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and
-// device, and the parameters ``batch_buckets`` (comma-separated, each must be a method of the
-// program; default: every ``b<N>`` method up to max_batch_size) and ``cuda_graphs`` (true/false).
+// Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
+// ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max) and ``cuda_graphs``.
 #include <torch/script.h>
 
 #include <algorithm>
@@ -30,6 +26,7 @@
 
 #ifdef TRITONKIT_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -181,16 +178,21 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
   return nullptr;
 }
 
-// One instance: its own copy of the program on its device, its graphs and buffers.
-// Triton starts and stops a model's instances on parallel threads, and during a reload (tune's) the
-// old model's instances stop while the new one's start. One instance's allocations or teardown (device
-// and pinned memory, graphs) while another captures its graphs fail with "operation not permitted when
-// stream is capturing" (seen on an H100 with 4 instances), so instances load and stop one at a time.
-std::mutex& lifecycle() {
-  static std::mutex one_at_a_time;
-  return one_at_a_time;
+// Triton starts and stops instances on parallel threads (a reload stops the old ones while the new
+// start); allocations or teardown while another instance captures fail ("operation not permitted when
+// stream is capturing", an H100 with 4 instances), so instances load and stop one at a time.
+std::mutex& lifecycle() { static std::mutex one_at_a_time; return one_at_a_time; }
+
+// A released graph's memory stays reserved in PyTorch's caching allocator until an allocation fails, and
+// one failing during a capture frees it with cudaFree, which the capture forbids (an H100 tune's loads
+// after ~20 reloads). Cached blocks go back before each GPU load and after each stop (under lifecycle()).
+void release_cached_memory() {
+#ifdef TRITONKIT_CUDA
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
 }
 
+// One instance: its own copy of the program on its device, its graphs and buffers.
 class Instance {
  public:
   Instance(ModelState* model, TRITONBACKEND_ModelInstance* triton) : model_(model), triton_(triton) {}
@@ -208,6 +210,7 @@ class Instance {
 #endif
     device_ = on_gpu_ ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_id)) : c10::Device(c10::kCPU);
     std::lock_guard<std::mutex> one_at_a_time(lifecycle());
+    if (on_gpu_) release_cached_memory();
     try {
       c10::InferenceMode guard;
       torch::jit::setGraphExecutorOptimize(false);
@@ -223,6 +226,8 @@ class Instance {
   }
 
   void execute(TRITONBACKEND_Request** requests, uint32_t count);
+
+  bool on_gpu() const { return on_gpu_; }
 
  private:
   struct Bucket {
@@ -574,7 +579,10 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
     void* state = nullptr;
     TRITONBACKEND_ModelInstanceState(instance, &state);
     std::lock_guard<std::mutex> one_at_a_time(tk::lifecycle());
-    delete static_cast<tk::Instance*>(state);
+    auto* stopping = static_cast<tk::Instance*>(state);
+    const bool on_gpu = stopping != nullptr && stopping->on_gpu();
+    delete stopping;
+    if (on_gpu) tk::release_cached_memory();
     return nullptr;
   })
 }
