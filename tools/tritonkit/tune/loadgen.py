@@ -444,7 +444,7 @@ class LoadGenerator:
         raise TritonKitError("the load generator stopped before its window was complete")
 
     def stop(self) -> None:
-        """Stop the level being sent (in-flight requests are abandoned) and wait for the loops to end."""
+        """Stop the level being sent (its requests in flight finish first) and wait for the loops to end."""
         if not self._active:
             return
         if self._procs:
