@@ -183,15 +183,6 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
 // stream is capturing", an H100 with 4 instances), so instances load and stop one at a time.
 std::mutex& lifecycle() { static std::mutex one_at_a_time; return one_at_a_time; }
 
-// A released graph's memory stays reserved in PyTorch's caching allocator until an allocation fails, and
-// one failing during a capture frees it with cudaFree, which the capture forbids (an H100 tune's loads
-// after ~20 reloads). Cached blocks go back before each GPU load and after each stop (under lifecycle()).
-void release_cached_memory() {
-#ifdef TRITONKIT_CUDA
-  c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-}
-
 // One instance: its own copy of the program on its device, its graphs and buffers.
 class Instance {
  public:
@@ -210,7 +201,6 @@ class Instance {
 #endif
     device_ = on_gpu_ ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_id)) : c10::Device(c10::kCPU);
     std::lock_guard<std::mutex> one_at_a_time(lifecycle());
-    if (on_gpu_) release_cached_memory();
     try {
       c10::InferenceMode guard;
       torch::jit::setGraphExecutorOptimize(false);
@@ -226,7 +216,6 @@ class Instance {
   }
 
   void execute(TRITONBACKEND_Request** requests, uint32_t count);
-
   bool on_gpu() const { return on_gpu_; }
 
  private:
@@ -526,6 +515,19 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
   }
 }
 
+// Every instance stops here, loaded or failed: under lifecycle(), then its graphs' memory goes back to
+// the driver. Left reserved in PyTorch's caching allocator, it is freed (cudaFree) by the next allocation
+// that fails, which inside a capture is forbidden (an H100 tune's loads failed after ~20 reloads).
+void destroy(Instance* instance) {
+  std::lock_guard<std::mutex> one_at_a_time(lifecycle());
+  [[maybe_unused]] const bool on_gpu = instance != nullptr && instance->on_gpu();
+  delete instance;
+#ifdef TRITONKIT_CUDA
+  if (on_gpu) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+using Owned = std::unique_ptr<Instance, void (*)(Instance*)>;
+
 }  // namespace
 }  // namespace tk
 
@@ -566,7 +568,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
     TRITONBACKEND_ModelInstanceModel(instance, &model);
     void* state = nullptr;
     TRITONBACKEND_ModelState(model, &state);
-    auto created = std::make_unique<tk::Instance>(static_cast<tk::ModelState*>(state), instance);
+    tk::Owned created(new tk::Instance(static_cast<tk::ModelState*>(state), instance), tk::destroy);
     if (auto* err = created->init()) return err;
     TRITONBACKEND_ModelInstanceSetState(instance, created.release());
     return nullptr;
@@ -578,11 +580,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
   TK_GUARD({
     void* state = nullptr;
     TRITONBACKEND_ModelInstanceState(instance, &state);
-    std::lock_guard<std::mutex> one_at_a_time(tk::lifecycle());
-    auto* stopping = static_cast<tk::Instance*>(state);
-    const bool on_gpu = stopping != nullptr && stopping->on_gpu();
-    delete stopping;
-    if (on_gpu) tk::release_cached_memory();
+    tk::destroy(static_cast<tk::Instance*>(state));
     return nullptr;
   })
 }
