@@ -186,11 +186,13 @@ class _Loop:
             # The requests in flight finish (see run), then any left are cancelled and unwound (their
             # shared-memory regions released), as the closed loop's gather does: none outlives its level.
             pending = list(tasks)
-            if pending and self.draining:
-                await asyncio.wait(pending, timeout=self.target.timeout_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            try:
+                if pending and self.draining:
+                    await asyncio.wait(pending, timeout=self.target.timeout_s)
+            finally:  # also when the level's own wait ran out and cancelled this one
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def _schedule(
         self,
