@@ -12,8 +12,8 @@ A version that runs on GPUs (its first instance group ``KIND_GPU``, as every GPU
 build`` writes) keeps its kind and its GPUs (the ``gpus`` axis holds the one placement, so trials are
 labelled with it), ``instances`` counts instances per GPU (Triton's meaning of a group's ``count``), and
 its default grid is the GPU one: 2-4 instances per GPU, max batch from a quarter of the model's to its
-own, delays 0/100/500 µs, no queue-policy axis (a native-backend version: 2 or 4 instances per GPU). A torch-runner version (a ``batch_buckets`` parameter)
-gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
+own, delays 0/100/500 µs, no queue-policy axis (a native-backend version: 2 or 4 instances per GPU). A
+torch-runner version (a ``batch_buckets`` parameter) gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
 instead of ``preferred``: each trial's buckets follow its max batch and are the batcher's preferred sizes,
 so the runner and the batcher agree on sizes whatever the trial.
 """

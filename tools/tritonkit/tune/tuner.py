@@ -325,7 +325,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
         (report / LOG).unlink()
     with _endpoint(options) as where, contextlib.ExitStack() as stack:
         url, headers, server = where.url(options.protocol), where.headers, where.server
-        api = RepositoryApi(where.http, headers, log=report / SERVER_LOG if server is not None else None)
+        api = RepositoryApi(where.http, headers, log=server.log_file if server is not None else None)
         try:
             if server is not None:
                 api.load(options.model)
