@@ -16,8 +16,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/setup.sh" || exit 1
 WORK=${WORK:-/tmp/tritonkit-gpu-bench}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/machine.txt"
-PYTHONUNBUFFERED=1 python3 -m tritonkit_bench.gpu --out "$OUT/benchmarks-gpu.md" --raw "$OUT/benchmarks-gpu.json" \
-  --work "$WORK" "$@" 2>&1 | grep -v -i 'warn' | tee "$OUT/bench.log"
+# BENCH_TIMEOUT (seconds, default none): stop the run there and still pack what it measured (a device
+# call's own limit would take the packing with it)
+PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-0}" python3 -m tritonkit_bench.gpu --out "$OUT/benchmarks-gpu.md" \
+  --raw "$OUT/benchmarks-gpu.json" --work "$WORK" "$@" 2>&1 | grep --line-buffered -v -i 'warn' | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 tar -C "$WORK" -czf "$OUT/work.tgz" --exclude='repo-*' --exclude='*.pt2' --exclude='*.pt' . 2>/dev/null
 exit "$rc"

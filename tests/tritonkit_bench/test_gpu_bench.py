@@ -127,6 +127,9 @@ def test_arguments() -> None:
     args = gpu.parse_args(["--only", "resnet,bert", "--tune", "bert"])
     assert args.only == ["resnet", "bert"] and args.tune == ["bert"]
     assert gpu.parse_args(["--no-tune"]).tune == []
+    assert default.protocols == ["grpc", "http"] and gpu.parse_args(["--protocols", "grpc"]).protocols == [
+        "grpc"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -136,6 +139,7 @@ def test_arguments() -> None:
         (["--merge", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--render-from", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--seconds", "0"], "--seconds and --tune-window-s must be > 0"),
+        (["--protocols", "http"], "expected grpc or grpc,http; got 'http'"),
     ],
 )
 def test_bad_arguments_are_one_line(
@@ -184,14 +188,30 @@ def test_render_summary_parts_and_anchors() -> None:
     data = _figures()
     (row,) = gpu_render.summary(data)
     assert (row["ratio"], row["ratio_met"], row["padded_met"], row["profile_met"]) == (
-        "0.88",
+        "0.88 gRPC",
         "yes",
         "yes",
         "yes",
     )
-    assert row["c1"] == "1.05 vs 0.80 + 0.3" and row["c1_met"] == "yes" and row["beats"] == "1.54x"
+    assert row["c1"] == "1.05 gRPC vs 0.80 + 0.3" and row["c1_met"] == "yes" and row["beats"] == "1.56x"
+    # both measured again in the finals: their medians are compared, not a median with a search figure
+    base = data["parts"]["bert"]["tune"]["baseline"]
+    assert (
+        gpu_render._beats(data["parts"]["bert"]["tune"]["winner"], {**base, "confirmed_throughput": 10000.0})
+        == "1.39x"
+    )
     text = gpu_render.render(data)
-    assert "| bert | 15,400 (batch 128) | 13,500 (tuned, c128, p99 18.0 ms) | 0.88 (yes) |" in text
+    assert "| bert | 15,400 (batch 128) | 13,500 (tuned, gRPC, c128, p99 18.0 ms) | 0.88 gRPC (yes) |" in text
+    # Through HTTP too: each front end's ratio and one-request p50; the peak and the verdicts take the best
+    data["parts"]["bert"]["served_http"] = [
+        {**_level(1, 1100.0, 0.9, 0.0), "protocol": "http"},
+        {**_level(128, 14000.0, 8.0, 0.0), "protocol": "http"},
+    ]
+    (row,) = gpu_render.summary(data)
+    assert row["ratio"] == "0.88 gRPC, 0.91 HTTP" and row["c1"] == "1.05 gRPC, 0.90 HTTP vs 0.80 + 0.3"
+    assert row["peak_served"] == "14,000 (tuned, HTTP, c128, p99 16.0 ms)"
+    assert "Through Triton's HTTP front end, the tuned config" in gpu_render.render(data)
+    del data["parts"]["bert"]["served_http"]
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
     assert "input / infer / output µs per execution" in text and "hand-over" not in text

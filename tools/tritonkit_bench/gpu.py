@@ -6,7 +6,8 @@ Parts (``--only``, default all, in the order given): ``bert`` (a BERT-base encod
 For each part: the engine in-process (samples/s by batch, the peak), FP16 accuracy against the FP32
 module, the version served as built at rising numbers of requests of one row in flight
 (:mod:`tritonkit_bench.gpu_measure`), then (``--tune``) ``tritonkit tune`` and ``tritonkit profile`` as a
-user runs them (:mod:`tritonkit_bench.gpu_tune`) and the same levels served with the tuned config.
+user runs them (:mod:`tritonkit_bench.gpu_tune`) and the same levels served with the tuned config; those levels again through Triton's HTTP front end
+(``--protocols``, default grpc,http; the raw HTTP generator of :mod:`tritonkit_bench.gpu_http`).
 ``--malloc-ab`` serves one level again without tritonkit's malloc settings (the stub's input copies).
 
 Figures go to ``--raw`` after every part (a cut-off run keeps what it measured); ``--merge`` keeps the
@@ -29,9 +30,12 @@ from typing import Any
 
 from tritonkit.config import load
 from tritonkit.errors import TritonKitError
+from tritonkit.machine import cpu_model
 from tritonkit.serve.embedded import MALLOC_TUNING_ENV
 from tritonkit.tune.space import buckets_of, pipelined
 from tritonkit_bench import gpu_tune
+from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
+from tritonkit_bench.gpu_load import PROTOCOLS
 from tritonkit_bench.gpu_measure import accuracy, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
 from tritonkit_bench.gpu_render import render
@@ -50,6 +54,13 @@ def _parts(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"expected a comma-separated subset of {','.join(PARTS)}; got {text!r}"
         )
+    return picked
+
+
+def _protocols(text: str) -> list[str]:
+    picked = [p.strip() for p in text.split(",") if p.strip()]
+    if "grpc" not in picked or any(p not in PROTOCOLS for p in picked):
+        raise argparse.ArgumentTypeError(f"expected grpc or grpc,http; got {text!r}")
     return picked
 
 
@@ -78,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
     )
+    parser.add_argument("--protocols", type=_protocols, default=["grpc", "http"],
+                        help="front ends served through: grpc (every level) and http (the final config's "
+                        "levels again through Triton's HTTP front end); default grpc,http")  # fmt: skip
     parser.add_argument("--tune-window-s", type=float, default=gpu_tune.TuneSettings().window_s)
     parser.add_argument("--tune-workers", type=int, default=gpu_tune.TuneSettings().workers)
     args = parser.parse_args(argv)
@@ -126,8 +140,8 @@ def _machine() -> dict[str, Any]:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     gpu, driver = ([*smi.stdout.strip().splitlines()[0].split(", "), "?"])[:2]
-    return {"gpu": gpu, "driver": driver, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__}  # fmt: skip
+    return {"gpu": gpu, "driver": driver, "cores": os.cpu_count(), "cpu": cpu_model() or platform.processor(),
+            "python": platform.python_version(), "torch": torch.__version__}  # fmt: skip
 
 
 def measure_part(
@@ -182,6 +196,14 @@ def measure_part(
             log_file=work / f"server-{name}-tuned.log",
             processes=clients,
         )
+        save(part)
+    if "http" in args.protocols:
+        # the config as it now stands (tuned, where tuned) through Triton's HTTP front end
+        levels = sorted({n for n in spec.levels if n < HTTP_MAX_IN_FLIGHT} | {HTTP_MAX_IN_FLIGHT})
+        part["served_http"] = sweep(
+            repo, name, levels, args.seconds, log, log_file=work / f"server-{name}-http.log",
+            processes=clients, protocol="http",
+        )  # fmt: skip
     part["seconds"] = round(time.monotonic() - started, 1)
     return part
 

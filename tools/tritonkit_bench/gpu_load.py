@@ -1,12 +1,16 @@
-"""Closed-loop gRPC load for the GPU benchmark: N client processes, each keeping K requests in flight.
+"""Closed-loop load for the GPU benchmark, over gRPC or HTTP: N client processes, each keeping K
+requests in flight.
 
 One request in flight per process goes through blocking calls instead (:func:`_single`). A :class:`Payload` names the model's inputs (token ids and masks for the text encoders, an FP32 image
-for ResNet-50) and its output. Each process serialises its ``ModelInferRequest`` once and sends those
-bytes on a raw ``grpc.aio`` channel (no per-call request building or answer decoding: the generator
-must cost far less than the server it loads, and tritonclient's per-call objects cost about 0.3 ms of
-CPU a request); the first answer of each process is decoded and checked (output name, row count). Each
-process reports the requests it finished inside the measured window, their latencies and its own CPU
-time, so the report can show the load generator's headroom beside the server's figures.
+for ResNet-50) and its output. Each process serialises its request once and sends those bytes again
+and again (no per-call request building or answer decoding: the generator must cost far less than the
+server it loads, and tritonclient's per-call objects cost about 0.3 ms of CPU a request): over gRPC a
+``ModelInferRequest`` on a raw ``grpc.aio`` channel; over HTTP the whole HTTP/1.1 request of the KServe
+v2 protocol with Triton's binary tensor extension (a JSON header, then the raw tensors), one keep-alive
+connection per request in flight (:mod:`tritonkit_bench.gpu_http`). The first answer of each process is
+decoded and checked (output name, row count). Each process reports the requests it finished inside the
+measured window, their latencies and its own CPU time, so the report can show the load generator's
+headroom beside the server's figures.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BERT", "IMAGE", "TEXT", "LoadResult", "Payload", "pool", "request_bytes", "run_load"]
+__all__ = ["BERT", "IMAGE", "PROTOCOLS", "TEXT", "LoadResult", "Payload", "pool", "request_bytes", "run_load"]
 
 _METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _LIMITS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+#: the front ends the generator can load
+PROTOCOLS = ("grpc", "http")
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,13 @@ class _Tally:
 
 
 def _worker(
-    args: tuple[str, str, Payload, int, int, float, float, float],
+    args: tuple[str, str, Payload, int, int, float, float, float, str],
 ) -> tuple[int, int, list[float], float, str]:
-    url, model, payload, batch, in_flight, warmup_s, seconds, start_at = args
+    url, model, payload, batch, in_flight, warmup_s, seconds, start_at, protocol = args
+    if protocol == "http":
+        from tritonkit_bench import gpu_http  # noqa: PLC0415 (it builds on this module's pieces)
+
+        return gpu_http.worker(url, model, payload, batch, in_flight, warmup_s, seconds, start_at)
     import grpc  # noqa: PLC0415 (grpc loads in the workers)
 
     body = request_bytes(model, payload, batch, os.getpid())
@@ -222,13 +232,17 @@ def run_load(
     warmup_s: float = 1.0,
     seconds: float = 3.0,
     workers: Any = None,
+    protocol: str = "grpc",
 ) -> LoadResult:
     """``in_flight`` requests of ``batch`` rows kept in flight from ``processes`` processes (of
-    ``workers``, a :func:`pool`, when given; else spawned for this run)."""
+    ``workers``, a :func:`pool`, when given; else spawned for this run), over ``protocol`` (``url``:
+    that front end's ``host:port``)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}; got {protocol!r}")
     procs = min(processes, in_flight)
     share = [in_flight // procs + (1 if i < in_flight % procs else 0) for i in range(procs)]
     start_at = time.time() + (1.0 if workers is not None else 3.0)
-    jobs = [(url, model, payload, batch, k, warmup_s, seconds, start_at) for k in share]
+    jobs = [(url, model, payload, batch, k, warmup_s, seconds, start_at, protocol) for k in share]
     if workers is not None:
         parts = workers.map(_worker, jobs, chunksize=1)
     else:

@@ -3,7 +3,7 @@ the FP32 reference, and versions served by the embedded tritonserver, level by l
 
 In-process figures run the torch runner's own engine (``serve/runners/torch_runner.py``; for a native
 version, the same engine replaying its ``model.ts`` methods) on the GPU with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
-measured). Served figures are requests of one row kept in flight by the raw gRPC generator
+measured). Served figures are requests of one row kept in flight by the raw gRPC or HTTP generator
 (:mod:`tritonkit_bench.gpu_load`), next to Triton's own statistics over the level (queue, compute
 input / infer / output, the batches formed and so the padded share, from ``batch_stats``), the
 server's CPU time and the GPU's utilisation sampled by nvidia-smi.
@@ -186,9 +186,11 @@ def sweep(
     *,
     log_file: Path | None = None,
     processes: int = 8,
+    protocol: str = "grpc",
 ) -> list[dict[str, Any]]:
     """Requests of one row at each number in flight in ``levels``, on a server of ``root`` as its
-    configs are now, from ``processes`` client processes; one row of figures per level."""
+    configs are now, from ``processes`` client processes over ``protocol`` (``grpc`` or ``http``); one
+    row of figures per level."""
     import psutil  # noqa: PLC0415 (optional (dev extra))
     import tritonclient.grpc as grpcclient  # noqa: PLC0415 (the statistics API through tritonclient)
 
@@ -214,11 +216,13 @@ def sweep(
         for in_flight in levels:
             before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
             with _GpuSampler() as gpu:
-                load_ = run_load(server.grpc_url, spec.model, payload=spec.payload, batch=1,
-                                 in_flight=in_flight, seconds=seconds, workers=workers, processes=processes)  # fmt: skip
+                load_ = run_load(server.http_url if protocol == "http" else server.grpc_url, spec.model,
+                                 payload=spec.payload, batch=1, in_flight=in_flight, seconds=seconds,
+                                 workers=workers, processes=processes, protocol=protocol)  # fmt: skip
             after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0
             cores = os.cpu_count() or 1
             row = {
+                "protocol": protocol,
                 "in_flight": in_flight,
                 "samples_per_s": load_.requests / load_.seconds,
                 "p50_ms": load_.percentile(50),
@@ -232,7 +236,7 @@ def sweep(
             }
             rows.append(row)
             log(
-                f"{spec.model} c{in_flight}: {row['samples_per_s']:,.0f}/s p50 {row['p50_ms']:.2f} ms "
+                f"{spec.model} {protocol} c{in_flight}: {row['samples_per_s']:,.0f}/s p50 {row['p50_ms']:.2f} ms "
                 f"p99 {row['p99_ms']:.2f} ms batch {row['avg_batch']:.1f} padded "
                 f"{(row['padded_share'] or 0):.1%} errors {load_.errors} {load_.first_error}"
             )

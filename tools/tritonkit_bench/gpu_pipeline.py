@@ -26,7 +26,7 @@ from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.native import BACKEND, export_program
-from tritonkit_bench.gpu_load import Payload
+from tritonkit_bench.gpu_load import PROTOCOLS, Payload
 from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
 from tritonkit_bench.gpu_models import runner as load_torch_runner
@@ -115,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per level (default 3)")
     parser.add_argument(
         "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
+    )
+    parser.add_argument(
+        "--protocol", choices=PROTOCOLS, default="grpc", help="front end loaded (default grpc)"
     )
     parser.add_argument("--out", default="pipeline-ab.md")
     parser.add_argument("--raw", default=None, help="also write the figures as JSON here")
@@ -217,7 +220,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     device = "cpu" if args.dry_run else "cuda:0"
     data: dict[str, Any] = {"part": args.part if not args.dry_run else DRY, "model": PARTS[part].model,
                             "dry_run": args.dry_run, "levels": args.levels, "seconds": args.seconds,
-                            "client_processes": args.client_processes, "variants": []}  # fmt: skip
+                            "client_processes": args.client_processes, "protocol": args.protocol, "variants": []}  # fmt: skip
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
@@ -251,6 +254,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
                 log,
                 log_file=work / name,
                 processes=args.client_processes,
+                protocol=args.protocol,
             )
         except Exception as exc:  # the other variants still run; the table says why this one is empty
             variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -273,7 +277,7 @@ def render(data: dict[str, Any]) -> str:
         + (" (dry run, CPU)" if data.get("dry_run") else ""),
         "",
         f"In-process peak {top:,.0f} samples/s (batch {batch}). Requests of one row, {data['seconds']:g} s "
-        f"per level, {data.get('client_processes', 8)} client processes (gRPC; one request in flight: blocking calls). † pipelined: Triton's compute infer is the hand-over of a "
+        f"per level, {data.get('client_processes', 8)} client processes ({'HTTP' if data.get('protocol') == 'http' else 'gRPC'}; one request in flight: blocking calls). † pipelined: Triton's compute infer is the hand-over of a "
         "batch to the runner's worker, not the GPU work.",
         "",
         "| variant | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "
