@@ -39,6 +39,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
         yield started
 
 
+@pytest.fixture
+def throwaway_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    """A server of its own (``probe_wide`` only) for a test that cancels a gRPC call on purpose.
+
+    tritonserver 2.51 can crash (SIGSEGV) soon after a gRPC call is cancelled while its answer races
+    the cancel: an RST_STREAM, a ``grpc-timeout`` that runs out, a connection closed under the call
+    (triton-inference-server/server#7368, fixed in 2.53). Here, about one such call in 15 to 190
+    crashed the server within 0.1 s of its connection closing; on the session server that fails every
+    later test with "connection refused". No test may cancel a call on the session server.
+    """
+    repo = tmp_path_factory.mktemp("throwaway-repo")
+    write_probe_model(repo, "probe_wide", dims=50_000, max_batch_size=2)
+    with EmbeddedServer(repo) as started:
+        yield started
+
+
 def triton_requests(server: EmbeddedServer) -> int:
     """Requests Triton counted so far (success + failure, all models)."""
     return int(sum(c.get("success", 0) + c.get("failure", 0) for c in scrape(server.metrics_url).values()))

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.options import stop_timeout
 from tritonkit.loadtest.report.locust_csv import last_aggregated
 from tritonkit.loadtest.supervise import LOCUSTFILE, Progress, locust_command, run_locust
 
@@ -29,6 +30,10 @@ def test_locust_command_per_role(tmp_path: Path) -> None:
     assert _option(standalone, "--csv") == str(report / "locust") and "--csv-full-history" in standalone
     assert _option(standalone, "--html") == str(report / "locust.html")
     assert "--master" not in standalone and "--worker" not in standalone
+    # a stopping user finishes the request it is in: the stop timeout outlasts the request timeout
+    assert _option(standalone, "--stop-timeout") == str(stop_timeout(60.0)) == "65"
+    longer = locust_command(config, report, "standalone", 0, 0, stop_timeout=stop_timeout(300.0))
+    assert _option(longer, "--stop-timeout") == "305"
     master = locust_command(config, report, "master", 5557, 3)
     assert "--master" in master and _option(master, "--expect-workers") == "3"
     assert (

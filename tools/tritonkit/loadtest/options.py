@@ -10,6 +10,7 @@ Checks that need the server (is the model served, does the batch mix fit it) bel
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,12 +28,24 @@ __all__ = [
     "LoadTestOptions",
     "ModelTarget",
     "parse_model",
+    "stop_timeout",
 ]
 
 GRPC_TRANSPORTS = ("wire",)
 HTTP_TRANSPORTS = ("lean", "tritonclient")
 #: where ``--admin-key`` is read from when not given
 ADMIN_KEY_ENV = "TRITONKIT_ADMIN_KEY"
+#: seconds Locust waits for stopping users beyond the request timeout (see :func:`stop_timeout`)
+STOP_MARGIN_S = 5.0
+
+
+def stop_timeout(request_timeout: float) -> int:
+    """Locust's stop timeout (whole seconds) for users whose requests time out after ``request_timeout``:
+    a stopping user finishes the request it is in, which ends by then, answered or timed out. Killed
+    mid-request instead, the user would cancel a call Triton is answering, and a gRPC call cancelled
+    while its answer races the cancel crashes tritonserver 2.51 (triton-inference-server/server#7368,
+    fixed in 2.53)."""
+    return math.ceil(request_timeout + STOP_MARGIN_S)
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import LoadTestError, TritonKitError
-from tritonkit.loadtest.options import ADMIN_KEY_ENV, LoadTestOptions, ModelTarget, parse_model
+from tritonkit.loadtest.options import ADMIN_KEY_ENV, LoadTestOptions, ModelTarget, parse_model, stop_timeout
 from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
 from tritonkit.loadtest.provenance import collect as collect_provenance
 from tritonkit.loadtest.report import summary as reporting
@@ -100,6 +100,7 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
                 workers=options.workers,
                 progress=options.progress,
                 stream=options.stream,
+                stop_timeout=stop_timeout(options.request_timeout),
             )
         finally:
             if scraper is not None:

@@ -19,21 +19,34 @@ from pathlib import Path
 from typing import IO
 
 from tritonkit.errors import LoadTestError
+from tritonkit.loadtest.options import stop_timeout
 from tritonkit.loadtest.report.locust_csv import aggregated_rows, as_float
 from tritonkit.serve.embedded import free_port
 
 __all__ = ["GRACE_S", "LOCUSTFILE", "Progress", "last_error", "locust_command", "run_locust"]
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-#: beyond the plan's length: users stopping (``--stop-timeout``), report writing, slow starts
+#: beyond the plan's length and the users' stop timeout: report writing, slow starts
 GRACE_S = 120.0
+#: Locust's ``--stop-timeout`` for the default request timeout (60 s)
+STOP_TIMEOUT_S = stop_timeout(60.0)
 
 
-def locust_command(config_path: Path, report: Path, role: str, master_port: int, workers: int) -> list[str]:
+def locust_command(
+    config_path: Path,
+    report: Path,
+    role: str,
+    master_port: int,
+    workers: int,
+    *,
+    stop_timeout: int = STOP_TIMEOUT_S,
+) -> list[str]:
     """The command line of one Locust process; ``role`` is ``standalone``, ``master`` or ``worker``.
 
     ``config_path`` reaches the locustfile through the environment (see :func:`run_locust`), so it
-    is not on the command line.
+    is not on the command line. ``stop_timeout``: seconds a stopping user may take to finish the
+    request it is in (:func:`~tritonkit.loadtest.options.stop_timeout`); the master passes it on to
+    the workers.
     """
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--skip-log-setup"]
     if role == "worker":
@@ -45,7 +58,7 @@ def locust_command(config_path: Path, report: Path, role: str, master_port: int,
         "--html",
         str(report / "locust.html"),
         "--stop-timeout",
-        "30",
+        str(stop_timeout),
         "--host",
         "http://127.0.0.1",
     ]
@@ -128,10 +141,13 @@ def run_locust(
     workers: int = 0,
     progress: bool = True,
     stream: IO[str] | None = None,
+    stop_timeout: int = STOP_TIMEOUT_S,
 ) -> float:
     """Run Locust to completion on ``config_path``, writing into ``report``; returns its wall time.
 
-    Raises :class:`LoadTestError` when it outlives ``total`` + :data:`GRACE_S` or exits without
+    ``stop_timeout``: Locust's ``--stop-timeout``, long enough for the users' request timeout (the
+    users finish the requests they are in when the run stops). Raises :class:`LoadTestError` when it
+    outlives ``total`` + ``stop_timeout`` + :data:`GRACE_S` or exits without
     its stats (exit code 1 only means some requests failed; the report tells which). Every child
     is gone when this returns or raises.
     """
@@ -149,7 +165,7 @@ def run_locust(
         def spawn(role: str) -> None:
             processes.append(
                 subprocess.Popen(
-                    locust_command(config_path, report, role, port, workers),
+                    locust_command(config_path, report, role, port, workers, stop_timeout=stop_timeout),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -161,13 +177,12 @@ def run_locust(
             spawn("master" if workers else "standalone")
             for _ in range(workers):
                 spawn("worker")
-            deadline = started + total + GRACE_S
+            limit = total + stop_timeout + GRACE_S
+            deadline = started + limit
             master = processes[0]
             while master.poll() is None:
                 if time.monotonic() > deadline:
-                    raise LoadTestError(
-                        f"Locust did not finish within {total + GRACE_S:.0f} s; see {log_path}"
-                    )
+                    raise LoadTestError(f"Locust did not finish within {limit:.0f} s; see {log_path}")
                 if line is not None:
                     line.update(time.monotonic() - started)
                 time.sleep(0.5)

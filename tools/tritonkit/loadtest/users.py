@@ -12,6 +12,13 @@ from its class attributes and its task sends one request. Importing this module 
 Configure a user by subclassing (``model = "minilm_int8"``, ``url = "127.0.0.1:8000"``,
 ``batch_mix = {1: 0.8, 8: 0.2}``), or let :mod:`tritonkit.loadtest.locustfile` build the classes
 from a run's options. The users are closed-loop (``wait_time = constant(0)``) unless told otherwise.
+
+Stopping never cancels a request Triton is answering (tritonserver 2.51's gRPC front end crashes when
+a call is cancelled while its answer races the cancel: triton-inference-server/server#7368, fixed in
+2.53). Importing this module makes every Locust process that runs these users raise its stop timeout
+to cover their request timeout (:func:`~tritonkit.loadtest.options.stop_timeout`; Locust's default, 0,
+kills users mid-request), so a stopping user finishes the request it is in; and once the users have
+stopped, the process's gRPC connections close only after the calls still open are answered.
 """
 
 from __future__ import annotations
@@ -26,12 +33,12 @@ from typing import Any, ClassVar, Protocol
 import gevent.lock
 import tritonclient.http as httpclient
 from geventhttpclient import HTTPClient
-from locust import User, constant, task
+from locust import User, constant, events, task
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_result
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS
+from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS, stop_timeout
 from tritonkit.loadtest.payloads import (
     BatchMix,
     ModelSpec,
@@ -41,7 +48,7 @@ from tritonkit.loadtest.payloads import (
     make_payloads,
     request_body,
 )
-from tritonkit.loadtest.transports.hub import GrpcTransport
+from tritonkit.loadtest.transports.hub import GrpcTransport, HubConnection
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
 from tritonkit.loadtest.validation import OutputCheck, check_outputs
 
@@ -428,3 +435,29 @@ def _wrong(
     except Exception as exc:
         problem = f"the answer does not parse: {exc}"
     return WrongAnswerError(problem) if problem else None
+
+
+def _users_stop_timeout(environment: Any) -> int | None:
+    """The stop timeout the environment's Triton users need (None: it runs none)."""
+    timeouts = [
+        cls.request_timeout
+        for cls in getattr(environment, "user_classes", None) or ()
+        if isinstance(cls, type) and issubclass(cls, TritonUser)
+    ]
+    return stop_timeout(max(timeouts)) if timeouts else None
+
+
+@events.init.add_listener  # type: ignore[untyped-decorator]
+def _finish_requests_when_stopping(environment: Any, **_: Any) -> None:
+    """Locust's stop timeout covers the users' request timeout: a stopping user ends the request it
+    is in before it stops, instead of being killed mid-call (a master passes it on to its workers)."""
+    needed = _users_stop_timeout(environment)
+    if needed is not None and (environment.stop_timeout or 0) < needed:
+        environment.stop_timeout = needed
+
+
+@events.test_stop.add_listener  # type: ignore[untyped-decorator]
+def _drain_connections(environment: Any, **_: Any) -> None:
+    """The users have stopped: close this process's gRPC connections once the calls still open (those
+    of users killed anyway) are answered, so that the process never exits under a call in flight."""
+    HubConnection.drain_shared(float(_users_stop_timeout(environment) or 0))

@@ -6,7 +6,10 @@ per-process shared connection; the hub side of the socket (frames queued during 
 leave in one ``send``, a write watcher only while the kernel's buffer is full, one read watcher
 that hands received bytes to the subclass's HTTP/2 reader; on close, queued frames leave before
 the socket closes); a user greenlet's wait for its stream, with a timeout that gives the stream
-up; reading a finished stream's gRPC status, message and body (gRPC's ``PROTOCOL-HTTP2.md``: a
+up (only a timeout cancels a call: a waiter killed meanwhile leaves its call to be answered, and
+:meth:`HubConnection.drain` closes once the calls in flight are answered, because tritonserver 2.51
+crashes when a call is cancelled while its answer races the cancel, triton-inference-server/server#7368);
+reading a finished stream's gRPC status, message and body (gRPC's ``PROTOCOL-HTTP2.md``: a
 5-byte prefix per message, the status in ``grpc-status`` / ``grpc-message`` trailers or in a
 trailers-only answer, status names from ``grpc.StatusCode``); and dying with a reason that every
 waiting user gets. The subclass owns HTTP/2: opening streams, sending under flow control and the
@@ -23,7 +26,7 @@ from collections import deque
 from typing import ClassVar, NamedTuple, Protocol, TypeVar
 
 import grpc
-from gevent import Timeout
+from gevent import Timeout, sleep
 from gevent.hub import Waiter, get_hub
 from gevent.lock import BoundedSemaphore
 
@@ -162,6 +165,29 @@ class HubConnection:
         """Whether new requests may use this connection (subclasses add their limits)."""
         return self.closed is None and not self._retiring
 
+    @classmethod
+    def drain_shared(cls, timeout: float) -> bool:
+        """:meth:`drain` every shared connection of the process (within ``timeout`` s in all); whether
+        every call was answered. A later :meth:`shared` opens a fresh connection."""
+        deadline = time.monotonic() + timeout
+        drained = True
+        for connection in list(HubConnection._shared.values()):
+            drained &= connection.drain(max(0.0, deadline - time.monotonic()))
+        return drained
+
+    def drain(self, timeout: float) -> bool:
+        """Take no new calls, wait (cooperatively, at most ``timeout`` s) until the calls in flight are
+        answered, then close; whether they all were. Unlike :meth:`close`, which fails the calls still
+        waiting, it abandons no call Triton is answering: tritonserver 2.51 can crash when a connection
+        closes under a call in flight, as when a call is cancelled (triton-inference-server/server#7368)."""
+        self._retiring = True  # calls made meanwhile go to a fresh connection
+        deadline = time.monotonic() + timeout
+        while self.closed is None and self._busy() and time.monotonic() < deadline:
+            sleep(0.005)
+        drained = not self._busy()
+        self.close()
+        return drained
+
     def retire(self) -> None:
         """Close once the calls in flight have finished (a worn or drained connection being replaced)."""
         self._retiring = True
@@ -176,24 +202,28 @@ class HubConnection:
 
     # --- user side ---------------------------------------------------------------------------
     def _wait(self, stream: Stream, timeout: float | None) -> GrpcResult | None:
-        """Wait cooperatively for the stream's answer; a stream given up on is cancelled."""
+        """Wait cooperatively for the stream's answer. After ``timeout`` the call is given up and
+        cancelled (the server's ``grpc-timeout`` ends it then too). A waiter that goes away otherwise
+        (a stopping user's greenlet killed) cancels nothing: a call not sent yet is dropped, a call
+        sent is left open, its answer read and dropped, as a cancelled call whose answer races the
+        cancel crashes tritonserver 2.51 (triton-inference-server/server#7368)."""
         self._schedule_flush()
         timer = Timeout(timeout)  # the error is built only when it fires (the usual call needs none)
         timer.start()
         try:
             result: GrpcResult | None = stream.waiter.get()
             return result
-        except Timeout as fired:
-            if fired is not timer:
-                raise
-            raise self.error(f"no answer from Triton within {timeout} s") from None
-        finally:
-            timer.close()
-            if not stream.done and self.closed is None:  # given up (timeout, user stopped)
+        except BaseException as exc:
+            if not stream.done and self.closed is None and (exc is timer or stream.id == 0):
                 stream.done = True
                 with contextlib.suppress(Exception):
                     self._give_up(stream)
                     self._schedule_flush()
+            if exc is timer:
+                raise self.error(f"no answer from Triton within {timeout} s") from None
+            raise
+        finally:
+            timer.close()
 
     def _give_up(self, stream: Stream) -> None:
         """Forget a stream nobody waits for any more (and tell the server)."""
