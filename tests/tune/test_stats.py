@@ -79,11 +79,14 @@ def test_server_split_is_the_difference_of_two_snapshots_per_request() -> None:
     assert merged.requests == 100 and merged.queue_us == 300.0
 
 
-def _level(value: float, throughput: float, p99_ms: float, stable: bool = True) -> LevelResult:
+def _level(
+    value: float, throughput: float, p99_ms: float, stable: bool = True, limited: bool = False
+) -> LevelResult:
     return LevelResult(
         level=Level("concurrency", value), stable=stable, windows=[], throughput=throughput,
         percentiles={"p50_us": p99_ms * 500, "p90_us": p99_ms * 900, "p95_us": p99_ms * 950, "p99_us": p99_ms * 1000},
-        failures=0, successes=100, generator_limited=False, generator_cpu=0.1, late_share=0.0, server=ServerSplit(),
+        failures=0, successes=100, generator_limited=limited, generator_cpu=0.95 if limited else 0.1,
+        late_share=0.0, server=ServerSplit(),
     )  # fmt: skip
 
 
@@ -101,6 +104,26 @@ def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
     # saturation: throughput stops growing past 4 although p99 still fits (two flat doublings)
     best, levels = find_max(lambda lv: _level(lv.value, 100.0 * min(lv.value, 4), 1.0), 100.0, refine=0)
     assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8, 16]
+
+
+def test_a_finals_round_keeps_its_level_when_only_the_generator_is_at_its_edge() -> None:
+    # the generator's CPU is at its limit from c=8 on; p99 stays within the budget everywhere
+    def measure(level: Level) -> LevelResult:
+        return _level(level.value, 100.0 * level.value, 1.0, limited=level.value >= 8)
+
+    # a search treats a limited level as out of bounds: it halves away from it (8 -> 4, then bisects)
+    best, levels = find_max(measure, 13.0, start=8, limit=8, refine=1, require_stable=False)
+    assert best is not None and best.level.value == 6 and [r.level.value for r in levels] == [8, 4, 6]
+    # a finals round at the search's level keeps it, and the answer says it is generator-limited
+    best, levels = find_max(
+        measure, 13.0, start=8, limit=8, refine=1, require_stable=False, accept_limited=True
+    )
+    assert best is not None and best.level.value == 8 and best.generator_limited
+    assert [r.level.value for r in levels] == [8]
+    # the budget still rules: a limited level over it is halved away from, as before
+    over = find_max(lambda lv: _level(lv.value, 100.0, 20.0, limited=True), 13.0, start=8, limit=8,
+                    refine=0, require_stable=False, accept_limited=True)  # fmt: skip
+    assert over[0] is None
 
 
 def test_find_max_goes_on_past_one_flat_doubling() -> None:

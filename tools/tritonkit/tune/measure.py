@@ -143,12 +143,17 @@ class LevelResult:
         return self.failures / total if total else 0.0
 
     def within(
-        self, budget_ms: float | None, max_failure_ratio: float = 0.0, require_stable: bool = True
+        self,
+        budget_ms: float | None,
+        max_failure_ratio: float = 0.0,
+        require_stable: bool = True,
+        allow_limited: bool = False,
     ) -> bool:
-        """Stable (unless not required), not generator-limited, failures within bounds, p99 within ``budget_ms``."""
+        """Stable (unless not required), not generator-limited (unless allowed), failures within bounds,
+        p99 within ``budget_ms``."""
         return (
             (self.stable or not require_stable)
-            and not self.generator_limited
+            and (allow_limited or not self.generator_limited)
             and self.successes > 0
             and self.failure_ratio <= max_failure_ratio
             and (budget_ms is None or self.p99_ms <= budget_ms)
@@ -306,6 +311,7 @@ def find_max(
     max_failure_ratio: float = 0.0,
     require_stable: bool = True,
     on_result: Callable[[LevelResult], None] | None = None,
+    accept_limited: bool = False,
 ) -> tuple[LevelResult | None, list[LevelResult]]:
     """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
 
@@ -316,9 +322,15 @@ def find_max(
     config's answer), the level is halved until one fits, then bisected the same way; from the default
     ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the
     search goes on past it, but only a stable level can be the answer (unless ``require_stable`` is
-    False). Returns (the best level or None, every level measured).
+    False). ``accept_limited``: a generator-limited level may be the answer (its figure is then what
+    this generator drew from the server, a lower bound, and says so); a finals round measuring again at
+    the search's level uses it, so that a generator at its edge does not move the figure to another
+    level than the one reported. Returns (the best level or None, every level measured).
     """
     results: list[LevelResult] = []
+
+    def fits(result: LevelResult, stable: bool = require_stable) -> bool:
+        return result.within(budget_ms, max_failure_ratio, stable, accept_limited)
 
     def run(value: float) -> LevelResult:
         result = measure(Level(mode, round(value) if mode == "concurrency" else value))
@@ -332,10 +344,10 @@ def find_max(
     value, flat = start, 0
     while value <= limit:
         result = run(value)
-        if not result.within(budget_ms, max_failure_ratio, require_stable=False):
+        if not fits(result, False):
             bad = value
             break
-        if not result.within(budget_ms, max_failure_ratio, require_stable):
+        if not fits(result):
             value *= 2  # unstable but within the budget: inconclusive, look higher
             continue
         if good is not None and result.throughput < good.throughput * 1.02:
@@ -353,9 +365,9 @@ def find_max(
     while good is None and bad is not None and value >= floor:
         # Nothing fitted from a warm start: halve until a level does (the bisection then narrows it).
         result = run(value)
-        if result.within(budget_ms, max_failure_ratio, require_stable):
+        if fits(result):
             good = result
-        elif not result.within(budget_ms, max_failure_ratio, require_stable=False):
+        elif not fits(result, False):
             bad = value
         value /= 2
     lo = good.level.value if good is not None else 0.0
@@ -370,9 +382,7 @@ def find_max(
         elif mid <= 0:
             break
         result = run(mid)
-        if result.within(budget_ms, max_failure_ratio, require_stable) and (
-            good is None or result.throughput >= good.throughput
-        ):
+        if fits(result) and (good is None or result.throughput >= good.throughput):
             good, lo = result, mid
         else:
             bad = mid

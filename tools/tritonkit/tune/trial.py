@@ -51,9 +51,10 @@ def measure_config(
     measurer: Measurer | None = None,
 ) -> dict[str, Any]:
     """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
-    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget, the
-    highest level below it that fits (halved, then bisected once), stability not required (the rounds
-    are the averaging). ``measurer``: the tune's one load generator (None: one for this config). The row
+    ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget (p99
+    or failures; the generator at its limit there does not count, the row says ``generator_limited``),
+    the highest level below it that fits (halved, then bisected once), stability not required (the
+    rounds are the averaging). ``measurer``: the tune's one load generator (None: one for this config). The row
     says where the seconds went (``load_s``: the config put into service and ready; ``measure_s``: its
     levels) and, for a runner that pads to buckets, the share of padded rows (``padded_share``)."""
     row: dict[str, Any] = {
@@ -63,6 +64,8 @@ def measure_config(
     if final is not None:
         row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
         limit, refine, require_stable = final[1], 1, False
+    # A finals round keeps the search's level when only the generator is at its edge there: halving
+    # would measure the finalist at a level other than the one tune reports and profile reproduces.
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
@@ -81,6 +84,7 @@ def measure_config(
                 limit=limit,
                 refine=refine,
                 require_stable=require_stable,
+                accept_limited=final is not None,
             )
     except TritonKitError as exc:
         row["error"] = " ".join(str(exc).split())
@@ -95,6 +99,7 @@ def measure_config(
     row["p50_ms"] = best.p50_ms if best is not None else None
     row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
     row["stable"] = best.stable if best is not None else False
+    row["generator_limited"] = best.generator_limited if best is not None else False
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row

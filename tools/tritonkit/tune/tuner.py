@@ -480,6 +480,7 @@ def _finals_summary(
         out.append({
             "key": key.removeprefix("own: "), "searched": searched, "figures": figures,
             "concurrencies": [r["concurrency"] for r in mine],
+            "limited": [bool(r.get("generator_limited")) for r in mine],
             "median": round(statistics.median(figures), 3) if figures else searched,
             "min": min(figures, default=searched), "max": max(figures, default=searched),
             "own_config": own_only or key.removeprefix("own: ") == baseline["key"],
