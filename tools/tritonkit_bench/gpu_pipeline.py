@@ -20,7 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
@@ -42,10 +42,23 @@ def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-#: (runner: ``off`` synchronous python runner, ``on`` pipelined, ``native`` the C++ backend; instances
-#: per GPU; pipeline depth; sender threads; GPUs; batching delay in microseconds, None: as built;
-#: whether a batch of one is among the batcher's preferred sizes, None: as built)
-Variant = tuple[str, int, int, int, tuple[int, ...], int | None, bool | None]
+class Variant(NamedTuple):
+    """One served variant of the A/B."""
+
+    #: ``off`` the synchronous python runner, ``on`` pipelined, ``native`` the C++ backend
+    runner: str
+    #: instances per GPU
+    instances: int
+    #: pipeline depth (python runner, pipelined)
+    depth: int
+    #: threads sending the answers (python runner, pipelined)
+    senders: int
+    #: the instance group's GPUs
+    gpus: tuple[int, ...]
+    #: batching delay in microseconds; None: as built
+    delay_us: int | None
+    #: whether a batch of one is among the batcher's preferred sizes; None: as built
+    lone: bool | None
 
 
 def parse_variants(text: str) -> list[Variant]:
@@ -77,7 +90,7 @@ def parse_variants(text: str) -> list[Variant]:
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
         out.append(
-            (
+            Variant(
                 fields[0],
                 int(fields[1]),
                 depth,
@@ -170,36 +183,38 @@ def _dry_part(repo: Path) -> str:
 def configure(repo: Path, model: str, variant: Variant) -> None:
     """Set the variant in the model's config: the backend, the runner's pipeline parameters, the
     instances per GPU, the GPUs, the batching delay and whether one row is a preferred batch size."""
-    runner, instances, depth, senders, gpus, delay_us, lone = variant
+    v = variant
     path = repo / model / "config.pbtxt"
     config = load(path)
-    config.instance_groups[0].count = instances
-    if list(config.instance_groups[0].gpus) or gpus != (0,):  # a CPU group (the dry run) names no GPU
+    config.instance_groups[0].count = v.instances
+    if list(config.instance_groups[0].gpus) or v.gpus != (0,):  # a CPU group (the dry run) names no GPU
         del config.instance_groups[0].gpus[:]
-        config.instance_groups[0].gpus.extend(gpus)
-    config.backend = BACKEND if runner == "native" else "python"
-    if delay_us is not None and config.dynamic_batching is not None:
-        config.dynamic_batching.max_queue_delay_microseconds = delay_us
-    if lone is not None and config.dynamic_batching is not None:
+        config.instance_groups[0].gpus.extend(v.gpus)
+    config.backend = BACKEND if v.runner == "native" else "python"
+    if v.delay_us is not None and config.dynamic_batching is not None:
+        config.dynamic_batching.max_queue_delay_microseconds = v.delay_us
+    if v.lone is not None and config.dynamic_batching is not None:
         sizes = [b for b in config.dynamic_batching.preferred_batch_size if b > 1]
-        config.dynamic_batching.preferred_batch_size = [1, *sizes] if lone else sizes
+        config.dynamic_batching.preferred_batch_size = [1, *sizes] if v.lone else sizes
     config.parameters.update(
-        pipeline="on" if runner == "on" else "off",
-        pipeline_depth=str(depth),
-        pipeline_senders=str(senders),
+        pipeline="on" if v.runner == "on" else "off",
+        pipeline_depth=str(v.depth),
+        pipeline_senders=str(v.senders),
         stats_interval_s="5",
     )
     save(config, path)
 
 
 def _label(variant: Variant) -> str:
-    runner, instances, depth, senders, gpus, delay_us, lone = variant
-    on = f"on, depth {depth}" + (f", {senders} senders" if senders > 1 else "")
-    where = "" if gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, gpus))}"
-    kind = "native backend" if runner == "native" else f"pipeline {on if runner == 'on' else 'off'}"
-    delay = "" if delay_us is None else f", delay {delay_us} µs"
-    alone = "" if lone is None else ", a lone request " + ("leaves at once" if lone else "waits the delay")
-    return f"{kind}, {instances} instances{where}{delay}{alone}"
+    v = variant
+    on = f"on, depth {v.depth}" + (f", {v.senders} senders" if v.senders > 1 else "")
+    where = "" if v.gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, v.gpus))}"
+    kind = "native backend" if v.runner == "native" else f"pipeline {on if v.runner == 'on' else 'off'}"
+    delay = "" if v.delay_us is None else f", delay {v.delay_us} µs"
+    alone = (
+        "" if v.lone is None else ", a lone request " + ("leaves at once" if v.lone else "waits the delay")
+    )
+    return f"{kind}, {v.instances} instances{where}{delay}{alone}"
 
 
 def trace_native(repo: Path, model: str, device: str) -> None:
@@ -224,28 +239,35 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
-    if any(v[0] == "native" for v in args.variants):
+    if any(v.runner == "native" for v in args.variants):
         started = time.perf_counter()
         trace_native(repo, PARTS[part].model, device)
         log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
     for chosen in args.variants:
-        runner, instances, depth, senders, gpus, delay_us, lone = chosen
         label = _label(chosen)
         configure(repo, PARTS[part].model, chosen)
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
-            "pipeline": runner == "on",
-            "runner": runner,
-            "instances": instances,
-            "depth": depth,
-            "senders": senders,
-            "gpus": list(gpus),
-            "delay_us": delay_us,
-            "lone_preferred": lone,
+            "pipeline": chosen.runner == "on",
+            **chosen._asdict(),
+            "gpus": list(chosen.gpus),
+            "lone_preferred": chosen.lone,
         }
+        del variant["lone"]
         try:
-            name = f"server-{runner}-{instances}-{depth}-{senders}-{'+'.join(map(str, gpus))}-{delay_us}-{lone}.log"
+            name = (
+                "-".join(
+                    [
+                        "server",
+                        *(str(x) for x in chosen[:4]),
+                        "+".join(map(str, chosen.gpus)),
+                        str(chosen.delay_us),
+                        str(chosen.lone),
+                    ]
+                )
+                + ".log"
+            )
             variant["rows"] = sweep(
                 repo,
                 part,
