@@ -349,6 +349,26 @@ def test_checklist_bites_on_dev_gpu_and_loadtest_wiring(rendered: Rendered) -> N
         "expected scenario in ['ramp', 'soak', 'spike', 'steady'], found 'burst'" in p for p in problems
     )
 
+    # a stopping user must finish the request it is in: Locust's stop timeout over the request timeout,
+    # the worker pods' grace over that
+    loadtest = rendered("loadtest")
+    scenario_map = find(loadtest, "ConfigMap", "locust-scenario")["data"]
+    scenario_map["scenario.json"] = json.dumps(
+        {**json.loads(scenario_map["scenario.json"]), "request_timeout": 120.0}
+    )
+    del find(loadtest, "Deployment", "locust-worker")["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"
+    ]
+    problems = deploy.checklist(loadtest, "loadtest", scenarios=SCENARIOS)
+    assert any(
+        "LOCUST_STOP_TIMEOUT=65 must exceed the scenario's request_timeout (120 s), or stopping users cancel"
+        in p
+        for p in problems
+    ), problems
+    assert any(
+        "terminationGracePeriodSeconds 30 must exceed the users' stop timeout (120 s)" in p for p in problems
+    )
+
 
 # --- the server command line ---------------------------------------------------------------------
 def test_triton_args_resolve_configmap_and_secret(rendered: Rendered) -> None:

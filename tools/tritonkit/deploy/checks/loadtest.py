@@ -114,6 +114,31 @@ def _check_scenario_wiring(
         ref(master),
         "expected the master to point report_dir at the run's folder",
     )
+    _check_stop_timeout(p, master, worker, env, scenario)
+
+
+def _check_stop_timeout(
+    p: Problems, master: Obj, worker: Obj, env: dict[str, str], scenario: dict[str, Any]
+) -> None:
+    """A stopping user finishes the request it is in: Locust's stop timeout exceeds the scenario's request
+    timeout (the locustfile raises it to that + 5 s), and the worker pods outlive it (tritonserver 2.51 can crash on a gRPC call cancelled while
+    it is answered, triton-inference-server/server#7368)."""
+    request_timeout = float(scenario.get("request_timeout", 60.0))
+    given = env.get("LOCUST_STOP_TIMEOUT", "0")
+    seconds = int(given) if given.isdigit() else 0
+    p.expect(
+        seconds > request_timeout,
+        ref(master),
+        f"LOCUST_STOP_TIMEOUT={given} must exceed the scenario's request_timeout ({request_timeout:g} s), "
+        "or stopping users cancel calls in flight",
+    )
+    grace = pod_spec(worker).get("terminationGracePeriodSeconds", 30)
+    p.expect(
+        isinstance(grace, int) and grace > max(seconds, request_timeout),
+        ref(worker),
+        f"terminationGracePeriodSeconds {grace} must exceed the users' stop timeout "
+        f"({max(seconds, request_timeout):g} s)",
+    )
 
 
 def _check_worker_network(p: Problems, objects: Sequence[Obj], master: Obj, worker: Obj) -> None:
