@@ -164,7 +164,9 @@ def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:
     """With inference restricted, infer needs the key: the codec path sends the caller's headers."""
     shutil.copytree(repo / "add", tmp_path / "repo" / "add")
     x = {"X": np.ones((1, 4), np.float32)}
-    with EmbeddedServer(tmp_path / "repo", restricted_apis=(*DEFAULT_RESTRICTED_APIS, "inference")) as server:
+    with EmbeddedServer(
+        tmp_path / "repo", restricted_apis=(*DEFAULT_RESTRICTED_APIS, "inference"), exit_timeout=1
+    ) as server:
         for protocol in ("http", "grpc"):
             url = server.http_url if protocol == "http" else server.grpc_url
             with Client(url, protocol) as c, pytest.raises(RestrictedApiError, match="restricted"):

@@ -58,7 +58,7 @@ def test_server_reports_the_config_it_was_given(tmp_path: Path, add_model: AddMo
     cfg = served_config()
     assert config.problems(cfg) == []
     add_model(tmp_path, cfg)
-    with EmbeddedServer(tmp_path, response_cache_bytes=1 << 20) as server:
+    with EmbeddedServer(tmp_path, response_cache_bytes=1 << 20, exit_timeout=1) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         try:
             seen = client.get_model_config(cfg.name)

@@ -41,7 +41,7 @@ def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 @pytest.fixture(scope="session")
 def flagship_server(flagship_repo: tuple[Path, list[BuildResult]]) -> Iterator[object]:
 
-    with EmbeddedServer(flagship_repo[0], startup_timeout=240.0) as server:
+    with EmbeddedServer(flagship_repo[0], startup_timeout=240.0, exit_timeout=1) as server:
         yield server
 
 

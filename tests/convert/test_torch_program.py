@@ -186,8 +186,11 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
     mask = np.ones((5, 3), dtype=np.int64)
     want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
-    with EmbeddedServer(tmp_path / "repo") as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+    # The client is closed before the server stops: Triton waits out its exit timeout for an open connection.
+    with (
+        EmbeddedServer(tmp_path / "repo", exit_timeout=1) as server,
+        httpclient.InferenceServerClient(server.http_url) as client,
+    ):
         inputs = [httpclient.InferInput("X", [5, 8], "FP32"), httpclient.InferInput("MASK", [5, 3], "INT64")]
         inputs[0].set_data_from_numpy(x)
         inputs[1].set_data_from_numpy(mask)
@@ -249,8 +252,10 @@ def test_fast_path_answers_with_numpy_and_dlpack_and_logs_its_host_time(tmp_path
     mask = np.ones((3, 3), dtype=np.int64)
     want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
     log = tmp_path / "server.log"
-    with EmbeddedServer(tmp_path / "repo", log_file=log) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+    with (
+        EmbeddedServer(tmp_path / "repo", log_file=log, exit_timeout=1) as server,
+        httpclient.InferenceServerClient(server.http_url) as client,
+    ):
         for exchange in ("numpy", "dlpack"):
             inputs = [
                 httpclient.InferInput("X", [3, 8], "FP32"),

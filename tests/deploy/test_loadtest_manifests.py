@@ -64,7 +64,7 @@ def test_master_and_worker_run_the_project_locustfile(
 
     repo = tmp_path / "repo"
     write_probe_model(repo, "probe_add")
-    with EmbeddedServer(repo) as server:
+    with EmbeddedServer(repo, exit_timeout=1) as server:
         scenario = _scenario(objects)
         scenario.update(
             http_url=server.http_url,

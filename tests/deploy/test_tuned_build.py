@@ -12,12 +12,15 @@ serve many times more at eight requests in flight: a difference the sleep sets, 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,27 +106,51 @@ def _run_job(script: str, env: dict[str, str], tmp: Path) -> subprocess.Complete
     )
 
 
+@dataclass(frozen=True)
+class Tuned:
+    """What one ``tritonkit tune --write spec:PATH`` run left: its exit code, what it printed, the spec it
+    wrote into, the repository whose config it wrote and its report folder."""
+
+    code: int
+    out: str
+    spec: Path
+    repo: Path
+    report: Path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
+    """The tune, run once for every overlay's Job: the tune and the spec it writes are the same whichever
+    Job builds that spec (each test reads them and writes only under its own folder)."""
+    root = tmp_path_factory.mktemp("tuned")
+    spec = _user(root / "user")
+    repo = slow_repository(root, "slow_fp32", batching=False)
+    args = [
+        "tune", "--model", "slow_fp32", "--repo", str(repo), "--report", str(root / "report"),
+        "--write", f"spec:{spec}", "--latency-budget-ms", "1000", "--search", "brute", "--instances", "2",
+        "--delays-us", "500", "--max-batch-sizes", "8", "--no-preferred", "--no-queue-policy",
+        "--max-concurrency", "8", "--window-s", "0.2", "--max-windows", "2", "--stability-windows", "2",
+        "--stability-pct", "50", "--accept-unstable", "--finalists", "2", "--final-rounds", "2", "--no-plots",
+    ]  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(args)
+    return Tuned(code, printed.getvalue(), spec, repo, root / "report")
+
+
 @pytest.mark.parametrize(("overlay", "component"), [("t4", "engine-build"), ("dev", "model-build")])
 def test_tune_write_spec_then_the_cluster_build_serves_the_tuned_config(
     rendered: Callable[[str], list[Obj]],
+    tuned: Tuned,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
     overlay: str,
     component: str,
 ) -> None:
-    spec = _user(tmp_path / "user")
-    repo = slow_repository(tmp_path, "slow_fp32", batching=False)
-    args = [
-        "tune", "--model", "slow_fp32", "--repo", str(repo), "--report", str(tmp_path / "report"),
-        "--write", f"spec:{spec}", "--latency-budget-ms", "1000", "--search", "brute", "--instances", "2",
-        "--delays-us", "500", "--max-batch-sizes", "8", "--no-preferred", "--no-queue-policy",
-        "--max-concurrency", "8", "--window-s", "0.3", "--max-windows", "2", "--stability-windows", "2",
-        "--stability-pct", "50", "--accept-unstable", "--finalists", "2", "--final-rounds", "2", "--no-plots",
-    ]  # fmt: skip
-    assert main(args) == 0
-    verdict = json.loads((tmp_path / "report" / "tune.json").read_text())["verdict"]
+    spec, repo = tuned.spec, tuned.repo
+    assert tuned.code == 0, tuned.out
+    verdict = json.loads((tuned.report / "tune.json").read_text())["verdict"]
     assert verdict["write"], verdict  # two batching instances against one without a batcher
-    out = capsys.readouterr().out  # the headline is the finals median, the written files named
+    out = tuned.out  # the headline is the finals median, the written files named
     assert "req/s (finals median of 2 rounds, " in out.splitlines()[1]
     assert f"written to {repo / 'slow_fp32' / 'config.pbtxt'}" in out and f"+++ {spec} (tuned)" in out
     text = spec.read_text()

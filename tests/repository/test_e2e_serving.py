@@ -66,7 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, models: dict[str, onnx.Mode
     sources[BATCHING_MODEL] = sources["seq_sum"]
     import_onnx(sources["seq_sum"], repo, BATCHING_MODEL, max_queue_delay_us=300_000)
     assert check_repository(repo) == []
-    with EmbeddedServer(repo.root, log_file=work / "server.log") as server:
+    with EmbeddedServer(repo.root, log_file=work / "server.log", exit_timeout=1) as server:
         yield Served(server, sources)
 
 

@@ -47,7 +47,7 @@ class TritonPythonModel:
 def served(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     repo = tmp_path_factory.mktemp("repo")
     write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo) as server:
+    with EmbeddedServer(repo, exit_timeout=1) as server:
         yield server
 
 

@@ -66,7 +66,7 @@ def test_stubs_run_in_the_environment_named(
     else:
         monkeypatch.delenv(STUB_PYTHON_ENV, raising=False)
     x = np.zeros((1, 4), np.float32)
-    with EmbeddedServer(repo) as server:
+    with EmbeddedServer(repo, exit_timeout=1) as server:
         y = http_infer(server.http_url, "which_env", x)
     np.testing.assert_array_equal(y, x + (1.0 if named else 0.0))
 

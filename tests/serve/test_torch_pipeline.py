@@ -135,7 +135,7 @@ def test_pipelined_answers_equal_the_synchronous_runner(tmp_path: Path) -> None:
     _write(root, "piped", module, pipeline=True, stats_interval_s="0.000001")
     requests = [_rows(1, seed) for seed in range(24)]
     log = tmp_path / "server.log"
-    with EmbeddedServer(root, log_file=log) as server:
+    with EmbeddedServer(root, log_file=log, exit_timeout=1) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         ids, x = _rows(5, 99)  # one request of five rows, alone
         alone = {m: client.infer(m, _inputs(ids, x)).as_numpy("Y") for m in ("sync", "piped")}
@@ -165,7 +165,7 @@ def test_a_bad_request_in_a_batch_fails_alone(tmp_path: Path, pipeline: bool) ->
     _write(root, "m", module, pipeline=pipeline, delay_us=2_000_000, preferred=[4])
     requests = [_rows(1, seed) for seed in range(4)]
     requests[2][0][0, 1] = VOCAB + 40  # a token id outside the embedding
-    with EmbeddedServer(root) as server:
+    with EmbeddedServer(root, exit_timeout=1) as server:
         answers = _concurrently(server.grpc_url, "m", requests)
         client = grpcclient.InferenceServerClient(server.grpc_url)
         batches = {
@@ -187,7 +187,7 @@ def test_unloading_with_requests_in_flight_answers_every_request(tmp_path: Path)
     _write(root, "m", module, pipeline=True)
     requests = [_rows(1, seed) for seed in range(64)]
     log = tmp_path / "server.log"
-    with EmbeddedServer(root, log_file=log, model_control_mode="explicit") as server:
+    with EmbeddedServer(root, log_file=log, model_control_mode="explicit", exit_timeout=1) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         admin = grpc_headers(server.admin_headers)
         client.load_model("m", headers=admin)
@@ -252,7 +252,7 @@ def test_many_requests_in_flight_for_seconds_lose_none(tmp_path: Path) -> None:
         return sent, wrong
 
     log = tmp_path / "server.log"
-    with EmbeddedServer(root, log_file=log) as server:
+    with EmbeddedServer(root, log_file=log, exit_timeout=1) as server:
         sent, wrong = asyncio.run(load(server.grpc_url))
         client = grpcclient.InferenceServerClient(server.grpc_url)
         stats = _stats(client, "m")
@@ -272,10 +272,10 @@ def test_profile_says_compute_infer_is_the_hand_over(
 
     root = tmp_path / "repo"
     _write(root, "m", _module(), pipeline=True)
-    with EmbeddedServer(root) as server:
+    with EmbeddedServer(root, exit_timeout=1) as server:
         code = main(
             ["profile", "--model", "m", "--url", server.http_url, f"--admin-key={server.admin_key}",
-             "--concurrency", "2", "--window-s", "0.25", "--stability-pct", "60", "--max-windows", "3",
+             "--concurrency", "2", "--window-s", "0.15", "--stability-pct", "60", "--max-windows", "3",
              "--json", str(tmp_path / "p.json")]
         )  # fmt: skip
     assert code == 0

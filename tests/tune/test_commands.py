@@ -12,7 +12,7 @@ import pytest
 from tritonkit.cli import main
 from tritonkit.serve.embedded import EmbeddedServer
 
-FAST = ["--window-s", "0.25", "--stability-pct", "60", "--max-windows", "4", "--timeout-s", "10"]
+FAST = ["--window-s", "0.15", "--stability-pct", "60", "--max-windows", "4", "--timeout-s", "10"]
 
 
 def test_profile_sweep_writes_csv_and_json(

@@ -15,7 +15,7 @@ import tritonkit
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.apply import RepositoryApi
 
-FAST = ["--window-s", "0.15", "--stability-pct", "80", "--max-windows", "3", "--timeout-s", "10"]
+FAST = ["--window-s", "0.1", "--stability-pct", "80", "--max-windows", "3", "--timeout-s", "10"]
 
 
 def _tritonkit(*args: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.input_data import requests
 from tritonkit.serve.embedded import EmbeddedServer
 
-FAST = ["--window-s", "0.25", "--stability-pct", "60", "--max-windows", "3", "--timeout-s", "10"]
+FAST = ["--window-s", "0.15", "--stability-pct", "60", "--max-windows", "3", "--timeout-s", "10"]
 
 # The docs' first example: a model with inputs INPUT0 and INPUT1, shape [4, 4], INT32, four entries.
 DOCS_INT32 = {"data": [{"INPUT0": [1] * 16, "INPUT1": [1] * 16} for _ in range(4)]}

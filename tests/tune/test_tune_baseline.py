@@ -37,7 +37,7 @@ def slow_options(repo: Path, report: Path, name: str = "slow", **extra: object) 
         "finalists": 2,
         "final_rounds": 2,
         "plots": False,
-        "measure": MeasureOptions(window=WindowSpec(0.3), stability=StabilityRule(2, 0.5), max_windows=2),
+        "measure": MeasureOptions(window=WindowSpec(0.2), stability=StabilityRule(2, 0.5), max_windows=2),
     }
     values.update(extra)
     return TuneOptions(name, 1000.0, report, **values)  # type: ignore[arg-type]
