@@ -224,8 +224,10 @@ def test_serve_prints_a_key_line_that_models_accepts(
 ) -> None:
     """The copyable line `tritonkit serve` prints opens `tritonkit models` on that server."""
     port = free_port()
+    # stopped once `tritonkit models` has its answer: nothing in flight for the exit timeout to wait for
+    serve = ["serve", "--repo", str(repo), "--http-port", str(port), "--exit-timeout", "1"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(repo), "--http-port", str(port)],
+        [sys.executable, "-m", "tritonkit", *serve],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -160,8 +160,9 @@ def test_serve_skip_bad_models_names_the_bad_one_and_serves_the_good(tmp_path: P
         config.save(cfg, tmp_path / name / "config.pbtxt")
     tools = str(Path(__file__).resolve().parents[2] / "tools")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (tools, os.environ.get("PYTHONPATH")) if p)}
+    serve = ["serve", "--repo", str(tmp_path), "--skip-bad-models", "--exit-timeout", "1"]  # stopped idle
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "serve", "--repo", str(tmp_path), "--skip-bad-models"],
+        [sys.executable, "-m", "tritonkit", *serve],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

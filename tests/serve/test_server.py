@@ -194,4 +194,4 @@ def test_unreadable_model_directory_names_the_directory(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     (tmp_path / "stray").mkdir()  # a folder without config.pbtxt: Triton cannot poll it
     with pytest.raises(ServerError, match="model directory `stray` could not be read by Triton"):
-        EmbeddedServer(tmp_path).start()
+        EmbeddedServer(tmp_path, exit_timeout=1).start()  # add_one loaded: not waited for on the way out

@@ -132,7 +132,9 @@ def test_pipelined_answers_equal_the_synchronous_runner(tmp_path: Path) -> None:
     module = _module()
     root = tmp_path / "repo"
     _write(root, "sync", module, pipeline=False)
-    _write(root, "piped", module, pipeline=True, stats_interval_s="0.000001")
+    # a batch of one is not preferred and the delay is long: the concurrent requests wait for company and
+    # batch however slowly a loaded machine sends them (with one preferred, each could leave alone)
+    _write(root, "piped", module, pipeline=True, delay_us=100_000, preferred=[8], stats_interval_s="0.000001")
     requests = [_rows(1, seed) for seed in range(24)]
     log = tmp_path / "server.log"
     with EmbeddedServer(root, log_file=log, exit_timeout=1) as server:

@@ -94,7 +94,7 @@ def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str,
         "tritonkit_torch" if runner == "native" else "python"
     )
     _on_cpu(repo, "tiny_fp16")
-    rows = sweep(repo, tiny_part, (1, 4), 0.5, lambda _: None, processes=4)  # one per request in flight
+    rows = sweep(repo, tiny_part, (1, 4), 0.5, lambda _: None)
     assert [r["in_flight"] for r in rows] == [1, 4] and all(r["errors"] == 0 for r in rows)
     assert all(r["samples_per_s"] > 0 and r["avg_batch"] >= 1 for r in rows)
     assert rows[0]["padded_share"] == 0.0  # one row at a time: bucket 1, nothing padded

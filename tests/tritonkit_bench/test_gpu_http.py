@@ -47,28 +47,18 @@ def test_answer_check_names_what_is_wrong() -> None:
     assert answer_problem(400, {}, b'{"error":"unexpected shape"}', BERT, 1).startswith("HTTP 400: ")
 
 
-PART = Part("tiny", "a linear layer", TINY, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs)
-
-
-@pytest.fixture(scope="module")
-def built_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny part built once for the module (the tests only serve it, none changes it)."""
-    repo = tmp_path_factory.mktemp("tiny") / "repo"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(PARTS, "tiny", PART)
-        build_part(repo, "tiny", lambda _: None, gpus=[0], runner="python")
+@pytest.fixture
+def tiny_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    part = Part("tiny", "a linear layer", TINY, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs)
+    monkeypatch.setitem(PARTS, "tiny", part)
+    repo = tmp_path / "repo"
+    build_part(repo, "tiny", lambda _: None, gpus=[0], runner="python")
     path = repo / "tiny_fp16" / "config.pbtxt"
     config = load(path)  # the KIND_GPU version placed on the CPU (no GPU here)
     config.instance_groups[0].kind, config.instance_groups[0].gpus = "KIND_CPU", []
     config.parameters["device"] = "cpu"
     save(config, path)
     return repo
-
-
-@pytest.fixture
-def tiny_repo(built_repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setitem(PARTS, "tiny", PART)
-    return built_repo
 
 
 def test_http_sweep_counts_answers_and_server_statistics(tiny_repo: Path) -> None:

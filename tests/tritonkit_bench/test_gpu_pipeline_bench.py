@@ -73,7 +73,6 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
         rc = gpu_pipeline.main([
             "--dry-run", "--variants", "off:1,on:1:3:2,native:1@500+1", "--levels", "2", "--seconds", "0.3",
             "--work", str(tmp_path / "work"), "--out", str(out), "--raw", str(raw),
-            "--client-processes", "2",  # as many as the level keeps in flight: no idle worker spawned
         ])  # fmt: skip
     finally:
         PARTS.pop(gpu_pipeline.DRY, None)
