@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonkit_bench.gpu_load import Payload, _Tally
+from tritonkit_bench.gpu_load import Payload, _Tally, timed_stream
 
 __all__ = ["HTTP_MAX_IN_FLIGHT", "answer_problem", "http_request", "worker"]
 
@@ -119,27 +119,18 @@ def _single(
         first_error = answer_problem(*call(), payload, batch)
     except (OSError, ValueError) as exc:
         first_error = f"{type(exc).__name__}: {exc}"[:200]
-    while time.time() < start_at:
-        time.sleep(0.005)
-    t_measure = time.perf_counter() + warmup_s
-    tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
-    cpu0 = None
-    while True:
-        t0 = time.perf_counter()
-        if t0 >= tally.t_end:
-            break
-        if cpu0 is None and t0 >= t_measure:
-            cpu0 = time.process_time()
+
+    def send() -> tuple[str | None, bool]:
         try:
             status, _, body = call()
         except OSError as exc:  # no answer in time, or the connection gone: an error, and the end
-            tally.record(t0, time.perf_counter(), f"{type(exc).__name__}: {exc}"[:200])
-            break
-        tally.record(t0, time.perf_counter(), _failure(status, body))
-    cpu = time.process_time() - cpu0 if cpu0 is not None else 0.0
+            return f"{type(exc).__name__}: {exc}"[:200], True
+        return _failure(status, body), False
+
+    result = timed_stream(first_error, start_at, warmup_s, seconds, send)
     reader.close()
     sock.close()
-    return tally.result(cpu)
+    return result
 
 
 async def _exchange(

@@ -19,6 +19,7 @@ import asyncio
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,6 +181,33 @@ def _worker(
     return asyncio.run(main())
 
 
+def timed_stream(
+    first_error: str,
+    start_at: float,
+    warmup_s: float,
+    seconds: float,
+    send: Callable[[], tuple[str | None, bool]],
+) -> tuple[int, int, list[float], float, str]:
+    """One blocking stream's window: from ``start_at`` (every process together), ``warmup_s`` not kept,
+    then ``seconds`` of calls by ``send`` (one call: its error or None, and whether the stream ends)."""
+    while time.time() < start_at:
+        time.sleep(0.005)
+    t_measure = time.perf_counter() + warmup_s
+    tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
+    cpu0 = None
+    while True:
+        t0 = time.perf_counter()
+        if t0 >= tally.t_end:
+            break
+        if cpu0 is None and t0 >= t_measure:
+            cpu0 = time.process_time()
+        error, last = send()
+        tally.record(t0, time.perf_counter(), error)
+        if last:
+            break
+    return tally.result(time.process_time() - cpu0 if cpu0 is not None else 0.0)
+
+
 def _single(
     url: str, body: bytes, payload: Payload, batch: int, warmup_s: float, seconds: float, start_at: float
 ) -> tuple[int, int, list[float], float, str]:
@@ -194,26 +222,17 @@ def _single(
         first_error = _check(call(body), payload, batch)
     except grpc.RpcError as exc:
         first_error = " ".join(str(exc)[:200].split())
-    while time.time() < start_at:
-        time.sleep(0.005)
-    t_measure = time.perf_counter() + warmup_s
-    tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
-    cpu0 = None
-    while True:
-        t0 = time.perf_counter()
-        if t0 >= tally.t_end:
-            break
-        if cpu0 is None and t0 >= t_measure:
-            cpu0 = time.process_time()
-        error = None
+
+    def send() -> tuple[str | None, bool]:
         try:
             call(body)
         except grpc.RpcError as exc:
-            error = " ".join(str(exc)[:200].split())
-        tally.record(t0, time.perf_counter(), error)
-    cpu = time.process_time() - cpu0 if cpu0 is not None else 0.0
+            return " ".join(str(exc)[:200].split()), False
+        return None, False
+
+    result = timed_stream(first_error, start_at, warmup_s, seconds, send)
     channel.close()
-    return tally.result(cpu)
+    return result
 
 
 def pool(processes: int = 8) -> Any:
