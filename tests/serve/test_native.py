@@ -79,6 +79,11 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         max_batch_size=8,
         max_queue_delay_us=LONG_DELAY_US,
     )
+    shutil.copytree(repo / "two", repo / "split")  # the same, every batch's input copy split over threads
+    config = load(repo / "split" / "config.pbtxt")
+    config.name = "split"
+    config.parameters.update({"copy_split_bytes": "1", "copy_threads": "3"})
+    save(config, repo / "split" / "config.pbtxt")
     return repo
 
 
@@ -127,7 +132,10 @@ def test_native_answers_equal_the_module_over_http_and_grpc(server: EmbeddedServ
             assert result.as_numpy("S").dtype == np.int32
 
 
-def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: EmbeddedServer) -> None:
+@pytest.mark.parametrize("model", ["two", "split"])
+def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: EmbeddedServer, model: str) -> None:
+    """``split`` copies every batch's inputs over three threads (from one byte on): rows land where
+    their request's answer reads them either way."""
     feeds = [_feeds(1 + seed % 2, seed) for seed in range(200)]
     expected = [_expected(x, mask)[0] for x, mask in feeds]  # built here: torch's seed is process-wide
 
@@ -140,12 +148,12 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: Embedded
         ]
         inputs[0].set_data_from_numpy(x)
         inputs[1].set_data_from_numpy(mask)
-        got = client.infer("two", inputs).as_numpy("Y")
+        got = client.infer(model, inputs).as_numpy("Y")
         return bool(np.allclose(got, expected[index], rtol=1e-5, atol=1e-5))
 
     with ThreadPoolExecutor(16) as pool:
         assert all(pool.map(one, range(len(feeds))))
-    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("two").model_stats[0]
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics(model).model_stats[0]
     assert stats.execution_count < stats.inference_count  # some executions held several requests
     assert stats.inference_stats.compute_infer.count > 0
 
@@ -206,6 +214,21 @@ def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path
     config.parameters["batch_buckets"] = "1,3,8"  # the program was traced for the fine and pow2 ladders
     save(config, path)
     with pytest.raises(ServerError, match="no method b3"), EmbeddedServer(repo, exit_timeout=1):
+        pass
+
+
+def test_a_bad_copy_parameter_fails_to_load_with_one_line(native_repo: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copytree(native_repo / "split", repo / "split")
+    path = repo / "split" / "config.pbtxt"
+    config = load(path)
+    config.parameters["copy_threads"] = "4x"
+    save(config, path)
+    with (
+        pytest.raises(ServerError, match="parameter `copy_threads` must be a positive integer; got `4x`"),
+        EmbeddedServer(repo, exit_timeout=1),
+    ):
         pass
 
 

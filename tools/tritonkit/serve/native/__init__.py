@@ -46,7 +46,7 @@ BACKEND = "tritonkit_torch"
 LIBRARY = f"libtriton_{BACKEND}.so"
 PROGRAM = "model.ts"
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("tritonkit_torch.cc", "mini_json.h", "triton_api.h")
+SOURCES = ("tritonkit_torch.cc", "copy_in.h", "mini_json.h", "model_state.h", "triton_api.h")
 
 _DTYPES = {
     "BOOL": "bool",
@@ -74,7 +74,7 @@ def _command(output: Path, cuda: bool) -> list[str]:
     if compiler is None:
         raise NativeBackendError("the native runner needs a C++ compiler (g++ or $CXX); none found on PATH")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
     libs = cpp_extension.library_paths()
     cmd += [str(SOURCE_DIR / "tritonkit_torch.cc"), "-o", str(output)]

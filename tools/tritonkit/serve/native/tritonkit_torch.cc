@@ -6,12 +6,13 @@
 //
 // One execute: every request's inputs are checked against the config (dtype, shape, byte size; a bad
 // request gets its own error response and the rest run), copied into one pinned staging buffer per
-// input, run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
+// input (over several threads for a large batch), run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
 // from a CUDA graph captured at load on a GPU), copied into pinned output buffers, one wait, then one
 // response per request. Statistics go to Triton per request and per batch (``queue``/``compute_*``).
 //
 // Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
-// ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max) and ``cuda_graphs``.
+// ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max), ``cuda_graphs``,
+// ``copy_threads`` (default 4) and ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h).
 #include <torch/script.h>
 
 #include <algorithm>
@@ -32,7 +33,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "copy_in.h"
 #include "mini_json.h"
+#include "model_state.h"
 #include "triton_api.h"
 
 namespace tk {
@@ -50,133 +53,6 @@ TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& messa
 }
 
 namespace {
-
-struct DType {
-  TRITONSERVER_DataType triton;
-  at::ScalarType torch;
-  size_t bytes;
-};
-
-bool dtype_of(const std::string& name, DType* out) {
-  static const std::vector<std::pair<std::string, DType>> table = {
-      {"TYPE_BOOL", {TRITONSERVER_TYPE_BOOL, at::kBool, 1}},
-      {"TYPE_UINT8", {TRITONSERVER_TYPE_UINT8, at::kByte, 1}},
-      {"TYPE_INT8", {TRITONSERVER_TYPE_INT8, at::kChar, 1}},
-      {"TYPE_INT16", {TRITONSERVER_TYPE_INT16, at::kShort, 2}},
-      {"TYPE_INT32", {TRITONSERVER_TYPE_INT32, at::kInt, 4}},
-      {"TYPE_INT64", {TRITONSERVER_TYPE_INT64, at::kLong, 8}},
-      {"TYPE_FP16", {TRITONSERVER_TYPE_FP16, at::kHalf, 2}},
-      {"TYPE_BF16", {TRITONSERVER_TYPE_BF16, at::kBFloat16, 2}},
-      {"TYPE_FP32", {TRITONSERVER_TYPE_FP32, at::kFloat, 4}},
-      {"TYPE_FP64", {TRITONSERVER_TYPE_FP64, at::kDouble, 8}},
-  };
-  for (const auto& entry : table) {
-    if (entry.first == name) {
-      *out = entry.second;
-      return true;
-    }
-  }
-  return false;
-}
-
-struct Tensor {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> dims;  // without the batch axis
-  size_t row_bytes = 0;
-};
-
-struct ModelState {
-  std::string name;
-  std::string version_dir;
-  int64_t max_batch_size = 0;
-  std::vector<Tensor> inputs, outputs;
-  std::vector<int64_t> buckets;
-  bool cuda_graphs = true;
-};
-
-std::string parameter(const Json& config, const std::string& key) {
-  return config["parameters"][key]["string_value"].text;
-}
-
-std::vector<int64_t> parse_buckets(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, ',')) {
-    if (part.find_first_not_of(" ") == std::string::npos) continue;
-    out.push_back(std::stoll(part));
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-TRITONSERVER_Error* read_tensors(const Json& list, std::vector<Tensor>* out, const char* role) {
-  for (const Json& item : list.items) {
-    Tensor t;
-    t.name = item["name"].text;
-    if (!dtype_of(item["data_type"].text, &t.dtype)) {
-      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string(role) + " `" + t.name + "`: data type " +
-                                                      item["data_type"].text + " is not served by tritonkit_torch");
-    }
-    size_t count = 1;
-    for (const Json& d : item["dims"].items) {
-      int64_t dim = d.as_int(-1);
-      if (dim < 0) {
-        return error(TRITONSERVER_ERROR_INVALID_ARG,
-                     std::string(role) + " `" + t.name + "` has a variable dim; tritonkit_torch needs fixed dims");
-      }
-      t.dims.push_back(dim);
-      count *= static_cast<size_t>(dim);
-    }
-    t.row_bytes = count * t.dtype.bytes;
-    out->push_back(t);
-  }
-  return nullptr;
-}
-
-TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* state) {
-  const char* name = nullptr;
-  TRITONBACKEND_ModelName(model, &name);
-  state->name = name ? name : "model";
-  TRITONBACKEND_ArtifactType type;
-  const char* location = nullptr;
-  uint64_t version = 0;
-  if (auto* err = TRITONBACKEND_ModelRepository(model, &type, &location)) return err;
-  if (auto* err = TRITONBACKEND_ModelVersion(model, &version)) return err;
-  state->version_dir = std::string(location) + "/" + std::to_string(version);
-
-  TRITONSERVER_Message* message = nullptr;
-  if (auto* err = TRITONBACKEND_ModelConfig(model, 1, &message)) return err;
-  const char* base = nullptr;
-  size_t size = 0;
-  TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(message, &base, &size);
-  std::string text = err == nullptr ? std::string(base, size) : std::string();
-  TRITONSERVER_MessageDelete(message);
-  if (err != nullptr) return err;
-  Json config;
-  try {
-    config = JsonReader(text).parse();
-  } catch (const std::exception& e) {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, e.what());
-  }
-  state->max_batch_size = config["max_batch_size"].as_int(0);
-  if (state->max_batch_size <= 0) {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, "tritonkit_torch needs max_batch_size > 0; got " +
-                                                     std::to_string(state->max_batch_size));
-  }
-  if (auto* e = read_tensors(config["input"], &state->inputs, "input")) return e;
-  if (auto* e = read_tensors(config["output"], &state->outputs, "output")) return e;
-  state->cuda_graphs = parameter(config, "cuda_graphs") != "false";
-  try {
-    state->buckets = parse_buckets(parameter(config, "batch_buckets"));
-  } catch (const std::exception&) {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `batch_buckets` must be comma-separated integers; got `" +
-                                                     parameter(config, "batch_buckets") + "`");
-  }
-  return nullptr;
-}
 
 // Triton starts and stops instances on parallel threads (a reload stops the old ones while the new
 // start); allocations or teardown while another instance captures fail ("operation not permitted when
@@ -369,7 +245,7 @@ class Instance {
 #endif
   }
 
-  TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows);
+  TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows, std::vector<CopyJob>* jobs);
 
   ModelState* model_;
   TRITONBACKEND_ModelInstance* triton_;
@@ -384,9 +260,12 @@ class Instance {
 #endif
 };
 
-// Checks one request's inputs and copies them into the staging buffers at row ``offset``.
-TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows) {
+// Checks one request's inputs and plans their copy into the staging buffers at row ``offset`` (added to
+// ``jobs`` only when every input is right; an input in GPU memory is copied here).
+TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows,
+                                     std::vector<CopyJob>* jobs) {
   *rows = -1;
+  std::vector<CopyJob> planned;
   const int64_t capacity = buckets_.back().rows;
   for (size_t i = 0; i < model_->inputs.size(); ++i) {
     const Tensor& spec = model_->inputs[i];
@@ -438,11 +317,12 @@ TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t off
         return error(TRITONSERVER_ERROR_UNSUPPORTED, "input in GPU memory; this build has no CUDA");
 #endif
       } else {
-        std::memcpy(dst + copied, src, size);
+        planned.push_back(CopyJob{dst + copied, static_cast<const char*>(src), size});
       }
       copied += size;
     }
   }
+  jobs->insert(jobs->end(), planned.begin(), planned.end());
   return nullptr;
 }
 
@@ -450,15 +330,24 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
   const uint64_t exec_start = now_ns();
   std::vector<int64_t> rows(count, 0), offsets(count, 0);
   std::vector<TRITONSERVER_Error*> failures(count, nullptr);
+  std::vector<CopyJob> jobs;
   int64_t total = 0;
   for (uint32_t r = 0; r < count; ++r) {
     offsets[r] = total;
     try {
-      failures[r] = gather(requests[r], total, &rows[r]);
+      failures[r] = gather(requests[r], total, &rows[r], &jobs);
     } catch (const std::exception& e) {
       failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
     }
     if (failures[r] == nullptr) total += rows[r];
+  }
+  try {
+    copy_all(jobs, static_cast<unsigned>(model_->copy_threads), static_cast<uint64_t>(model_->copy_split_bytes));
+  } catch (const std::exception& e) {
+    for (uint32_t r = 0; r < count; ++r) {
+      if (failures[r] == nullptr) failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + e.what());
+    }
+    total = 0;
   }
   const uint64_t compute_start = now_ns();
   TRITONSERVER_Error* run_failure = nullptr;
