@@ -140,6 +140,7 @@ def test_arguments() -> None:
         (["--render-from", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--seconds", "0"], "--seconds and --tune-window-s must be > 0"),
         (["--protocols", "http"], "expected grpc or grpc,http; got 'http'"),
+        (["--http-threads", "0"], "--http-threads must be >= 1; got 0"),
     ],
 )
 def test_bad_arguments_are_one_line(

@@ -62,7 +62,8 @@ def tiny_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_http_sweep_counts_answers_and_server_statistics(tiny_repo: Path) -> None:
-    rows = sweep(tiny_repo, "tiny", (1, 4), 0.5, lambda _: None, processes=1, protocol="http")
+    rows = sweep(tiny_repo, "tiny", (1, 4), 0.5, lambda _: None, processes=1, protocol="http",
+                 server_args=("--http-thread-count=2",))  # fmt: skip
     assert [(r["protocol"], r["in_flight"]) for r in rows] == [("http", 1), ("http", 4)]
     assert all(r["errors"] == 0 and not r["first_error"] for r in rows), rows
     assert all(r["samples_per_s"] > 0 and r["p50_ms"] > 0 for r in rows)

@@ -40,6 +40,9 @@ from tritonkit_bench.gpu_measure import accuracy, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
 from tritonkit_bench.gpu_render import render
 
+#: tritonserver's --http-thread-count when not given (2.51)
+TRITON_HTTP_THREADS = 8
+
 __all__ = ["main", "parse_args"]
 
 
@@ -92,11 +95,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--protocols", type=_protocols, default=["grpc", "http"],
                         help="front ends served through: grpc (every level) and http (the final config's "
                         "levels again through Triton's HTTP front end); default grpc,http")  # fmt: skip
+    parser.add_argument("--http-threads", type=int, default=None,
+                        help="tritonserver's --http-thread-count for the HTTP levels (default: Triton's own, 8)")  # fmt: skip
     parser.add_argument("--tune-window-s", type=float, default=gpu_tune.TuneSettings().window_s)
     parser.add_argument("--tune-workers", type=int, default=gpu_tune.TuneSettings().workers)
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.tune_window_s <= 0 or args.tune_workers < 1 or args.client_processes < 1:
         parser.error("--seconds and --tune-window-s must be > 0, --tune-workers and --client-processes >= 1")
+    if args.http_threads is not None and args.http_threads < 1:
+        parser.error(f"--http-threads must be >= 1; got {args.http_threads}")
     for path in [
         *([args.merge] if args.merge else []),
         *(args.render_from or []),
@@ -200,9 +207,11 @@ def measure_part(
     if "http" in args.protocols:
         # the config as it now stands (tuned, where tuned) through Triton's HTTP front end
         levels = sorted({n for n in spec.levels if n < HTTP_MAX_IN_FLIGHT} | {HTTP_MAX_IN_FLIGHT})
+        threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
+        part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
         part["served_http"] = sweep(
             repo, name, levels, args.seconds, log, log_file=work / f"server-{name}-http.log",
-            processes=clients, protocol="http",
+            processes=clients, protocol="http", server_args=threads,
         )  # fmt: skip
     part["seconds"] = round(time.monotonic() - started, 1)
     return part

@@ -187,10 +187,11 @@ def sweep(
     log_file: Path | None = None,
     processes: int = 8,
     protocol: str = "grpc",
+    server_args: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Requests of one row at each number in flight in ``levels``, on a server of ``root`` as its
-    configs are now, from ``processes`` client processes over ``protocol`` (``grpc`` or ``http``); one
-    row of figures per level."""
+    configs are now (started with ``server_args`` too), from ``processes`` client processes over
+    ``protocol`` (``grpc`` or ``http``); one row of figures per level."""
     import psutil  # noqa: PLC0415 (optional (dev extra))
     import tritonclient.grpc as grpcclient  # noqa: PLC0415 (the statistics API through tritonclient)
 
@@ -198,7 +199,9 @@ def sweep(
     buckets = buckets_of(load(root / spec.model / "config.pbtxt"))
     rows = []
     with (
-        EmbeddedServer(root, startup_timeout=600.0, extra_args=SERVER_ARGS, log_file=log_file) as server,
+        EmbeddedServer(
+            root, startup_timeout=600.0, extra_args=(*SERVER_ARGS, *server_args), log_file=log_file
+        ) as server,
         pool(processes) as workers,
     ):
         client = grpcclient.InferenceServerClient(server.grpc_url)

@@ -155,7 +155,7 @@ PARTS: dict[str, Part] = {
         IMAGE,
         64,
         (1, 2, 4, 8, 16, 32, 64),
-        (1, 8, 64, 128, 256),
+        (1, 8, 64, 256, 512),
         30.0,
         build_resnet50,
         lambda batch, seed, held_out: image_examples(batch, seed),

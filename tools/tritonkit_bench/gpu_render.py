@@ -242,7 +242,9 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         lines += [f"Through Triton's HTTP front end, the {'tuned' if part.get('tuned_served') else 'built'} config "
                   "(the same requests as HTTP/1.1 with the binary tensor extension, one keep-alive connection per "
                   "request in flight, at most 256: tritonserver 2.51's HTTP front end left requests unanswered "
-                  "with several hundred connections open):", ""]  # fmt: skip
+                  "with several hundred connections open"
+                  + (f"; {part['http_threads']} HTTP threads" if part.get("http_threads") else "")
+                  + "):", ""]  # fmt: skip
         lines += [*_served_table(part["served_http"], rate, bool(part.get("pipeline"))), ""]
     return lines
 
