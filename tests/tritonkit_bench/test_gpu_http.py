@@ -79,3 +79,15 @@ def test_refused_requests_are_errors_not_throughput(tiny_repo: Path) -> None:
                           warmup_s=0.1, seconds=0.3, protocol="http")  # fmt: skip
     assert result.requests == 0 and result.errors > 0
     assert result.first_error.startswith("HTTP 4") and "no_such_model" in result.first_error
+
+
+def test_a_request_sent_in_the_window_that_fails_later_is_an_error() -> None:
+    from tritonkit_bench.gpu_load import _Tally  # noqa: PLC0415
+
+    tally = _Tally(10.0, 20.0)
+    tally.record(12.0, 13.0, None)  # answered inside: counted
+    tally.record(19.0, 49.0, "TimeoutError: ")  # sent inside, timed out after the window: an error
+    tally.record(19.5, 20.5, None)  # answered after the window: neither
+    tally.record(5.0, 11.0, "HTTP 500")  # sent before the window: neither
+    done, errors, latencies, _, first = tally.result(0.0)
+    assert (done, errors, first) == (1, 1, "TimeoutError: ") and latencies == [1000.0]

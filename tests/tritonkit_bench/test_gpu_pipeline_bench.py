@@ -17,30 +17,33 @@ from tritonkit_bench.gpu_models import PARTS
 
 def test_variants_and_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_pipeline.parse_variants(
-        "off:2,on:4:3,on:2:2:4,off:4:2:1:0+1,native:4@0,native:4@500+1,native:2@-1"
+        "off:2,on:4:3,on:2:2:4,off:4:2:1:0+1,native:4@0,native:4@500+1,native:2@-1,native:4%copy_threads=1/a=b"
     ) == [
-        ("off", 2, 2, 1, (0,), None, None),
-        ("on", 4, 3, 1, (0,), None, None),
-        ("on", 2, 2, 4, (0,), None, None),
-        ("off", 4, 2, 1, (0, 1), None, None),
-        ("native", 4, 2, 1, (0,), 0, None),
-        ("native", 4, 2, 1, (0,), 500, True),
-        ("native", 2, 2, 1, (0,), None, False),
+        ("off", 2, 2, 1, (0,), None, None, ()),
+        ("on", 4, 3, 1, (0,), None, None, ()),
+        ("on", 2, 2, 4, (0,), None, None, ()),
+        ("off", 4, 2, 1, (0, 1), None, None, ()),
+        ("native", 4, 2, 1, (0,), 0, None, ()),
+        ("native", 4, 2, 1, (0,), 500, True, ()),
+        ("native", 2, 2, 1, (0,), None, False, ()),
+        ("native", 4, 2, 1, (0,), None, None, (("copy_threads", "1"), ("a", "b"))),
     ]
     args = gpu_pipeline.parse_args([])
     assert args.part == "bert" and args.levels == [1, 64, 256] and args.seconds == 3.0
     assert args.variants == [
-        ("off", 2, 2, 1, (0,), None, None),
-        ("on", 2, 2, 1, (0,), None, None),
-        ("off", 4, 2, 1, (0,), None, None),
-        ("on", 4, 2, 1, (0,), None, None),
-        ("on", 2, 2, 4, (0,), None, None),
+        ("off", 2, 2, 1, (0,), None, None, ()),
+        ("on", 2, 2, 1, (0,), None, None, ()),
+        ("off", 4, 2, 1, (0,), None, None, ()),
+        ("on", 4, 2, 1, (0,), None, None, ()),
+        ("on", 2, 2, 4, (0,), None, None, ()),
     ]
     with pytest.raises(
         argparse.ArgumentTypeError,
-        match=r"runner:instances\[:depth\[:senders\[:gpus\]\]\]\[@delay_us\]\[\+1\|-1\]\); got 'maybe:2'",
+        match=r"\[%key=value/\.\.\.\]\); got 'maybe:2'",
     ):
         gpu_pipeline.parse_variants("maybe:2")
+    with pytest.raises(argparse.ArgumentTypeError, match="got 'native:4%copy_threads'"):
+        gpu_pipeline.parse_variants("native:4%copy_threads")
     with pytest.raises(SystemExit) as exited:
         gpu_pipeline.parse_args(["--levels", "1,x"])
     assert exited.value.code == 2
@@ -71,7 +74,7 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
     out, raw = tmp_path / "ab.md", tmp_path / "ab.json"
     try:
         rc = gpu_pipeline.main([
-            "--dry-run", "--variants", "off:1,on:1:3:2,native:1@500+1", "--levels", "2", "--seconds", "0.3",
+            "--dry-run", "--variants", "off:1,on:1:3:2,native:1@500+1%copy_threads=2", "--levels", "2", "--seconds", "0.3",
             "--work", str(tmp_path / "work"), "--out", str(out), "--raw", str(raw),
         ])  # fmt: skip
     finally:
@@ -93,10 +96,12 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
     assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0-None-None.log"]
     assert "pipeline off" in logs["server-off-1-2-1-0-None-None.log"]
     assert (
-        "libtriton_tritonkit_torch.so" in logs["server-native-1-2-1-0-500-True.log"]
+        "libtriton_tritonkit_torch.so" in logs["server-native-1-2-1-0-500-True-copy_threads=2.log"]
     )  # the native backend served it
     (config_path,) = (tmp_path / "work" / "repo").glob("*/config.pbtxt")  # as the last variant set it
-    batching = load(config_path).dynamic_batching
+    config = load(config_path)
+    batching = config.dynamic_batching
+    assert config.parameters["copy_threads"] == "2"
     assert batching is not None and batching.max_queue_delay_microseconds == 500
     assert batching.preferred_batch_size[0] == 1 and len(batching.preferred_batch_size) > 1
     assert "(dry run, CPU)" in out.read_text()

@@ -206,13 +206,14 @@ def measure_part(
         save(part)
     if "http" in args.protocols:
         # the config as it now stands (tuned, where tuned) through Triton's HTTP front end
-        levels = sorted({n for n in spec.levels if n < HTTP_MAX_IN_FLIGHT} | {HTTP_MAX_IN_FLIGHT})
+        levels = [n for n in spec.levels if n <= HTTP_MAX_IN_FLIGHT]
         threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
         part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
         part["served_http"] = sweep(
             repo, name, levels, args.seconds, log, log_file=work / f"server-{name}-http.log",
             processes=clients, protocol="http", server_args=threads,
         )  # fmt: skip
+        part["http_reply_room"] = part["served_http"][0]["http_reply_room"] if part["served_http"] else None
     part["seconds"] = round(time.monotonic() - started, 1)
     return part
 

@@ -25,9 +25,9 @@ from tritonkit_bench.gpu_load import Payload, _Tally, timed_stream
 __all__ = ["HTTP_MAX_IN_FLIGHT", "answer_problem", "http_request", "worker"]
 
 _HEAD_END = b"\r\n\r\n"
-#: Most connections a level opens: tritonserver 2.51's HTTP front end left requests unanswered for tens
-#: of seconds with 512 keep-alive connections open (a 2-core host: 13 of 512 after 40 s; fine at 300)
-HTTP_MAX_IN_FLIGHT = 256
+#: Most connections a level opens. tritonserver 2.51 drops answers past ~278 queued on one HTTP thread
+#: (tritonkit.serve.reply_queues); the embedded server makes room for 4,096 at start
+HTTP_MAX_IN_FLIGHT = 1024
 #: Seconds an answer may take before the level counts it as an error and that connection stops
 ANSWER_TIMEOUT_S = 30.0
 

@@ -104,7 +104,8 @@ class LoadResult:
 
 @dataclass
 class _Tally:
-    """What one process counts: answers and errors of requests sent and answered inside the window."""
+    """What one process counts: answers of requests sent and answered inside the window, and errors of
+    requests sent inside it, whenever they fail (a request that times out fails after the window)."""
 
     t_measure: float
     t_end: float
@@ -117,13 +118,12 @@ class _Tally:
         """A request sent at ``t0`` and answered at ``t1`` (``error``: why it failed, None when it did not)."""
         if error is not None:
             self.first_error = self.first_error or error
-        if self.t_measure <= t0 and t1 <= self.t_end:
-            if error is not None:
+            if self.t_measure <= t0 < self.t_end:
                 self.errors += 1
-            else:
-                self.done += 1
-                if len(self.latencies) < 50000:
-                    self.latencies.append((t1 - t0) * 1000.0)
+        elif self.t_measure <= t0 and t1 <= self.t_end:
+            self.done += 1
+            if len(self.latencies) < 50000:
+                self.latencies.append((t1 - t0) * 1000.0)
 
     def result(self, cpu: float) -> tuple[int, int, list[float], float, str]:
         return self.done, self.errors, self.latencies, cpu, self.first_error

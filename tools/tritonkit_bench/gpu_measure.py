@@ -235,6 +235,7 @@ def sweep(
                 "client_cpu_share": load_.client_cpu_s / (load_.seconds * cores),
                 "server_cpu_share": (cpu() - cpu0) / (wall * cores),
                 "gpu_util": gpu.mean,
+                "http_reply_room": server.http_reply_room,
                 **_level(before, after, buckets),
             }
             rows.append(row)

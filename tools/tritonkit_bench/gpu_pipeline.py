@@ -59,6 +59,9 @@ class Variant(NamedTuple):
     delay_us: int | None
     #: whether a batch of one is among the batcher's preferred sizes; None: as built
     lone: bool | None
+    #: more config parameters (``%key=value/key=value`` after the rest), e.g. the native backend's
+    #: ``copy_threads``
+    params: tuple[tuple[str, str], ...] = ()
 
 
 def parse_variants(text: str) -> list[Variant]:
@@ -67,10 +70,14 @@ def parse_variants(text: str) -> list[Variant]:
     instance group's GPUs, ``+`` between them; the instances are per GPU) to GPU 0, and the batching
     delay in microseconds (after ``@``) to the built config's; ``+1`` / ``-1`` after it puts a batch
     of one among the batcher's preferred sizes or takes it out (a lone request then leaves at once or
-    waits the delay), else as built."""
+    waits the delay), else as built; ``%copy_threads=1/copy_split_bytes=4096`` at the end sets config
+    parameters."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
-        head, _, tail = item.partition("@")
+        core, _, extra = item.partition("%")
+        pairs = [kv.partition("=") for kv in extra.split("/")] if extra else []
+        params = tuple((k, v) for k, _, v in pairs)
+        head, _, tail = core.partition("@")
         lone = {"+1": True, "-1": False}.get(tail[-2:]) if tail else None
         delay = tail[:-2] if lone is not None else tail
         fields = head.split(":")
@@ -81,11 +88,13 @@ def parse_variants(text: str) -> list[Variant]:
             and all(f.isdigit() and int(f) >= 1 for f in fields[1:4])
             and all(g.isdigit() for g in gpus)
             and (delay == "" or delay.isdigit())
+            and all(k.isidentifier() and eq and v for k, eq, v in pairs)
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0,native:4@500+1 "
-                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1]); got {item!r}"
+                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0,native:4@500+1,"
+                "native:4%copy_threads=1 "
+                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1][%key=value/...]); got {item!r}"
             )
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
@@ -98,6 +107,7 @@ def parse_variants(text: str) -> list[Variant]:
                 tuple(int(g) for g in gpus),
                 int(delay) if delay else None,
                 lone,
+                params,
             )
         )
     if not out:
@@ -202,6 +212,7 @@ def configure(repo: Path, model: str, variant: Variant) -> None:
         pipeline_senders=str(v.senders),
         stats_interval_s="5",
     )
+    config.parameters.update(dict(v.params))
     save(config, path)
 
 
@@ -214,7 +225,8 @@ def _label(variant: Variant) -> str:
     alone = (
         "" if v.lone is None else ", a lone request " + ("leaves at once" if v.lone else "waits the delay")
     )
-    return f"{kind}, {v.instances} instances{where}{delay}{alone}"
+    params = "".join(f", {k}={value}" for k, value in v.params)
+    return f"{kind}, {v.instances} instances{where}{delay}{alone}{params}"
 
 
 def trace_native(repo: Path, model: str, device: str) -> None:
@@ -253,6 +265,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             **chosen._asdict(),
             "gpus": list(chosen.gpus),
             "lone_preferred": chosen.lone,
+            "params": dict(chosen.params),
         }
         del variant["lone"]
         try:
@@ -264,6 +277,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
                         "+".join(map(str, chosen.gpus)),
                         str(chosen.delay_us),
                         str(chosen.lone),
+                        *(f"{k}={value}" for k, value in chosen.params),
                     ]
                 )
                 + ".log"

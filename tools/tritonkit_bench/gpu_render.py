@@ -241,9 +241,12 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
     if part.get("served_http"):
         lines += [f"Through Triton's HTTP front end, the {'tuned' if part.get('tuned_served') else 'built'} config "
                   "(the same requests as HTTP/1.1 with the binary tensor extension, one keep-alive connection per "
-                  "request in flight, at most 256: tritonserver 2.51's HTTP front end left requests unanswered "
-                  "with several hundred connections open"
+                  "request in flight"
                   + (f"; {part['http_threads']} HTTP threads" if part.get("http_threads") else "")
+                  + (f"; room for {part['http_reply_room']:,} queued answers per HTTP thread"
+                     if part.get("http_reply_room") else
+                     "; at most 256: tritonserver 2.51's HTTP front end left requests unanswered with several hundred "
+                     "connections open")
                   + "):", ""]  # fmt: skip
         lines += [*_served_table(part["served_http"], rate, bool(part.get("pipeline"))), ""]
     return lines

@@ -151,6 +151,13 @@ def run(args: argparse.Namespace) -> int:
         if args.skip_bad_models:
             for failure in server.load_failures():
                 print(f"tritonkit serve: not serving: {failure}", file=sys.stderr, flush=True)
+        if server.http_reply_problem:
+            print(
+                "tritonkit serve: warning: tritonserver 2.51 drops HTTP answers past ~278 in flight; its reply "
+                f"queues could not be widened: {server.http_reply_problem}",
+                file=sys.stderr,
+                flush=True,
+            )
         if server.restricted_apis and not server.key_hidden:
             # Triton 2.51 takes the key only on its command line; hiding it needs ptrace rights.
             print(

@@ -63,11 +63,13 @@ from tritonkit.serve.process import (
     spawn,
     stubs_of,
 )
+from tritonkit.serve.reply_queues import widen_reply_queues
 from tritonkit.serve.tritonlog import describe_exit, load_failures, startup_failure, stub_failures
 
 __all__ = [
     "MALLOC_ENV",
     "MALLOC_TUNING_ENV",
+    "REPLY_QUEUES_ENV",
     "STUB_PYTHON_ENV",
     "EmbeddedServer",
     "TritonInstall",
@@ -87,6 +89,9 @@ STUB_PYTHON_ENV = "TRITONKIT_STUB_PYTHON"
 #: its peak; ``TRITONKIT_MALLOC_TUNING=0`` leaves glibc's defaults.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 MALLOC_TUNING_ENV = "TRITONKIT_MALLOC_TUNING"
+#: ``0`` leaves tritonserver's HTTP reply queues at the kernel's size (past ~278 HTTP inferences in
+#: flight Triton 2.51 then drops answers: :mod:`tritonkit.serve.reply_queues`)
+REPLY_QUEUES_ENV = "TRITONKIT_REPLY_QUEUES"
 
 _POLL_INTERVAL_S = 0.1
 
@@ -185,6 +190,9 @@ class EmbeddedServer:
         self._stub_file: Path | None = None
         #: Whether ``ps`` no longer shows the admin key in the server's command line.
         self.key_hidden = False
+        #: answers one HTTP thread can queue (None: left at the kernel's ~278); why not, if not
+        self.http_reply_room: int | None = None
+        self.http_reply_problem: str | None = None
 
     # --- addresses --------------------------------------------------------------------------
     def _port(self, role: str) -> int:
@@ -358,6 +366,11 @@ class EmbeddedServer:
                 ),
             )
         self._wait_ready()
+        if os.environ.get(REPLY_QUEUES_ENV, "1") != "0":
+            try:
+                self.http_reply_room = widen_reply_queues(self._process.pid)
+            except OSError as exc:
+                self.http_reply_problem = exc.strerror or str(exc)
         self._stubs = stubs_of(self._process.pid, self._stub_path())
         record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
 
