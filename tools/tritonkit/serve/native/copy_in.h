@@ -1,7 +1,9 @@
 // A batch's input copy: every request's input bytes into the instance's staging buffers, split over
-// several threads when the batch is large. Why: one thread copied a batch of 28 ResNet-50 images
-// (FP32 [3, 224, 224], 17 MB) in 3.4-5.7 ms on an H100 host under load, a quarter of an instance's time
-// per execution, while the GPU waited for it.
+// several threads when the config asks (``copy_threads``) and the batch is large. One thread copies a
+// batch of 28 ResNet-50 images (FP32 [3, 224, 224], 17 MB) in 3.4-5.7 ms on an H100 host under load;
+// four did not serve more there (same call: 7,649 against 7,710 requests/s at c256, 6,893 against
+// 6,971 at c512: the host's memory, shared with the clients and the gRPC front end, is the limit), so
+// one thread is the default.
 #pragma once
 
 #include <algorithm>

@@ -61,7 +61,7 @@ struct ModelState {
   std::vector<Tensor> inputs, outputs;
   std::vector<int64_t> buckets;
   bool cuda_graphs = true;
-  int64_t copy_threads = 4;               // threads a batch's input copy may use
+  int64_t copy_threads = 1;               // threads a batch's input copy may use (copy_in.h)
   int64_t copy_split_bytes = 1 << 20;     // a batch carrying fewer bytes is copied on one thread
 };
 

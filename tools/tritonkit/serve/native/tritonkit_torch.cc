@@ -6,13 +6,13 @@
 //
 // One execute: every request's inputs are checked against the config (dtype, shape, byte size; a bad
 // request gets its own error response and the rest run), copied into one pinned staging buffer per
-// input (over several threads for a large batch), run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
+// input (over several threads for a large batch when asked), run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
 // from a CUDA graph captured at load on a GPU), copied into pinned output buffers, one wait, then one
 // response per request. Statistics go to Triton per request and per batch (``queue``/``compute_*``).
 //
 // Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
 // ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max), ``cuda_graphs``,
-// ``copy_threads`` (default 4) and ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h).
+// ``copy_threads`` (default 1) and ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h).
 #include <torch/script.h>
 
 #include <algorithm>
