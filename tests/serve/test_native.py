@@ -84,6 +84,13 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config.name = "split"
     config.parameters.update({"copy_split_bytes": "1", "copy_threads": "3"})
     save(config, repo / "split" / "config.pbtxt")
+    shutil.copytree(
+        repo / "two", repo / "answering"
+    )  # the same, its answers written on a thread of their own
+    config = load(repo / "answering" / "config.pbtxt")
+    config.name = "answering"
+    config.parameters["answer_thread"] = "true"
+    save(config, repo / "answering" / "config.pbtxt")
     return repo
 
 
@@ -132,10 +139,11 @@ def test_native_answers_equal_the_module_over_http_and_grpc(server: EmbeddedServ
             assert result.as_numpy("S").dtype == np.int32
 
 
-@pytest.mark.parametrize("model", ["two", "split"])
+@pytest.mark.parametrize("model", ["two", "split", "answering"])
 def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: EmbeddedServer, model: str) -> None:
-    """``split`` copies every batch's inputs over three threads (from one byte on): rows land where
-    their request's answer reads them either way."""
+    """``split`` copies every batch's inputs over three threads (from one byte on), ``answering`` writes
+    its answers on a second thread while the next batch runs: rows land where their request's answer
+    reads them either way."""
     feeds = [_feeds(1 + seed % 2, seed) for seed in range(200)]
     expected = [_expected(x, mask)[0] for x, mask in feeds]  # built here: torch's seed is process-wide
 
@@ -190,19 +198,20 @@ def test_a_lone_request_leaves_at_once_and_rows_off_the_buckets_wait_the_delay(
     assert seconds(3) >= LONG_DELAY_US / 1e6 * 0.9
 
 
-def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: EmbeddedServer) -> None:
+@pytest.mark.parametrize("model", ["two", "answering"])
+def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: EmbeddedServer, model: str) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     x, mask = _feeds(2, 9)
     bad = [grpcclient.InferInput("X", [2, 8], "FP32"), grpcclient.InferInput("MASK", [2, 5], "INT32")]
     bad[0].set_data_from_numpy(x)
     bad[1].set_data_from_numpy(mask.astype(np.int32))
     with pytest.raises(Exception, match="MASK"):
-        client.infer("two", bad)
+        client.infer(model, bad)
     good = [grpcclient.InferInput("X", [2, 8], "FP32"), grpcclient.InferInput("MASK", [2, 5], "INT64")]
     good[0].set_data_from_numpy(x)
     good[1].set_data_from_numpy(mask)
     np.testing.assert_allclose(
-        client.infer("two", good).as_numpy("Y"), _expected(x, mask)[0], rtol=1e-5, atol=1e-5
+        client.infer(model, good).as_numpy("Y"), _expected(x, mask)[0], rtol=1e-5, atol=1e-5
     )
 
 
@@ -217,18 +226,55 @@ def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path
         pass
 
 
-def test_a_bad_copy_parameter_fails_to_load_with_one_line(native_repo: Path, tmp_path: Path) -> None:
+def test_a_server_stopped_under_load_with_an_answer_thread_exits_cleanly(native_repo: Path, tmp_path: Path) -> None:
+    """Stopped while requests are in flight on a model with an answer thread: every request gets its
+    right answer or a clean refusal, and tritonserver exits 0 (a thread left running at unload would
+    crash it)."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    shutil.copytree(native_repo / "split", repo / "split")
-    path = repo / "split" / "config.pbtxt"
+    shutil.copytree(native_repo / "answering", repo / "answering")
+    server = EmbeddedServer(repo, exit_timeout=5).start()
+    x, mask = _feeds(1, 4)
+    want = _expected(x, mask)[0]
+
+    def one(_: int) -> str:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput("X", [1, 8], "FP32"), httpclient.InferInput("MASK", [1, 5], "INT64")]
+        inputs[0].set_data_from_numpy(x)
+        inputs[1].set_data_from_numpy(mask)
+        try:
+            got = client.infer("answering", inputs).as_numpy("Y")
+        except Exception:  # noqa: BLE001 (refused once the server drains: the connection or a 503)
+            return "refused"
+        return "answered" if np.allclose(got, want, rtol=1e-5, atol=1e-5) else "wrong"
+
+    with ThreadPoolExecutor(16) as pool:
+        results = pool.map(one, range(400))
+        time.sleep(0.2)
+        code = server.stop()
+        outcomes = list(results)
+    assert code == 0
+    assert "wrong" not in outcomes and "answered" in outcomes
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value", "message"),
+    [
+        ("split", "copy_threads", "4x", "parameter `copy_threads` must be a positive integer; got `4x`"),
+        ("answering", "answer_thread", "yes", "parameter `answer_thread` must be true or false; got `yes`"),
+    ],
+)
+def test_a_bad_backend_parameter_fails_to_load_with_one_line(
+    native_repo: Path, tmp_path: Path, name: str, key: str, value: str, message: str
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copytree(native_repo / name, repo / name)
+    path = repo / name / "config.pbtxt"
     config = load(path)
-    config.parameters["copy_threads"] = "4x"
+    config.parameters[key] = value
     save(config, path)
-    with (
-        pytest.raises(ServerError, match="parameter `copy_threads` must be a positive integer; got `4x`"),
-        EmbeddedServer(repo, exit_timeout=1),
-    ):
+    with pytest.raises(ServerError, match=message), EmbeddedServer(repo, exit_timeout=1):
         pass
 
 

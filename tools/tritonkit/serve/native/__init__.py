@@ -46,7 +46,7 @@ BACKEND = "tritonkit_torch"
 LIBRARY = f"libtriton_{BACKEND}.so"
 PROGRAM = "model.ts"
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("tritonkit_torch.cc", "copy_in.h", "mini_json.h", "model_state.h", "triton_api.h")
+SOURCES = ("tritonkit_torch.cc", "answers.h", "copy_in.h", "mini_json.h", "model_state.h", "triton_api.h")
 
 _DTYPES = {
     "BOOL": "bool",

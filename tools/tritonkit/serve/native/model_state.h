@@ -63,6 +63,7 @@ struct ModelState {
   bool cuda_graphs = true;
   int64_t copy_threads = 1;               // threads a batch's input copy may use (copy_in.h)
   int64_t copy_split_bytes = 1 << 20;     // a batch carrying fewer bytes is copied on one thread
+  bool answer_thread = false;             // answers written on a thread of their own (answers.h)
 };
 
 std::string parameter(const Json& config, const std::string& key) {
@@ -139,6 +140,11 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
   if (auto* e = read_tensors(config["input"], &state->inputs, "input")) return e;
   if (auto* e = read_tensors(config["output"], &state->outputs, "output")) return e;
   state->cuda_graphs = parameter(config, "cuda_graphs") != "false";
+  const std::string answer_thread = parameter(config, "answer_thread");
+  if (!answer_thread.empty() && answer_thread != "true" && answer_thread != "false") {
+    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `answer_thread` must be true or false; got `" + answer_thread + "`");
+  }
+  state->answer_thread = answer_thread == "true";
   for (auto [key, field] : {std::pair<const char*, int64_t*>{"copy_threads", &state->copy_threads},
                             std::pair<const char*, int64_t*>{"copy_split_bytes", &state->copy_split_bytes}}) {
     const std::string text = parameter(config, key);

@@ -12,7 +12,8 @@
 //
 // Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
 // ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max), ``cuda_graphs``,
-// ``copy_threads`` (default 1) and ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h).
+// ``copy_threads`` (default 1), ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h) and
+// ``answer_thread`` (default false: answers written on an instance's second thread, answers.h).
 #include <torch/script.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "answers.h"
 #include "copy_in.h"
 #include "mini_json.h"
 #include "model_state.h"
@@ -95,6 +97,17 @@ class Instance {
   bool on_gpu() const { return on_gpu_; }
 
  private:
+  // One execute's requests, what became of each and where its outputs are (``slot`` of host_out_).
+  struct Batch {
+    std::vector<TRITONBACKEND_Request*> requests;
+    std::vector<int64_t> rows, offsets;
+    std::vector<TRITONSERVER_Error*> failures;
+    TRITONSERVER_Error* run_failure = nullptr;
+    int64_t total = 0;
+    uint64_t exec_start = 0, compute_start = 0, compute_end = 0;
+    size_t slot = 0;
+  };
+
   struct Bucket {
     int64_t rows;
     torch::jit::Method* method = nullptr;
@@ -139,10 +152,17 @@ class Instance {
       shape.insert(shape.end(), t.dims.begin(), t.dims.end());
       staging_.push_back(at::empty(shape, host.dtype(t.dtype.torch)));
     }
-    for (const Tensor& t : model_->outputs) {
-      std::vector<int64_t> shape{top};
-      shape.insert(shape.end(), t.dims.begin(), t.dims.end());
-      host_out_.push_back(at::empty(shape, host.dtype(t.dtype.torch)));
+    const size_t slots = model_->answer_thread ? 2 : 1;  // with the thread: one computed while one is answered
+    host_out_.resize(slots);
+    for (size_t s = 0; s < slots; ++s) {
+      for (const Tensor& t : model_->outputs) {
+        std::vector<int64_t> shape{top};
+        shape.insert(shape.end(), t.dims.begin(), t.dims.end());
+        host_out_[s].push_back(at::empty(shape, host.dtype(t.dtype.torch)));
+      }
+    }
+    if (model_->answer_thread) {
+      outbox_ = std::make_unique<Outbox<Batch>>(slots, [this](Batch& batch) { answer(batch); });
     }
   }
 
@@ -199,8 +219,8 @@ class Instance {
 #endif
   }
 
-  // Outputs of ``piece`` rows (staged at ``start``) run as bucket ``b``, written into host_out_.
-  void run_chunk(Bucket& b, int64_t start, int64_t piece) {
+  // Outputs of ``piece`` rows (staged at ``start``) run as bucket ``b``, written into ``out``.
+  void run_chunk(Bucket& b, int64_t start, int64_t piece, std::vector<at::Tensor>& out) {
     for (size_t i = 0; i < b.static_in.size(); ++i) {
       b.static_in[i].narrow(0, 0, piece).copy_(staging_[i].narrow(0, start, piece), /*non_blocking=*/on_gpu_);
     }
@@ -216,11 +236,11 @@ class Instance {
     outs = call(b, b.static_in);
 #endif
     for (size_t o = 0; o < outs.size(); ++o) {
-      host_out_[o].narrow(0, start, piece).copy_(outs[o].narrow(0, 0, piece), /*non_blocking=*/on_gpu_);
+      out[o].narrow(0, start, piece).copy_(outs[o].narrow(0, 0, piece), /*non_blocking=*/on_gpu_);
     }
   }
 
-  void run(int64_t rows) {
+  void run(int64_t rows, std::vector<at::Tensor>& out) {
     c10::InferenceMode mode;
 #ifdef TRITONKIT_CUDA
     std::unique_ptr<c10::cuda::CUDAStreamGuard> guard;
@@ -237,7 +257,7 @@ class Instance {
           break;
         }
       }
-      run_chunk(*chosen, start, piece);
+      run_chunk(*chosen, start, piece, out);
       start += piece;
     }
 #ifdef TRITONKIT_CUDA
@@ -246,6 +266,7 @@ class Instance {
   }
 
   TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows, std::vector<CopyJob>* jobs);
+  void answer(Batch& batch);
 
   ModelState* model_;
   TRITONBACKEND_ModelInstance* triton_;
@@ -254,10 +275,12 @@ class Instance {
   torch::jit::Module module_;
   std::vector<std::unique_ptr<torch::jit::Method>> methods_;
   std::vector<Bucket> buckets_;
-  std::vector<at::Tensor> staging_, host_out_;
+  std::vector<at::Tensor> staging_;
+  std::vector<std::vector<at::Tensor>> host_out_;  // per slot
 #ifdef TRITONKIT_CUDA
   std::unique_ptr<c10::cuda::CUDAStream> stream_;
 #endif
+  std::unique_ptr<Outbox<Batch>> outbox_;  // last: stopped (its batches answered) before the rest goes
 };
 
 // Checks one request's inputs and plans their copy into the staging buffers at row ``offset`` (added to
@@ -327,58 +350,69 @@ TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t off
 }
 
 void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
-  const uint64_t exec_start = now_ns();
-  std::vector<int64_t> rows(count, 0), offsets(count, 0);
-  std::vector<TRITONSERVER_Error*> failures(count, nullptr);
+  Batch batch;
+  batch.exec_start = now_ns();
+  batch.requests.assign(requests, requests + count);
+  batch.rows.assign(count, 0);
+  batch.offsets.assign(count, 0);
+  batch.failures.assign(count, nullptr);
   std::vector<CopyJob> jobs;
-  int64_t total = 0;
   for (uint32_t r = 0; r < count; ++r) {
-    offsets[r] = total;
+    batch.offsets[r] = batch.total;
     try {
-      failures[r] = gather(requests[r], total, &rows[r], &jobs);
+      batch.failures[r] = gather(requests[r], batch.total, &batch.rows[r], &jobs);
     } catch (const std::exception& e) {
-      failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
+      batch.failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
     }
-    if (failures[r] == nullptr) total += rows[r];
+    if (batch.failures[r] == nullptr) batch.total += batch.rows[r];
   }
   try {
     copy_all(jobs, static_cast<unsigned>(model_->copy_threads), static_cast<uint64_t>(model_->copy_split_bytes));
   } catch (const std::exception& e) {
-    for (uint32_t r = 0; r < count; ++r) {
-      if (failures[r] == nullptr) failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + e.what());
-    }
-    total = 0;
+    batch.run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + e.what());
   }
-  const uint64_t compute_start = now_ns();
-  TRITONSERVER_Error* run_failure = nullptr;
-  if (total > 0) {
+  batch.slot = outbox_ ? outbox_->take_slot() : 0;
+  batch.compute_start = now_ns();
+  if (batch.total > 0 && batch.run_failure == nullptr) {
     try {
-      run(total);
+      run(batch.total, host_out_[batch.slot]);
     } catch (const std::exception& e) {
-      run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
+      batch.run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
     }
   }
-  const uint64_t compute_end = now_ns();
-  for (uint32_t r = 0; r < count; ++r) {
+  batch.compute_end = now_ns();
+  if (outbox_) {
+    outbox_->post(std::move(batch));
+  } else {
+    answer(batch);
+  }
+}
+
+// One response per request of ``batch`` (its rows, or its failure), its statistics, its release.
+void Instance::answer(Batch& batch) {
+  const std::vector<at::Tensor>& out = host_out_[batch.slot];
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
     TRITONBACKEND_Response* response = nullptr;
-    TRITONSERVER_Error* failure = failures[r];
-    if (failure == nullptr && run_failure != nullptr) failure = error(TRITONSERVER_ERROR_INTERNAL, TRITONSERVER_ErrorMessage(run_failure));
-    if (TRITONBACKEND_ResponseNew(&response, requests[r]) == nullptr) {
+    TRITONSERVER_Error* failure = batch.failures[r];
+    if (failure == nullptr && batch.run_failure != nullptr) {
+      failure = error(TRITONSERVER_ERROR_INTERNAL, TRITONSERVER_ErrorMessage(batch.run_failure));
+    }
+    if (TRITONBACKEND_ResponseNew(&response, batch.requests[r]) == nullptr) {
       for (size_t o = 0; failure == nullptr && o < model_->outputs.size(); ++o) {
         const Tensor& spec = model_->outputs[o];
-        std::vector<int64_t> shape{rows[r]};
+        std::vector<int64_t> shape{batch.rows[r]};
         shape.insert(shape.end(), spec.dims.begin(), spec.dims.end());
         TRITONBACKEND_Output* output = nullptr;
         failure = TRITONBACKEND_ResponseOutput(response, &output, spec.name.c_str(), spec.dtype.triton, shape.data(),
                                                static_cast<uint32_t>(shape.size()));
         if (failure != nullptr) break;
-        const uint64_t bytes = static_cast<uint64_t>(rows[r]) * spec.row_bytes;
+        const uint64_t bytes = static_cast<uint64_t>(batch.rows[r]) * spec.row_bytes;
         void* buffer = nullptr;
         TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
         int64_t type_id = 0;
         failure = TRITONBACKEND_OutputBuffer(output, &buffer, bytes, &type, &type_id);
         if (failure != nullptr) break;
-        const char* src = static_cast<const char*>(host_out_[o].data_ptr()) + static_cast<size_t>(offsets[r]) * spec.row_bytes;
+        const char* src = static_cast<const char*>(out[o].data_ptr()) + static_cast<size_t>(batch.offsets[r]) * spec.row_bytes;
         if (type == TRITONSERVER_MEMORY_GPU) {
 #ifdef TRITONKIT_CUDA
           cudaMemcpy(buffer, src, bytes, cudaMemcpyDefault);
@@ -391,16 +425,15 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
       }
       TRITONBACKEND_ResponseSend(response, kResponseCompleteFinal, failure);
     }
-    const uint64_t exec_end = now_ns();
-    TRITONBACKEND_ModelInstanceReportStatistics(triton_, requests[r], failure == nullptr, exec_start, compute_start,
-                                                compute_end, exec_end);
+    TRITONBACKEND_ModelInstanceReportStatistics(triton_, batch.requests[r], failure == nullptr, batch.exec_start,
+                                                batch.compute_start, batch.compute_end, now_ns());
     if (failure != nullptr) TRITONSERVER_ErrorDelete(failure);
-    TRITONBACKEND_RequestRelease(requests[r], kRequestReleaseAll);
+    TRITONBACKEND_RequestRelease(batch.requests[r], kRequestReleaseAll);
   }
-  if (run_failure != nullptr) TRITONSERVER_ErrorDelete(run_failure);
-  if (total > 0) {
-    TRITONBACKEND_ModelInstanceReportBatchStatistics(triton_, static_cast<uint64_t>(total), exec_start, compute_start,
-                                                     compute_end, now_ns());
+  if (batch.run_failure != nullptr) TRITONSERVER_ErrorDelete(batch.run_failure);
+  if (batch.total > 0) {
+    TRITONBACKEND_ModelInstanceReportBatchStatistics(triton_, static_cast<uint64_t>(batch.total), batch.exec_start,
+                                                     batch.compute_start, batch.compute_end, now_ns());
   }
 }
 
