@@ -14,7 +14,7 @@ import pytest
 from tests.support.python_models import ADD_ONE, write_python_model
 
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.reply_queues import DEFAULT_SNDBUF_ROOM
+from tritonkit.serve.reply_queues import DEFAULT_SNDBUF_ROOM, widen_reply_queues
 
 IN_FLIGHT = 1024  # 485 of 1,024 went unanswered on this 2-core host without the widening
 ROUNDS = 6
@@ -95,3 +95,8 @@ def test_the_room_is_left_alone_when_asked(tmp_path: Path, monkeypatch: pytest.M
     write_python_model(tmp_path, "add_one", ADD_ONE)
     with EmbeddedServer(tmp_path, exit_timeout=1) as plain:
         assert plain.http_reply_room is None and plain.http_reply_problem is None
+
+
+def test_a_process_that_cannot_be_reached_is_an_os_error() -> None:
+    with pytest.raises(OSError, match=r"pidfd_open\(4194303\)"):
+        widen_reply_queues(4194303)  # above Linux's highest pid: no such process
