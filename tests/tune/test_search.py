@@ -186,3 +186,19 @@ def test_the_model_s_own_config_is_measured_in_the_same_rounds_and_never_crowned
     assert own.figures == [200.0, 200.0, 200.0] and chosen[0].figures == [90.0, 91.0, 92.0]
     assert calls == [("own", 0), ("a", 0), ("a", 1), ("own", 1), ("own", 2), ("a", 2)]
     assert finals(one, remeasure, rounds=0, reference=own)[1][0].figures == []  # no rounds: nothing measured
+
+
+def test_points_with_one_key_are_evaluated_once() -> None:
+    axes = [Axis("a", (1, 2, 3)), Axis("b", ("x", "y"))]
+    calls: list[dict[str, object]] = []
+
+    def evaluate(point: dict[str, object]) -> Outcome:
+        calls.append(point)
+        return Outcome(float(str(point["a"])), 1.0, True)
+
+    full = brute(axes, evaluate, same=lambda p: p["a"])  # b changes nothing
+    assert len(calls) == 3 and full.best == {"a": 3, "b": "x"}
+    calls.clear()
+    fast = quick(axes, evaluate, {"a": 1, "b": "y"}, same=lambda p: p["a"])
+    assert fast.best_outcome is not None and fast.best_outcome.throughput == 3.0
+    assert len(calls) == len({c["a"] for c in calls}) == 3

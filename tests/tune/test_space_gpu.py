@@ -13,8 +13,16 @@ from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, Tensor
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import gpu_config
 from tritonkit.serve.runners import runner_path
-from tritonkit.tune.search import snap
-from tritonkit.tune.space import apply_point, axes_for, base_point, buckets_of, describe, padded_share
+from tritonkit.tune.search import Outcome, brute, snap
+from tritonkit.tune.space import (
+    apply_point,
+    axes_for,
+    base_point,
+    buckets_of,
+    describe,
+    padded_share,
+    same_config,
+)
 
 
 def _built(gpus: tuple[int, ...] = (0,), max_batch: int = 128) -> ModelConfig:
@@ -127,3 +135,25 @@ def test_padded_share_is_the_runners_own_rule() -> None:
         assert padded_share(batches, buckets) == pytest.approx(padded / (real + padded))
     assert padded_share({"41": 2}, [1, 2, 4, 8, 16, 32, 64]) == pytest.approx(46 / 128)
     assert padded_share({}, buckets) is None and padded_share({8: 1}, []) is None
+
+
+def test_points_that_make_one_config_are_one_trial() -> None:
+    """The ``fine`` and ``pow2`` ladders of a max batch of 16 are the same buckets: one config, one key;
+    of 32 they differ (24 is fine's). A search with that key measures such points once."""
+    cfg = _built(max_batch=64)
+    base = snap(axes_for(cfg, max_batch_sizes=[16, 32]), base_point(cfg))
+    at = {b: {**base, "max_batch_size": 16, "buckets": b} for b in ("fine", "pow2")}
+    assert same_config(cfg, at["fine"]) == same_config(cfg, at["pow2"])
+    assert same_config(cfg, {**at["fine"], "max_batch_size": 32}) != same_config(
+        cfg, {**at["pow2"], "max_batch_size": 32}
+    )
+    measured: list[str] = []
+
+    def evaluate(point: dict[str, object]) -> Outcome:
+        measured.append(describe(point))
+        return Outcome(1000.0, 5.0, True)
+
+    axes = axes_for(cfg, max_batch_sizes=[16, 32], delays_us=[500], instances=[2])
+    result = brute(axes, evaluate, same=lambda p: same_config(cfg, p))
+    assert len(measured) == 3  # max batch 16 once, 32 with each ladder
+    assert len(result.trials) == 3

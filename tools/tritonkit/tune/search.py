@@ -2,7 +2,9 @@
 
 Pure: the caller's ``evaluate(point)`` measures one config (a point: axis name -> value) and says what
 it sustained within the budget (:class:`Outcome`). Points are evaluated at most once (cached), so the
-number of distinct evaluations is the cost both searches are compared by.
+number of distinct evaluations is the cost both searches are compared by; with ``same`` (a key per point)
+points that make one config are one evaluation (e.g. the ``fine`` and ``pow2`` bucket ladders of a max
+batch of 16 are both 1, 2, 4, 8, 16).
 
 ``brute``: every point of the grid. ``quick``: coordinate ascent from a start point (the model's own
 config, snapped onto the grid): walk one axis at a time from the current point while each step is
@@ -24,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["Axis", "Final", "Outcome", "SearchResult", "brute", "finalists", "finals", "quick"]
@@ -72,13 +74,16 @@ def _score(outcome: Outcome) -> tuple[int, float]:
 
 
 class _Cache:
-    def __init__(self, evaluate: Callable[[Point], Outcome]) -> None:
+    def __init__(
+        self, evaluate: Callable[[Point], Outcome], same: Callable[[Point], Hashable] | None = None
+    ) -> None:
         self.evaluate = evaluate
-        self.seen: dict[tuple[tuple[str, str], ...], Outcome] = {}
+        self.same: Callable[[Point], Hashable] = same or _key
+        self.seen: dict[Hashable, Outcome] = {}
         self.trials: list[tuple[Point, Outcome]] = []
 
     def __call__(self, point: Point) -> Outcome:
-        key = _key(point)
+        key = self.same(point)
         if key not in self.seen:
             outcome = self.evaluate(dict(point))
             self.seen[key] = outcome
@@ -101,9 +106,14 @@ def grid(axes: Sequence[Axis]) -> list[Point]:
     ]
 
 
-def brute(axes: Sequence[Axis], evaluate: Callable[[Point], Outcome]) -> SearchResult:
-    """Evaluate every point."""
-    cache = _Cache(evaluate)
+def brute(
+    axes: Sequence[Axis],
+    evaluate: Callable[[Point], Outcome],
+    *,
+    same: Callable[[Point], Hashable] | None = None,
+) -> SearchResult:
+    """Evaluate every point (once per ``same`` key)."""
+    cache = _Cache(evaluate, same)
     for point in grid(axes):
         cache(point)
     return cache.result()
@@ -147,6 +157,7 @@ def quick(
     couples: Sequence[tuple[str, str]] = (("max_batch_size", "delay_us"),),
     max_steps: int = 12,
     min_gain: float = 0.0,
+    same: Callable[[Point], Hashable] | None = None,
 ) -> SearchResult:
     """Coordinate ascent from ``start`` (snapped onto the grid).
 
@@ -158,8 +169,9 @@ def quick(
     nobody declared); when that finds nothing either, every value of every axis (a walk stops at the
     first step that is no better, and a measured surface has dips that are only noise). A better point
     found there starts the passes again. ``min_gain``: between two feasible points, the newer must beat
-    the current by this share to count as better (noise is no reason to keep walking)."""
-    cache = _Cache(evaluate)
+    the current by this share to count as better (noise is no reason to keep walking). ``same``: one
+    key for points that make one config (the first measured stands for the rest)."""
+    cache = _Cache(evaluate, same)
 
     def better(a: Point, b: Point) -> bool:
         oa, ob = cache(a), cache(b)

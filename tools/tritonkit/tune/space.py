@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems, to_pbtxt
 from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style, preferred_sizes
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
@@ -46,6 +46,7 @@ __all__ = [
     "padded_share",
     "pipelined",
     "profile_batch_range",
+    "same_config",
 ]
 
 DEFAULT_DELAYS_US: tuple[int | str, ...] = ("off", 0, 500, 2000)
@@ -288,6 +289,16 @@ def dataclass_replace_group(group: InstanceGroup, *, kind: str, count: int) -> I
 def describe(point: Mapping[str, Any]) -> str:
     """``instances=2 kind=KIND_CPU max_batch_size=8 delay_us=500 ...`` (stable order)."""
     return " ".join(f"{k}={point[k]}" for k in sorted(point))
+
+
+def same_config(base: ModelConfig, point: Mapping[str, Any]) -> str:
+    """The config ``point`` makes of ``base`` as text: points with equal text are one trial (the ``fine``
+    and ``pow2`` ladders of a max batch of 16 are both 1, 2, 4, 8, 16). A point that makes no valid
+    config keys by its own description (measuring it reports why)."""
+    try:
+        return to_pbtxt(apply_point(base, point))
+    except TritonKitError:
+        return describe(point)
 
 
 def padded_share(batches: Mapping[Any, int], buckets: Sequence[int]) -> float | None:

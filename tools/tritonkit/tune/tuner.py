@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +41,7 @@ from tritonkit.tune.space import (
     base_point,
     describe,
     pipelined,
+    same_config,
 )
 from tritonkit.tune.spec_file import find_spec, write_spec
 from tritonkit.tune.trial import measure_config, progress_line, start_level
@@ -396,9 +398,10 @@ def _axes(options: TuneOptions, base: ModelConfig) -> list[Axis]:
 
 
 def _search(options: TuneOptions, run: _Run, axes: Sequence[Axis]) -> SearchResult:
+    same = partial(same_config, run.base)
     if options.search == "brute":
-        return brute(axes, run.evaluate)
-    return quick(axes, run.evaluate, base_point(run.base), min_gain=options.min_gain)
+        return brute(axes, run.evaluate, same=same)
+    return quick(axes, run.evaluate, base_point(run.base), min_gain=options.min_gain, same=same)
 
 
 def _finals_and_verdict(
