@@ -118,6 +118,9 @@ def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str,
     assert written.parameters["batch_buckets"].split(",")[-1] == str(mbs)  # buckets follow the winner
     profile = figures["profile"]
     assert profile["rc"] == 0 and profile["throughput"] > 0 and profile["ratio"] is not None
+    # profile measures the config tune left: the winner when written, else the built config
+    chosen = figures["winner"] if figures["written"] else figures["baseline"]
+    assert isinstance(figures["written"], bool) and profile["concurrency"] == chosen["concurrency"]
     assert profile["padded_share"] is not None  # profile reports padding for a bucketed runner
 
 
@@ -220,6 +223,13 @@ def test_render_summary_parts_and_anchors() -> None:
     assert "input / infer (hand-over: pipelined runner) / output µs" in gpu_render.render(data)
     assert "90 s putting configs into service" in text and "(0.971)" in text
     assert "| nan" not in text
+    # a winner within the spread of the built config's repeated measurements: tune kept the config
+    data["parts"]["bert"]["tune"]["log_tail"] = (
+        "+4.2% against the model's own config; NOT written, config.pbtxt unchanged"
+    )
+    (row,) = gpu_render.summary(data)
+    assert row["beats"] == "1.56x (not written)"
+    assert "so tune left the config as built." in gpu_render.render(data)
 
 
 def test_render_from_runs_measured_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

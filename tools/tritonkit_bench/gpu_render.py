@@ -114,7 +114,7 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
             "tune_met": "yes"
             if tune and tune.get("seconds", 1e9) <= TUNE_S and not tune.get("refused")
             else "no",
-            "beats": _beats(winner, base),
+            "beats": _beats(winner, base) + ("" if _written(tune) else " (not written)"),
             "profile": _f(prof.get("ratio"), 3) if prof else "n/a",
             "profile_met": "yes" if prof.get("ratio") and abs(prof["ratio"] - 1) <= PROFILE_WITHIN else "no",
         }
@@ -131,6 +131,13 @@ def _ordered(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     order = list(TITLES)
     parts = data.get("parts", {})
     return sorted(parts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+
+
+def _written(tune: dict[str, Any]) -> bool:
+    """Whether tune wrote its winner (recorded since 2026-11-26; earlier runs' last lines say so)."""
+    if "written" in tune:
+        return bool(tune["written"])
+    return "NOT written" not in str(tune.get("log_tail", ""))
 
 
 def _figure(t: dict[str, Any]) -> float:
@@ -182,11 +189,13 @@ def _tune(tune: dict[str, Any]) -> list[str]:
     if winner:
         lines += ["", f"Winner `{winner['key']}`: {_figure(winner):,.0f} req/s (finals median where measured) at "
                   f"concurrency {winner['concurrency']}, p99 {_f(winner.get('p99_ms'), 2)} ms; built config "
-                  f"{'`' + base['key'] + '`: ' + format(base['throughput'], ',.0f') + ' req/s' if base else 'not measured'} "
-                  f"({_beats(winner, base)})."]  # fmt: skip
+                  f"{'`' + base['key'] + '`: ' + format(_figure(base), ',.0f') + ' req/s' if base else 'not measured'} "
+                  f"({_beats(winner, base)})"
+                  + ("." if _written(tune) else "; not written: the winner does not beat the built config beyond the "
+                     "spread of their repeated measurements, so tune left the config as built.")]  # fmt: skip
     prof = tune.get("profile") or {}
     if prof.get("throughput") is not None:
-        lines += ["", f"`tritonkit profile` of the written config at c{prof['concurrency']}: {prof['throughput']:,.0f} "
+        lines += ["", f"`tritonkit profile` of the config as tune left it at c{prof['concurrency']}: {prof['throughput']:,.0f} "
                   f"req/s against tune's {prof['tune_figure']:,.0f} ({prof['ratio']:.3f}), p99 {_f(prof.get('p99_ms'), 2)} ms, "
                   f"padded {_pct(prof.get('padded_share'))}."]  # fmt: skip
     lines += ["", "| config | req/s | concurrency | p99 ms | avg batch | padded | load s | measure s |",

@@ -130,10 +130,12 @@ def run(
         measure_s=round(sum(r.get("measure_s", 0.0) for r in rows), 1),
         refused=[r["key"] for r in rows if r.get("error")],
         runs=len(rows),
+        written=bool((summary.get("verdict") or {}).get("write", True)),
     )
-    winner = summary.get("winner")
-    if winner and winner.get("concurrency"):
-        figures["profile"] = _profile(repo, part, work, settings, winner, log)
+    # profile measures the config tune left: its winner when written, else the built config
+    chosen = summary.get("winner") if figures["written"] else summary.get("baseline")
+    if chosen and chosen.get("concurrency"):
+        figures["profile"] = _profile(repo, part, work, settings, chosen, log)
     return figures
 
 
@@ -154,7 +156,8 @@ def _profile(
     winner: dict[str, Any],
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    """``tritonkit profile`` of the written config at the winner's concurrency, against tune's figure."""
+    """``tritonkit profile`` of the config tune left (``winner``: the trial it stands for) at that trial's
+    concurrency, against tune's figure for it (its finals median where measured)."""
     spec = PARTS[part]
     out = work / f"profile-{part}.json"
     args = [
