@@ -1,4 +1,4 @@
-"""Fixtures shared by the serve tests: an embedded server with the guard in front of one add-one model."""
+"""Fixtures shared by the serve tests: an embedded server of one add-one model, plain and with the guard in front."""
 
 from __future__ import annotations
 
@@ -16,4 +16,13 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer
     repo = tmp_path_factory.mktemp("repo")
     write_python_model(repo, "add_one", ADD_ONE)
     with EmbeddedServer(repo, exit_timeout=1, guard=True, max_body_bytes=1 << 20) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    """A plain server (no guard) serving `add_one`, one per test module."""
+    repo = tmp_path_factory.mktemp("repo")
+    write_python_model(repo, "add_one", ADD_ONE)
+    with EmbeddedServer(repo, exit_timeout=1) as server:
         yield server

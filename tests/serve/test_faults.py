@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +25,6 @@ from tritonkit.client.protocol import grpc_headers
 from tritonkit.errors import ModelLoadError
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.serve.process import stubs_of
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    repo = tmp_path_factory.mktemp("repo")
-    write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo, exit_timeout=1) as server:
-        yield server
 
 
 def _stub_path(server: EmbeddedServer) -> Path:

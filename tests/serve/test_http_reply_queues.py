@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,6 @@ from tritonkit.serve.reply_queues import DEFAULT_SNDBUF_ROOM, widen_reply_queues
 
 IN_FLIGHT = 1024  # 485 of 1,024 went unanswered on this 2-core host without the widening
 ROUNDS = 6
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    repo = tmp_path_factory.mktemp("repo")
-    write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo, exit_timeout=1) as running:
-        yield running
 
 
 def _request(value: int) -> bytes:
@@ -77,13 +68,13 @@ async def _closed_loop(port: int, connections: int, rounds: int, timeout_s: floa
     return [y for answers in per_connection for y in answers]
 
 
-def test_a_thousand_http_inferences_in_flight_are_all_answered(server: EmbeddedServer) -> None:
+def test_a_thousand_http_inferences_in_flight_are_all_answered(served: EmbeddedServer) -> None:
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 4 * IN_FLIGHT:
         pytest.skip(f"needs {4 * IN_FLIGHT} open files (ulimit -n); this process may open fewer")
-    if server.http_reply_problem:
-        pytest.skip(f"tritonserver's reply queues could not be widened here: {server.http_reply_problem}")
-    assert server.http_reply_room is not None and server.http_reply_room >= IN_FLIGHT > DEFAULT_SNDBUF_ROOM
-    port = int(server.http_url.rsplit(":", 1)[1])
+    if served.http_reply_problem:
+        pytest.skip(f"tritonserver's reply queues could not be widened here: {served.http_reply_problem}")
+    assert served.http_reply_room is not None and served.http_reply_room >= IN_FLIGHT > DEFAULT_SNDBUF_ROOM
+    port = int(served.http_url.rsplit(":", 1)[1])
     answers = asyncio.run(_closed_loop(port, IN_FLIGHT, ROUNDS, timeout_s=20.0))
     missing = [i for i, y in enumerate(answers) if y is None]
     assert not missing, f"{len(missing)} of {IN_FLIGHT * ROUNDS} requests unanswered after 20 s"
