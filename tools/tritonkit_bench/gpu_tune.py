@@ -1,11 +1,12 @@
 """The GPU benchmark's tune step (:mod:`tritonkit_bench.gpu`): ``tritonkit tune`` on a part's built
-version as a user runs it, then ``tritonkit profile`` of the config it wrote.
+version as a user runs it, then ``tritonkit profile`` of the config it left.
 
 Both run as the command (``python -m tritonkit``) in a child process, on the version exactly as the
 build wrote it, with tune's default grid for a GPU version (``tritonkit.tune.space``) and the quick
 search; the step keeps the command lines, the wall time, where the trials' seconds went (loading the
 config vs measuring it, from ``trials.jsonl``), the winner against the built config, and the profile's
-figure at the winner's concurrency against the tune's own (the reproduction check).
+figure for the config tune left (its winner, or the built config it kept) against the tune's own (the
+reproduction check).
 """
 
 from __future__ import annotations
@@ -153,15 +154,15 @@ def _profile(
     part: str,
     work: Path,
     settings: TuneSettings,
-    winner: dict[str, Any],
+    chosen: dict[str, Any],
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    """``tritonkit profile`` of the config tune left (``winner``: the trial it stands for) at that trial's
+    """``tritonkit profile`` of the config tune left (``chosen``: the trial it stands for) at that trial's
     concurrency, against tune's figure for it (its finals median where measured)."""
     spec = PARTS[part]
     out = work / f"profile-{part}.json"
     args = [
-        "profile", "--model", spec.model, "--repo", str(repo), "--concurrency", str(winner["concurrency"]),
+        "profile", "--model", spec.model, "--repo", str(repo), "--concurrency", str(chosen["concurrency"]),
         "--json", str(out), *settings.flags(), "--max-windows", "8",
     ]  # fmt: skip
     rc, seconds = _command(args, log, work / f"profile-{part}.log", 120.0)
@@ -178,13 +179,13 @@ def _profile(
         }
     data = json.loads(out.read_text(encoding="utf-8"))
     level = (data.get("levels") or [{}])[-1]
-    figure = float(winner.get("confirmed_throughput") or winner["throughput"])
+    figure = float(chosen.get("confirmed_throughput") or chosen["throughput"])
     throughput = float(level.get("throughput", 0.0))
     result.update(
-        concurrency=winner["concurrency"],
+        concurrency=chosen["concurrency"],
         throughput=throughput,
         p99_ms=level.get("p99_ms"),
-        padded_share=(data.get("padded_share") or {}).get(f"c{winner['concurrency']}"),
+        padded_share=(data.get("padded_share") or {}).get(f"c{chosen['concurrency']}"),
         tune_figure=figure,
         ratio=throughput / figure if figure else None,
     )
