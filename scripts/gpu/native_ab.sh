@@ -6,6 +6,9 @@
 # is compiled on the host for its torch and CUDA (g++, CUDA's headers) and the version traced to
 # model.ts there. Usage: PARTS="bert minilm resnet" scripts/gpu/native_ab.sh [gpu_pipeline args]
 #   default args: --variants off:4,native:2,native:4,native:2@0 --levels 1,64,256,512 --seconds 3
+#   variants: runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1][%config=value/...][^server-flag=value/...]
+#   --protocol grpc,grpc-stream,http: each variant through each front end in turn (default grpc)
+# Each variant's ratio is against the engine it serves (the native backend's traced methods, timed too).
 # Writes to $OUT: <part>.md and <part>.json per part, native-ab.log, machine.txt.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -8,16 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from tests.support.bench_tiny import TINY
 
-from tritonkit.config import load, save
 from tritonkit_bench.gpu_http import answer_problem, http_request
-from tritonkit_bench.gpu_load import BERT, Payload, run_load
+from tritonkit_bench.gpu_load import BERT, run_load
 from tritonkit_bench.gpu_measure import sweep
-from tritonkit_bench.gpu_models import PARTS, Part, build_part
-from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module
-
-TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
 
 
 def test_request_is_kserve_v2_binary() -> None:
@@ -45,20 +40,6 @@ def test_answer_check_names_what_is_wrong() -> None:
     assert answer_problem(200, head, good, BERT, 1) == ""
     assert "lacks 2 rows" in answer_problem(200, head, good, BERT, 2)
     assert answer_problem(400, {}, b'{"error":"unexpected shape"}', BERT, 1).startswith("HTTP 400: ")
-
-
-@pytest.fixture
-def tiny_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    part = Part("tiny", "a linear layer", TINY, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs)
-    monkeypatch.setitem(PARTS, "tiny", part)
-    repo = tmp_path / "repo"
-    build_part(repo, "tiny", lambda _: None, gpus=[0], runner="python")
-    path = repo / "tiny_fp16" / "config.pbtxt"
-    config = load(path)  # the KIND_GPU version placed on the CPU (no GPU here)
-    config.instance_groups[0].kind, config.instance_groups[0].gpus = "KIND_CPU", []
-    config.parameters["device"] = "cpu"
-    save(config, path)
-    return repo
 
 
 def test_http_sweep_counts_answers_and_server_statistics(tiny_repo: Path) -> None:

@@ -29,8 +29,8 @@ __all__ = ["BERT", "IMAGE", "PROTOCOLS", "TEXT", "LoadResult", "Payload", "pool"
 
 _METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _LIMITS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-#: the front ends the generator can load
-PROTOCOLS = ("grpc", "http")
+#: the front ends the generator can load (``grpc-stream``: gRPC's ModelStreamInfer, :mod:`.gpu_stream`)
+PROTOCOLS = ("grpc", "http", "grpc-stream")
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,12 @@ def _worker(
         from tritonkit_bench import gpu_http  # noqa: PLC0415 (it builds on this module's pieces)
 
         return gpu_http.worker(url, model, payload, batch, in_flight, warmup_s, seconds, start_at)
+    if protocol == "grpc-stream":
+        from tritonkit_bench import gpu_stream  # noqa: PLC0415 (it builds on this module's pieces)
+
+        return gpu_stream.worker(
+            url, model, payload, batch, in_flight, warmup_s, seconds, start_at, os.getpid()
+        )
     import grpc  # noqa: PLC0415 (grpc loads in the workers)
 
     body = request_bytes(model, payload, batch, os.getpid())

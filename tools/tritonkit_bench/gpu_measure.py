@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
     tr = runner("torch_runner")
     config = load(root / spec.model / "config.pbtxt")
     if config.backend == NATIVE_BACKEND:  # the traced methods the native backend replays, one per bucket
-        traced = torch.jit.load(str(root / spec.model / "1" / NATIVE_PROGRAM), map_location=device)  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's deprecation note
+            traced = torch.jit.load(str(root / spec.model / "1" / NATIVE_PROGRAM), map_location=device)  # type: ignore[no-untyped-call]
 
         def by_bucket(*xs: Any) -> Any:
             return getattr(traced, f"b{xs[0].shape[0]}")(*xs)

@@ -62,6 +62,9 @@ class Variant(NamedTuple):
     #: more config parameters (``%key=value/key=value`` after the rest), e.g. the native backend's
     #: ``copy_threads``
     params: tuple[tuple[str, str], ...] = ()
+    #: tritonserver flags (``^flag=value/flag=value`` at the very end), e.g.
+    #: ``grpc-infer-allocation-pool-size``
+    server: tuple[tuple[str, str], ...] = ()
 
 
 def parse_variants(text: str) -> list[Variant]:
@@ -70,13 +73,16 @@ def parse_variants(text: str) -> list[Variant]:
     instance group's GPUs, ``+`` between them; the instances are per GPU) to GPU 0, and the batching
     delay in microseconds (after ``@``) to the built config's; ``+1`` / ``-1`` after it puts a batch
     of one among the batcher's preferred sizes or takes it out (a lone request then leaves at once or
-    waits the delay), else as built; ``%copy_threads=1/copy_split_bytes=4096`` at the end sets config
-    parameters."""
+    waits the delay), else as built; ``%copy_threads=1/copy_split_bytes=4096`` after it sets config
+    parameters and ``^grpc-infer-allocation-pool-size=1024`` at the very end tritonserver flags."""
     out = []
     for item in (p.strip() for p in text.split(",") if p.strip()):
-        core, _, extra = item.partition("%")
+        item_params, _, flags = item.partition("^")
+        core, _, extra = item_params.partition("%")
         pairs = [kv.partition("=") for kv in extra.split("/")] if extra else []
         params = tuple((k, v) for k, _, v in pairs)
+        flag_pairs = [kv.partition("=") for kv in flags.split("/")] if flags else []
+        server = tuple((k, v) for k, _, v in flag_pairs)
         head, _, tail = core.partition("@")
         lone = {"+1": True, "-1": False}.get(tail[-2:]) if tail else None
         delay = tail[:-2] if lone is not None else tail
@@ -89,12 +95,14 @@ def parse_variants(text: str) -> list[Variant]:
             and all(g.isdigit() for g in gpus)
             and (delay == "" or delay.isdigit())
             and all(k.isidentifier() and eq and v for k, eq, v in pairs)
+            and all(k.replace("-", "_").isidentifier() and eq and v for k, eq, v in flag_pairs)
         )
         if not ok:
             raise argparse.ArgumentTypeError(
                 "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0,native:4@500+1,"
-                "native:4%copy_threads=1 "
-                f"(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1][%key=value/...]); got {item!r}"
+                "native:4%copy_threads=1,native:4^grpc-infer-allocation-pool-size=1024 "
+                "(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1][%key=value/...]"
+                f"[^server-flag=value/...]); got {item!r}"
             )
         depth = int(fields[2]) if len(fields) > 2 else 2
         senders = int(fields[3]) if len(fields) > 3 else 1
@@ -108,6 +116,7 @@ def parse_variants(text: str) -> list[Variant]:
                 int(delay) if delay else None,
                 lone,
                 params,
+                server,
             )
         )
     if not out:
@@ -125,6 +134,15 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
+def _protocols(text: str) -> list[str]:
+    picked = [p.strip() for p in text.split(",") if p.strip()]
+    if not picked or any(p not in PROTOCOLS for p in picked):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated front ends of {', '.join(PROTOCOLS)}; got {text!r}"
+        )
+    return picked
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tritonkit_bench.gpu_pipeline", description=__doc__.splitlines()[0]
@@ -140,7 +158,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--client-processes", type=int, default=8, help="load-generator processes (default 8)"
     )
     parser.add_argument(
-        "--protocol", choices=PROTOCOLS, default="grpc", help="front end loaded (default grpc)"
+        "--protocol",
+        type=_protocols,
+        default=["grpc"],
+        help=f"front ends loaded, each variant through each in turn (comma-separated of {', '.join(PROTOCOLS)}; default grpc)",
     )
     parser.add_argument("--out", default="pipeline-ab.md")
     parser.add_argument("--raw", default=None, help="also write the figures as JSON here")
@@ -226,7 +247,8 @@ def _label(variant: Variant) -> str:
         "" if v.lone is None else ", a lone request " + ("leaves at once" if v.lone else "waits the delay")
     )
     params = "".join(f", {k}={value}" for k, value in v.params)
-    return f"{kind}, {v.instances} instances{where}{delay}{alone}{params}"
+    flags = "".join(f", --{k}={value}" for k, value in v.server)
+    return f"{kind}, {v.instances} instances{where}{delay}{alone}{params}{flags}"
 
 
 def trace_native(repo: Path, model: str, device: str) -> None:
@@ -251,10 +273,17 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
     data["in_process"] = in_process(repo, part, device=device)
     log(f"in-process {json.dumps({k: round(v) for k, v in data['in_process'].items()})}")
     save_figures(data)
-    if any(v.runner == "native" for v in args.variants):
+    native = [v for v in args.variants if v.runner == "native"]
+    if native:
         started = time.perf_counter()
         trace_native(repo, PARTS[part].model, device)
         log(f"model.ts exported in {time.perf_counter() - started:.1f} s")
+        configure(repo, PARTS[part].model, native[0])  # the traced methods the native backend replays
+        data["in_process_native"] = in_process(repo, part, device=device)
+        log(
+            f"in-process, native program {json.dumps({k: round(v) for k, v in data['in_process_native'].items()})}"
+        )
+        save_figures(data)
     for chosen in args.variants:
         label = _label(chosen)
         configure(repo, PARTS[part].model, chosen)
@@ -266,6 +295,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             "gpus": list(chosen.gpus),
             "lone_preferred": chosen.lone,
             "params": dict(chosen.params),
+            "server": dict(chosen.server),
         }
         del variant["lone"]
         try:
@@ -278,20 +308,26 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
                         str(chosen.delay_us),
                         str(chosen.lone),
                         *(f"{k}={value}" for k, value in chosen.params),
+                        *(f"{k}={value}" for k, value in chosen.server),
                     ]
                 )
                 + ".log"
             )
-            variant["rows"] = sweep(
-                repo,
-                part,
-                args.levels,
-                args.seconds,
-                log,
-                log_file=work / name,
-                processes=args.client_processes,
-                protocol=args.protocol,
-            )
+            variant["rows"] = [
+                row
+                for protocol in args.protocol
+                for row in sweep(
+                    repo,
+                    part,
+                    args.levels,
+                    args.seconds,
+                    log,
+                    log_file=work / name,
+                    processes=args.client_processes,
+                    protocol=protocol,
+                    server_args=tuple(f"--{k}={value}" for k, value in chosen.server),
+                )
+            ]
         except Exception as exc:  # the other variants still run; the table says why this one is empty
             variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             log(f"{label} failed: {variant['error']}")
@@ -308,36 +344,49 @@ def render(data: dict[str, Any]) -> str:
     """The A/B table: per variant and level the served rate against the in-process peak, latency,
     batches and Triton's split (compute infer marked where it is the hand-over), then the peaks."""
     batch, top = peak(data["in_process"]) if data.get("in_process") else (0, 0.0)
+    native_batch, native_top = (
+        peak(data["in_process_native"]) if data.get("in_process_native") else (batch, top)
+    )
     lines = [
         f"# Pipelined vs synchronous torch runner: `{data['model']}`"
         + (" (dry run, CPU)" if data.get("dry_run") else ""),
         "",
-        f"In-process peak {top:,.0f} samples/s (batch {batch}). Requests of one row, {data['seconds']:g} s "
-        f"per level, {data.get('client_processes', 8)} client processes ({'HTTP' if data.get('protocol') == 'http' else 'gRPC'}; one request in flight: blocking calls). † pipelined: Triton's compute infer is the hand-over of a "
+        f"In-process peak {top:,.0f} samples/s (batch {batch}; the program the python runner serves)"
+        + (
+            f", {native_top:,.0f} (batch {native_batch}) for the traced methods the native backend replays"
+            if data.get("in_process_native")
+            else ""
+        )
+        + f"; each variant's ratio is against the engine it serves. Requests of one row, {data['seconds']:g} s "
+        f"per level, {data.get('client_processes', 8)} client processes (one request in flight: blocking calls; "
+        "front ends: grpc = unary calls, grpc-stream = Triton's ModelStreamInfer, http = HTTP/1.1 with the "
+        "binary tensor extension). † pipelined: Triton's compute infer is the hand-over of a "
         "batch to the runner's worker, not the GPU work.",
         "",
-        "| variant | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "
+        "| variant | front end | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "
         "| input / infer / output µs per execution | GPU util % | server CPU % | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     peaks: list[str] = []
     for v in data.get("variants", []):
         if v.get("error"):
-            lines.append(f"| {v['label']} | – | failed: {v['error']} | | | | | | | | | | |")
+            lines.append(f"| {v['label']} | – | – | failed: {v['error']} | | | | | | | | | | |")
             continue
         mark = "†" if v["pipeline"] else ""
+        engine = native_top if v.get("runner") == "native" else top
         for r in v["rows"]:
             split = f"{r['compute_input_us']:,.0f} / {r['compute_infer_us']:,.0f}{mark} / {r['compute_output_us']:,.0f}"
             lines.append(
-                f"| {v['label']} | {r['in_flight']} | {r['samples_per_s']:,.0f} | "
-                f"{r['samples_per_s'] / top if top else 0:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"| {v['label']} | {r.get('protocol', 'grpc')} | {r['in_flight']} | {r['samples_per_s']:,.0f} | "
+                f"{r['samples_per_s'] / engine if engine else 0:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                 f"{r['avg_batch']:.1f} | {100 * (r['padded_share'] or 0):.1f} % | {r['queue_us']:,.0f} | {split} | "
                 f"{_f(r['gpu_util'])} | {100 * r['server_cpu_share']:.1f} | {r['errors']} |"
             )
-        best = max(v["rows"], key=lambda r: r["samples_per_s"], default=None)
-        if best is not None:
-            peaks.append(f"{v['label']}: {best['samples_per_s']:,.0f} at c{best['in_flight']}"
-                         f" ({best['samples_per_s'] / top if top else 0:.2f} of in-process)")  # fmt: skip
+        for protocol in dict.fromkeys(r.get("protocol", "grpc") for r in v["rows"]):
+            rows = [r for r in v["rows"] if r.get("protocol", "grpc") == protocol]
+            best = max(rows, key=lambda r: r["samples_per_s"])
+            peaks.append(f"{v['label']}, {protocol}: {best['samples_per_s']:,.0f} at c{best['in_flight']}"
+                         f" ({best['samples_per_s'] / engine if engine else 0:.2f} of in-process)")  # fmt: skip
     return "\n".join([*lines, "", "Peak served per variant: " + "; ".join(peaks) + ".", ""])
 
 
