@@ -82,7 +82,10 @@ def test_render_marks_the_hand_over_of_pipelined_variants() -> None:
         "in_process_native": {"64": 20000.0, "96": 24000.0},
     }  # fmt: skip
     text = gpu_pipeline.render(data)
-    assert "In-process peak 16,000 samples/s (batch 96; " in text and "24,000 (batch 96) for the traced methods" in text
+    assert (
+        "In-process peak 16,000 samples/s (batch 96; " in text
+        and "24,000 (batch 96) for the traced methods" in text
+    )
     assert "| pipeline off, 2 instances | grpc | 64 | 12,000 | 0.75 |" in text and "300 / 150 / 10 |" in text
     assert "300 / 150† / 10 |" in text  # the pipelined row's compute infer is the hand-over
     assert "failed: ModelLoadError: x" in text
