@@ -454,8 +454,14 @@ class EmbeddedServer:
 
     def exit_reason(self) -> str:
         """One line on how tritonserver ended: the signal or exit code and the log line that tells why."""
-        code = self._process.poll() if self._process is not None else None
+        if (code := self._process.poll() if self._process is not None else None) is not None:
+            self._drain_log()
         return describe_exit(code, self._log_lines())
+
+    def _drain_log(self, timeout: float = 1.0) -> None:
+        """Let the pump copy an exited server's last lines (often the one that tells why); bounded."""
+        if self._log_pump is not None:
+            self._log_pump.join(timeout)
 
     def problems(self) -> list[str]:
         """What makes the running server unable to serve: an exit, or a model's dead python stub.
@@ -487,7 +493,8 @@ class EmbeddedServer:
         while time.monotonic() < deadline:
             code = self._process.poll()
             if code is not None:
-                raise self._startup_failure(code)
+                self._drain_log()
+                raise startup_failure(code, self._log_lines(), self.log_file)
             if time.monotonic() > next_look:
                 next_look = time.monotonic() + 0.5
                 stuck = self._stub_failures()
@@ -522,9 +529,6 @@ class EmbeddedServer:
 
     def _stub_failures(self) -> list[str]:
         return stub_failures(self._log_lines(), self.repo)
-
-    def _startup_failure(self, code: int) -> ServerError:
-        return startup_failure(code, self._log_lines(), self.log_file)
 
     def _terminate(self, grace: float) -> int | None:
         process = self._process

@@ -65,6 +65,12 @@ def stub_failures(lines: Sequence[str], repo: Path) -> list[str]:
     return failures
 
 
+#: what Triton's option parser prints about an option it refuses (then its usage)
+_OPTION_REFUSED = re.compile(
+    r"unrecognized option|Bad option|Invalid option value|invalid argument for|requires an argument"
+)
+
+
 def startup_failure(code: int, lines: Sequence[str], log_file: Path | None) -> ServerError:
     """The error for a server that exited with ``code`` before it was ready."""
     failures = load_failures(lines)
@@ -79,8 +85,17 @@ def startup_failure(code: int, lines: Sequence[str], log_file: Path | None) -> S
         for line in lines
         if line.startswith("E") and not any(noise in line for noise in _NOISE)
     ]
-    detail = errors[-1] if errors else "no error line in the log"
-    return ServerError(f"tritonserver exited with code {code} during start-up: {detail.strip()}")
+    refused = [line.strip().rsplit("tritonserver: ", 1)[-1] for line in lines if _OPTION_REFUSED.search(line)]
+    if errors:
+        detail = errors[-1].strip()
+    elif refused:  # Triton's option parser prints its usage and why, without an error line
+        detail = " ".join(refused)
+    else:
+        tail = [line.strip() for line in lines if line.strip()][-2:]
+        detail = (
+            f"no error line in the log; its last lines: {' | '.join(tail)}" if tail else "its log is empty"
+        )
+    return ServerError(f"tritonserver exited with code {code} during start-up: {detail}")
 
 
 def describe_exit(code: int | None, lines: Sequence[str]) -> str:
