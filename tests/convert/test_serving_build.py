@@ -30,9 +30,13 @@ from tritonkit.errors import SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import ModelRepository
+from tritonkit.serve import native
 from tritonkit.serve.runners import runner_path
 
 SpecDict = Callable[..., dict[str, Any]]
+
+
+NO_HEADERS = "no CUDA headers (CUDA_HOME unset and nvcc not on PATH)"
 
 
 def tiny_torch() -> TorchSource:
@@ -42,6 +46,14 @@ def tiny_torch() -> TorchSource:
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     return TorchSource(model, (torch.zeros(1, 16),), ["x"], ["y"])
+
+
+@pytest.fixture(autouse=True)
+def no_cuda_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These builds happen on a host like CI's: a C++ compiler but no CUDA headers, so ``runner: auto``
+    chooses the python runner whatever this machine has (tests/convert/test_runner_auto.py covers the
+    native choice)."""
+    monkeypatch.setattr(native, "unavailable", lambda cuda=True: NO_HEADERS)
 
 
 @pytest.fixture
@@ -151,6 +163,31 @@ def test_serving_survives_overrides(
     again = apply_overrides(spec, {"max_batch_size": 16}, {})
     assert again.serving == spec.serving == ServingSpec.from_mapping(serving)
     assert again.serving.batch_buckets == (2, 8) and again.batching.max_batch_size == 16
+
+
+def test_where_the_native_backend_compiles_the_default_build_is_native(
+    tmp_path: Path, torch_spec: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        native, "unavailable", lambda cuda=True: None
+    )  # a GPU host with g++ and CUDA's headers
+    repo = tmp_path / "repo"
+    build_from_spec(parse_spec(torch_spec(precisions=["fp16"])), repo, gpus=[0])
+    config = ModelRepository(repo).read_config("tiny_fp16")
+    assert config.backend == "tritonkit_torch"
+    assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_groups] == [("KIND_GPU", 4, [0])]
+    assert (repo / "tiny_fp16" / "1" / "model.ts").is_file()
+    execution = _execution(repo, "tiny_fp16")
+    assert execution["runner"] == "native" and "runner_reason" not in execution
+    assert executions(repo) == [
+        "tiny_fp16 version 1 executes on gpu: engine torch (native runner), fp16, buckets 1,2,4,8, "
+        "instances 4 x KIND_GPU on GPU [0] (1 GPU(s) visible)"
+    ]
+    # asked for by name, the python runner is kept whatever the host has
+    build_from_spec(
+        parse_spec(torch_spec(precisions=["fp16"], serving={"runner": "python"})), tmp_path / "r2", gpus=[0]
+    )
+    assert ModelRepository(tmp_path / "r2").read_config("tiny_fp16").backend == "python"
 
 
 def test_a_visible_gpu_writes_the_torch_runner_version(
@@ -296,7 +333,8 @@ def test_check_shows_execution_and_refuses_kind_gpu_without_a_gpu(
     assert check_repository(repo, "triton-image", gpus=[]) == []  # NVIDIA's image keeps its own rules
     shown = (
         "tiny_fp16 version 1 executes on gpu: engine torch, fp16, buckets 1,2,4,8, instances 2 x KIND_GPU "
-        "on GPU [0] (1 GPU(s) visible)"
+        "on GPU [0] (1 GPU(s) visible; python runner: the native backend cannot be compiled here: "
+        f"{NO_HEADERS})"
     )
     assert executions(repo) == [shown]
     if visible_gpus():

@@ -1,7 +1,7 @@
 """The spec route on a GPU (``gpu`` marker: skipped here with the reason printed): a default build spec
 of a torch source, built where a GPU is visible, plans every FP32/FP16 version onto it, gates the
-FP16 program on the GPU, and the real tritonserver serves the versions on KIND_GPU instances with the
-module's answers; ``tritonkit check`` passes it for the embedded server."""
+FP16 program on the GPU, serves them with the native backend where it compiles (the default runner), and
+the real tritonserver serves the versions on KIND_GPU instances with the module's answers; ``tritonkit check`` passes it for the embedded server."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tritonkit.convert.export import TorchSource
 from tritonkit.convert.pipeline import build_from_spec
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import ModelRepository
+from tritonkit.serve import native
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.gpu
@@ -56,6 +57,10 @@ def test_spec_build_serves_on_the_gpu(
     fp16 = repository.read_manifest("mlp_fp16", 1)
     assert fp16.extra["execution"]["device"] == "gpu" and fp16.extra["execution"]["engine"] == "torch"
     assert fp16.accuracy is not None and fp16.accuracy["runtime"] == "torch.export-cuda"
+    # the default runner: the native backend where it compiles here (g++ and CUDA's headers)
+    problem = native.unavailable(cuda=True)
+    assert fp16.extra["execution"]["runner"] == ("native" if problem is None else "python"), problem
+    assert (repository.read_config("mlp_fp16").backend == "tritonkit_torch") == (problem is None)
     assert check_repository(repo, "embedded") == []
 
     reference = gpu_torch().module.eval()

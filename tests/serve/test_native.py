@@ -307,7 +307,7 @@ def test_held_out_families_trace_per_bucket_as_the_module_answers(tmp_path: Path
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.load: what the C++ backend reads
-        traced = torch.jit.load(str(version / "model.ts"))
+        traced = torch.jit.load(str(version / "model.ts"), map_location="cpu")  # traced on a GPU where one is
     feeds = [torch.from_numpy(a) for a in arrays(built, 3, 1).values()]
     got = traced.b4(*[torch.cat([x, x[:1]]) for x in feeds])[0][:3]
     with torch.no_grad():
@@ -323,3 +323,48 @@ def test_native_plans_four_instances_per_gpu_unless_counted() -> None:
     assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).instance_groups[0].count == 2
     counted = ServingSpec.from_mapping({"runner": "native", "instances": {"count": 3}})
     assert plan_execution(counted, max_batch_size=8, gpus=[0]).instance_groups[0].count == 3
+
+
+def test_runner_auto_is_native_on_a_gpu_where_the_backend_compiles() -> None:
+    auto = ServingSpec.from_mapping({"engine": "torch"})
+    assert auto.runner == "auto" and ServingSpec.from_mapping(auto.to_mapping()) == auto
+    native = plan_execution(auto, max_batch_size=8, gpus=[0], native_problem=None)
+    assert (native.runner, native.runner_reason, native.instance_groups[0].count) == ("native", "", 4)
+    headers = "no CUDA headers (CUDA_HOME unset and nvcc not on PATH)"
+    python = plan_execution(auto, max_batch_size=8, gpus=[0], native_problem=headers)
+    assert (python.runner, python.instance_groups[0].count) == ("python", 2)
+    assert python.runner_reason == f"the native backend cannot be compiled here: {headers}"
+    assert python.manifest_extra()["execution"]["runner_reason"] == python.runner_reason
+    piped = plan_execution(
+        ServingSpec(engine="torch", pipeline=True), max_batch_size=8, gpus=[0], native_problem=None
+    )
+    assert (piped.runner, piped.runner_reason) == ("python", "serving.pipeline is the python runner's")
+    on_cpu = plan_execution(auto, max_batch_size=8, gpus=[], native_problem=None)
+    assert (on_cpu.device, on_cpu.runner, on_cpu.runner_reason) == ("cpu", "python", "")
+    asked = ServingSpec(engine="torch", runner="python")
+    assert plan_execution(asked, max_batch_size=8, gpus=[0], native_problem=None).runner == "python"
+    # a caller that did not look for the toolchain gets the python runner and is told so
+    unchecked = plan_execution(auto, max_batch_size=8, gpus=[0])
+    assert unchecked.runner == "python" and "no check for a C++ compiler" in unchecked.runner_reason
+
+
+def test_the_toolchain_check_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    from tritonkit.serve import native  # noqa: PLC0415
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler on it
+    assert native.unavailable(cuda=False) == "no C++ compiler (g++ or $CXX) on PATH"
+    compiler = tmp_path / "g++"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    assert native.unavailable(cuda=False) is None
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    assert native.unavailable(cuda=True) == "no CUDA headers (CUDA_HOME unset and nvcc not on PATH)"
+    home = tmp_path / "cuda"
+    (home / "include").mkdir(parents=True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    assert native.unavailable(cuda=True) == f"no CUDA headers ({home}/include/cuda_runtime_api.h is missing)"
+    (home / "include" / "cuda_runtime_api.h").write_text("")
+    assert native.unavailable(cuda=True) is None

@@ -110,7 +110,9 @@ def build_gpu_models(repo: Path, gpus: list[int] | None = None) -> None:
     ):
         if (repo / name / "config.pbtxt").exists():
             continue
-        plan = plan_execution(ServingSpec(engine="torch", precision="fp16"), max_batch_size=top, gpus=gpus)
+        plan = plan_execution(  # the python runner, as the fleet figures were measured
+            ServingSpec(engine="torch", precision="fp16", runner="python"), max_batch_size=top, gpus=gpus
+        )
         plan = dataclasses.replace(plan, batch_buckets=())
         write_torch_version(
             repo, name, module, feeds, [output], plan, max_batch_size=top, max_queue_delay_us=500

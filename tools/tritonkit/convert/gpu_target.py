@@ -31,6 +31,7 @@ from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import text_ensemble
 from tritonkit.convert.torch_program import PROGRAM_FILE, onnx_gpu_version, program_outputs, torch_version
 from tritonkit.errors import SpecError
+from tritonkit.serve import native
 
 __all__ = [
     "GPU_PRECISIONS",
@@ -148,6 +149,9 @@ def plan_version(
         gpus=gpus,
         profile=profile,
         engines=engines,
+        native_problem=native.unavailable(cuda=True)
+        if serving.runner == "auto" and "torch" in engines
+        else None,
     )
     return dataclasses.replace(plan, reason=reason)
 

@@ -448,10 +448,11 @@ def _execution_line(model: str, version: str, record: dict[str, object]) -> str:
             where = f" on GPU {group.get('gpus')}" if group.get("gpus") else ""
             groups.append(f"{group.get('count')} x {group.get('kind')}{where}")
     runner = " (native runner)" if record.get("runner") == "native" else ""
+    why_python = f"; python runner: {record['runner_reason']}" if record.get("runner_reason") else ""
     return (
         f"{model} version {version} executes on {record.get('device')}: engine {record.get('engine')}{runner}, "
         f"{record.get('precision')}, buckets {shown}, instances {' + '.join(groups) or 'none'} "
-        f"({record.get('reason')})"
+        f"({record.get('reason')}{why_python})"
     )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "export_program",
     "prepare_native",
     "trace_device",
+    "unavailable",
 ]
 
 BACKEND = "tritonkit_torch"
@@ -66,11 +67,32 @@ class NativeBackendError(TritonKitError):
     """The native backend could not be compiled or its program not exported."""
 
 
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def unavailable(cuda: bool = True) -> str | None:
+    """Why the backend cannot be compiled here (None: it can): no C++ compiler, or for a GPU build no
+    CUDA headers (``CUDA_HOME``, or nvcc on PATH, as torch's extension builder finds them)."""
+    if _compiler() is None:
+        return "no C++ compiler (g++ or $CXX) on PATH"
+    if cuda:
+        from torch.utils import cpp_extension  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+        home = cpp_extension.CUDA_HOME
+        if home is None:
+            return "no CUDA headers (CUDA_HOME unset and nvcc not on PATH)"
+        header = Path(home) / "include" / "cuda_runtime_api.h"
+        if not header.is_file():
+            return f"no CUDA headers ({header} is missing)"
+    return None
+
+
 def _command(output: Path, cuda: bool) -> list[str]:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
     from torch.utils import cpp_extension  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    compiler = _compiler()
     if compiler is None:
         raise NativeBackendError("the native runner needs a C++ compiler (g++ or $CXX); none found on PATH")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
