@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.support.bench_tiny import TINY
 
 from tritonkit_bench.gpu_http import answer_problem, http_request
@@ -42,10 +43,13 @@ def test_answer_check_names_what_is_wrong() -> None:
     assert answer_problem(400, {}, b'{"error":"unexpected shape"}', BERT, 1).startswith("HTTP 400: ")
 
 
-def test_http_sweep_counts_answers_and_server_statistics(tiny_repo: Path) -> None:
-    rows = sweep(tiny_repo, "tiny", (1, 4), 0.5, lambda _: None, processes=1, protocol="http",
+@pytest.mark.parametrize(
+    "protocol", ["http", "http-burst"]
+)  # connections opened under load, or all before it
+def test_http_sweep_counts_answers_and_server_statistics(tiny_repo: Path, protocol: str) -> None:
+    rows = sweep(tiny_repo, "tiny", (1, 4), 0.5, lambda _: None, processes=1, protocol=protocol,
                  server_args=("--http-thread-count=2",))  # fmt: skip
-    assert [(r["protocol"], r["in_flight"]) for r in rows] == [("http", 1), ("http", 4)]
+    assert [(r["protocol"], r["in_flight"]) for r in rows] == [(protocol, 1), (protocol, 4)]
     assert all(r["errors"] == 0 and not r["first_error"] for r in rows), rows
     assert all(r["samples_per_s"] > 0 and r["p50_ms"] > 0 for r in rows)
     # Triton's own statistics cover the level: every answered request went through its queue

@@ -209,6 +209,7 @@ def measure_part(
         levels = [n for n in spec.levels if n <= HTTP_MAX_IN_FLIGHT]
         threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
         part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
+        part["http_connect"] = "ramp"  # each process's connections opened one by one under load
         part["served_http"] = sweep(
             repo, name, levels, args.seconds, log, log_file=work / f"server-{name}-http.log",
             processes=clients, protocol="http", server_args=threads,

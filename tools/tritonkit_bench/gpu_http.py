@@ -28,6 +28,8 @@ _HEAD_END = b"\r\n\r\n"
 #: Most connections a level opens. tritonserver 2.51 drops answers past ~278 queued on one HTTP thread
 #: (tritonkit.serve.reply_queues); the embedded server makes room for 4,096 at start
 HTTP_MAX_IN_FLIGHT = 1024
+#: Seconds between two connections a ramping process opens (``worker(ramp=True)``)
+RAMP_GAP_S = 0.002
 #: Seconds an answer may take before the level counts it as an error and that connection stops
 ANSWER_TIMEOUT_S = 30.0
 
@@ -144,19 +146,26 @@ async def _exchange(
 
 def worker(
     url: str, model: str, payload: Payload, batch: int, in_flight: int, warmup_s: float, seconds: float,
-    start_at: float,
+    start_at: float, ramp: bool = False,
 ) -> tuple[int, int, list[float], float, str]:  # fmt: skip
-    """One client process of :func:`tritonkit_bench.gpu_load.run_load` over HTTP."""
+    """One client process of :func:`tritonkit_bench.gpu_load.run_load` over HTTP. ``ramp``: open the
+    connections one by one once the load has started, each sending as soon as it is open (as a
+    connection pool grows with demand), instead of all of them before it: tritonserver 2.51 gives a new
+    connection to the HTTP thread with the least queued work at that moment, so connections opened on an
+    idle server all land on its first thread."""
     host, port = url.rsplit(":", 1)
     request = http_request(url, model, payload, batch, os.getpid())
     if in_flight == 1:
         return _single(url, request, payload, batch, warmup_s, seconds, start_at)
 
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        sock: Any = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return reader, writer
+
     async def main() -> tuple[int, int, list[float], float, str]:
-        streams = [await asyncio.open_connection(host, int(port)) for _ in range(in_flight)]
-        for _, writer in streams:
-            sock: Any = writer.get_extra_info("socket")
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        streams = [await connect() for _ in range(1 if ramp else in_flight)]
         first_error = ""
         try:
             first_error = answer_problem(*await _exchange(*streams[0], request), payload, batch)
@@ -187,7 +196,24 @@ def worker(
             await asyncio.sleep(max(0.0, t_measure - time.perf_counter()))
             cpu0[0] = time.process_time()
 
-        await asyncio.gather(mark_cpu(), *(loop(r, w) for r, w in streams))
+        async def ramp_up() -> None:
+            tasks = [asyncio.ensure_future(loop(*streams[0]))]
+            for _ in range(in_flight - 1):
+                await asyncio.sleep(RAMP_GAP_S)
+                try:
+                    streams.append(await connect())
+                except OSError as exc:  # a connection refused is an error, not a smaller level
+                    tally.record(
+                        time.perf_counter(), time.perf_counter(), f"{type(exc).__name__}: {exc}"[:200]
+                    )
+                    continue
+                tasks.append(asyncio.ensure_future(loop(*streams[-1])))
+            await asyncio.gather(*tasks)
+
+        if ramp:
+            await asyncio.gather(mark_cpu(), ramp_up())
+        else:
+            await asyncio.gather(mark_cpu(), *(loop(r, w) for r, w in streams))
         cpu = time.process_time() - cpu0[0]
         for _, writer in streams:
             writer.close()

@@ -30,7 +30,9 @@ __all__ = ["BERT", "IMAGE", "PROTOCOLS", "TEXT", "LoadResult", "Payload", "pool"
 _METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _LIMITS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 #: the front ends the generator can load (``grpc-stream``: gRPC's ModelStreamInfer, :mod:`.gpu_stream`)
-PROTOCOLS = ("grpc", "http", "grpc-stream")
+#: ``http`` opens each process's connections one by one once the load has started, ``http-burst`` all of
+#: them before it (:func:`.gpu_http.worker`)
+PROTOCOLS = ("grpc", "http", "grpc-stream", "http-burst")
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,11 @@ def _worker(
     args: tuple[str, str, Payload, int, int, float, float, float, str],
 ) -> tuple[int, int, list[float], float, str]:
     url, model, payload, batch, in_flight, warmup_s, seconds, start_at, protocol = args
-    if protocol == "http":
+    if protocol in ("http", "http-burst"):
         from tritonkit_bench import gpu_http  # noqa: PLC0415 (it builds on this module's pieces)
 
-        return gpu_http.worker(url, model, payload, batch, in_flight, warmup_s, seconds, start_at)
+        ramp = protocol == "http"
+        return gpu_http.worker(url, model, payload, batch, in_flight, warmup_s, seconds, start_at, ramp)
     if protocol == "grpc-stream":
         from tritonkit_bench import gpu_stream  # noqa: PLC0415 (it builds on this module's pieces)
 

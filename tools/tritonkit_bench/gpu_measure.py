@@ -222,7 +222,7 @@ def sweep(
         for in_flight in levels:
             before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
             with _GpuSampler() as gpu:
-                load_ = run_load(server.http_url if protocol == "http" else server.grpc_url, spec.model,
+                load_ = run_load(server.http_url if protocol.startswith("http") else server.grpc_url, spec.model,
                                  payload=spec.payload, batch=1, in_flight=in_flight, seconds=seconds,
                                  workers=workers, processes=processes, protocol=protocol)  # fmt: skip
             after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0

@@ -251,6 +251,9 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         lines += [f"Through Triton's HTTP front end, the {'tuned' if part.get('tuned_served') else 'built'} config "
                   "(the same requests as HTTP/1.1 with the binary tensor extension, one keep-alive connection per "
                   "request in flight"
+                  + (", each process's opened one by one once the load has started (connections opened together on "
+                     "an idle tritonserver 2.51 all land on its first HTTP thread)"
+                     if part.get("http_connect") == "ramp" else ", all opened before the load")
                   + (f"; {part['http_threads']} HTTP threads" if part.get("http_threads") else "")
                   + (f"; room for {part['http_reply_room']:,} queued answers per HTTP thread"
                      if part.get("http_reply_room") else
