@@ -215,7 +215,14 @@ def test_render_summary_parts_and_anchors() -> None:
     assert row["ratio"] == "0.88 gRPC, 0.91 HTTP" and row["c1"] == "1.05 gRPC, 0.90 HTTP vs 0.80 + 0.3"
     assert row["peak_served"] == "14,000 (tuned, HTTP, c128, p99 16.0 ms)"
     assert "Through Triton's HTTP front end, the tuned config" in gpu_render.render(data)
-    del data["parts"]["bert"]["served_http"]
+    # the built config through HTTP counts for the peak, named as built
+    data["parts"]["bert"]["served_http_built"] = [{**_level(256, 15000.0, 20.0, 0.0), "protocol": "http"}]
+    (row,) = gpu_render.summary(data)
+    assert row["ratio"] == "0.88 gRPC, 0.97 HTTP" and row["peak_served"].startswith(
+        "15,000 (as built, HTTP, c256"
+    )
+    assert "The built config through Triton's HTTP front end" in gpu_render.render(data)
+    del data["parts"]["bert"]["served_http"], data["parts"]["bert"]["served_http_built"]
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
     assert "input / infer / output µs per execution" in text and "hand-over" not in text

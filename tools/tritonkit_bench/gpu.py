@@ -178,6 +178,11 @@ def measure_part(
         repo, name, spec.levels, args.seconds, log, log_file=work / f"server-{name}.log", processes=clients
     )
     save(part)
+    if "http" in args.protocols and name in args.tune:  # the built config through HTTP too (tune changes it)
+        part["served_http_built"] = _http_levels(
+            repo, name, work / f"server-{name}-http-built.log", args, part
+        )
+        save(part)
     if args.malloc_ab:
         os.environ[MALLOC_TUNING_ENV] = "0"
         try:
@@ -204,19 +209,25 @@ def measure_part(
             processes=clients,
         )
         save(part)
-    if "http" in args.protocols:
-        # the config as it now stands (tuned, where tuned) through Triton's HTTP front end
-        levels = [n for n in spec.levels if n <= HTTP_MAX_IN_FLIGHT]
-        threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
-        part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
-        part["http_connect"] = "ramp"  # each process's connections opened one by one under load
-        part["served_http"] = sweep(
-            repo, name, levels, args.seconds, log, log_file=work / f"server-{name}-http.log",
-            processes=clients, protocol="http", server_args=threads,
-        )  # fmt: skip
-        part["http_reply_room"] = part["served_http"][0]["http_reply_room"] if part["served_http"] else None
+    if "http" in args.protocols:  # the config as it now stands (tuned, where tuned)
+        part["served_http"] = _http_levels(repo, name, work / f"server-{name}-http.log", args, part)
     part["seconds"] = round(time.monotonic() - started, 1)
     return part
+
+
+def _http_levels(
+    repo: Path, name: str, log_file: Path, args: argparse.Namespace, part: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The part's levels (up to HTTP_MAX_IN_FLIGHT) through Triton's HTTP front end, each process's
+    connections opened one by one under load; notes the HTTP threads and reply room in ``part``."""
+    levels = [n for n in PARTS[name].levels if n <= HTTP_MAX_IN_FLIGHT]
+    threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
+    part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
+    part["http_connect"] = "ramp"
+    rows = sweep(repo, name, levels, args.seconds, log, log_file=log_file, processes=args.client_processes,
+                 protocol="http", server_args=threads)  # fmt: skip
+    part["http_reply_room"] = rows[0]["http_reply_room"] if rows else None
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

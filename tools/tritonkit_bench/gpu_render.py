@@ -73,13 +73,14 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
         tuned = part.get("tuned_served") or []
         served = tuned or part.get("served") or []
         http = part.get("served_http") or []
+        http_built = part.get("served_http_built") or []
         # the peak over both configs (the tuned one keeps its p99 budget; the built one may not) and both
-        # front ends (HTTP serves the final config)
+        # front ends (HTTP serves the final config, and the built one where a bench tuned it)
         top_grpc = _top([*(part.get("served") or []), *tuned])
-        top_http = _top(http)
+        top_http = _top([*http_built, *http])
         top = max((t for t in (top_grpc, top_http) if t), key=lambda r: r["samples_per_s"], default=None)
         which = "as built"
-        if top is not None and (any(top is r for r in tuned) or (top is top_http and tuned)):
+        if top is not None and (any(top is r for r in tuned) or (any(top is r for r in http) and tuned)):
             which = "tuned"
         c1s = {
             proto: r["p50_ms"]
@@ -261,6 +262,9 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
                      "connections open")
                   + "):", ""]  # fmt: skip
         lines += [*_served_table(part["served_http"], rate, bool(part.get("pipeline"))), ""]
+    if part.get("served_http_built"):
+        lines += ["The built config through Triton's HTTP front end (the same requests and connections):", ""]
+        lines += [*_served_table(part["served_http_built"], rate, bool(part.get("pipeline"))), ""]
     return lines
 
 
