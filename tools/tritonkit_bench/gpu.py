@@ -125,6 +125,9 @@ def _merged(paths: list[str]) -> dict[str, Any]:
             raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark; {exc}") from None
         if not isinstance(earlier, dict) or not isinstance(earlier.get("machine"), dict):
             raise TritonKitError(f"{path}: expected a --raw JSON of this benchmark (no `machine` in it)")
+        for part in (earlier.get("parts") or {}).values():
+            if isinstance(part, dict) and earlier.get("when"):
+                part.setdefault("when", earlier["when"])  # each part keeps the time of its own run
         data["parts"].update(earlier.get("parts") or {})
         data.update({k: earlier[k] for k in ("machine", "when", "client_processes") if earlier.get(k)})
     return data

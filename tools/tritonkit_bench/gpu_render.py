@@ -270,13 +270,19 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
 
 def render(data: dict[str, Any]) -> str:
     m = data.get("machine", {})
+    whens = {name: p["when"] for name, p in _ordered(data) if isinstance(p, dict) and p.get("when")}
+    run = (
+        "Runs: " + "; ".join(f"{name} {when}" for name, when in whens.items())
+        if len(set(whens.values())) > 1
+        else f"Run {data.get('when', '?')}"
+    )
     lines = [
         "# GPU benchmarks",
         "",
         f"GPU: **{m.get('gpu', '?')}** (driver {m.get('driver', '?')}), {m.get('cores', '?')} CPU cores"
         f"{' (' + m['cpu'] + ')' if m.get('cpu') else ''}, Python "
         f"{m.get('python', '?')}, torch {m.get('torch', '?')}, tritonserver 2.51 (nvidia-pytriton 0.7.0). "
-        f"Run {data.get('when', '?')}. Re-run: `scripts/gpu/pack.sh` on a networked machine, then "
+        f"{run}. Re-run: `scripts/gpu/pack.sh` on a networked machine, then "
         "`scripts/gpu/bench.sh` on the GPU host (`python -m tritonkit_bench.gpu`; `--only bert,minilm,resnet`).",
         "",
         "How to read: samples/s = rows answered per second; every request is one row. Served levels are closed "
