@@ -11,16 +11,7 @@ import tritonclient.grpc as grpcclient
 
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.loadgen import (
-    HTTP_RAMP_S,
-    Level,
-    OpenLoop,
-    RawWindow,
-    Target,
-    WindowSpec,
-    _Loop,
-    _Session,
-)
+from tritonkit.tune.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.stats import StabilityRule
 
@@ -168,53 +159,3 @@ def test_the_first_window_after_a_config_load_is_not_kept(server: EmbeddedServer
         # the server's split covers the kept windows only: the window sent first is not in it
         assert abs(result.server.requests - result.successes) <= 2 * 2 * len(result.windows)
         assert result.successes > 20
-
-
-def test_http_users_start_over_the_ramp_and_grpc_users_at_once() -> None:
-    """Over HTTP a closed level's users start over HTTP_RAMP_S (tritonserver 2.51 puts connections
-    opened together on an idle server on one HTTP thread); over gRPC, one channel, all at once. The
-    client here only records when each user first sends: what is checked is the loop's schedule."""
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.first: dict[int, float] = {}
-
-        async def infer(
-            self, model: str, inputs: object, version: object = None, timeout: object = None
-        ) -> None:
-            self.first.setdefault(id(asyncio.current_task()), time.perf_counter())
-            await asyncio.sleep(0.005)
-
-    spans = {}
-    for protocol in ("http", "grpc"):
-        loop, recorder = _Loop(Target("127.0.0.1:1", "m", protocol), time.process_time), Recorder()
-
-        async def level(loop: _Loop = loop, recorder: Recorder = recorder) -> None:
-            users = asyncio.ensure_future(loop._closed(recorder, [{}], 200))
-            await asyncio.sleep(HTTP_RAMP_S + 0.2)
-            loop.draining = True
-            await users
-
-        asyncio.run(level())
-        assert len(recorder.first) == 200 and loop.in_flight == 0
-        spans[protocol] = max(recorder.first.values()) - min(recorder.first.values())
-    assert spans["http"] >= 0.8 * HTTP_RAMP_S and spans["grpc"] < 0.05, spans
-
-
-def test_a_level_cut_short_during_the_ramp_leaves_no_user_behind(server: EmbeddedServer) -> None:
-    target = Target(server.http_url, "work", "http", headers=server.admin_headers)
-    loop, session = _Loop(target, time.process_time), _Session(target)
-    windows: list[RawWindow] = []
-
-    async def level() -> None:
-        try:
-            # the level ends after one short window, well inside the users' ramp
-            await loop.run(
-                session, Level("concurrency", 64), WindowSpec(0.05), windows.append, lambda: len(windows) >= 1
-            )
-        finally:
-            await session.close()
-
-    asyncio.run(level())
-    assert loop.in_flight == 0 and loop.abandoned == 0
-    assert windows[0].failures == 0

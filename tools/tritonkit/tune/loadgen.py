@@ -25,7 +25,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import multiprocessing
-import os
 import queue
 import random
 import threading
@@ -86,15 +85,6 @@ class OpenLoop:
 
     late_us: float = 1000.0
     max_in_flight: int = 4096
-
-
-#: Seconds over which a closed level's users start over HTTP, not all at once: tritonserver 2.51 gives a
-#: new HTTP connection to the HTTP thread with the least queued work at that moment, so connections
-#: opened together on an idle server all land on its first thread, which then reads every request alone
-#: (MiniLM on an H100: 34,915 requests/s at 1,024 in flight that way, 60,474 opened under load).
-#: ``TRITONKIT_HTTP_RAMP_S`` sets it (0: all at once).
-HTTP_RAMP_S = float(os.environ.get("TRITONKIT_HTTP_RAMP_S", "0.25"))
-_RAMP_STEP_S = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,23 +173,7 @@ class _Loop:
             while not self.draining:
                 await self._one(client, inputs)
 
-        if self.target.protocol != "http" or concurrency <= 1 or HTTP_RAMP_S <= 0:
-            await asyncio.gather(*(user() for _ in range(concurrency)))
-            return
-        # Over HTTP the users start over HTTP_RAMP_S, so the connections they open arrive under load
-        per_step = -(-concurrency // max(1, int(HTTP_RAMP_S / _RAMP_STEP_S)))
-        users: list[asyncio.Task[None]] = []
-        try:
-            while len(users) < concurrency and not self.draining:
-                users += [
-                    asyncio.ensure_future(user()) for _ in range(min(per_step, concurrency - len(users)))
-                ]
-                await asyncio.sleep(_RAMP_STEP_S)
-            await asyncio.gather(*users)
-        finally:  # cancelled (the level's own wait ran out): no user outlives its level
-            for task in users:
-                task.cancel()
-            await asyncio.gather(*users, return_exceptions=True)
+        await asyncio.gather(*(user() for _ in range(concurrency)))
 
     async def _open(self, client: Any, inputs: Sequence[Mapping[str, Any]], level: Level) -> None:
         rng = random.Random(self.target.seed)
