@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonkit_bench.gpu_load import Payload, _Tally, timed_stream
+from tritonkit_bench.gpu_load import Payload, start_window, timed_stream
 
 __all__ = ["HTTP_MAX_IN_FLIGHT", "answer_problem", "http_request", "worker"]
 
@@ -171,10 +171,8 @@ def worker(
             first_error = answer_problem(*await _exchange(*streams[0], request), payload, batch)
         except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
             first_error = f"{type(exc).__name__}: {exc}"[:200]
-        while time.time() < start_at:  # all processes start together
-            await asyncio.sleep(0.005)
-        t_measure = time.perf_counter() + warmup_s
-        tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
+        tally = await start_window(start_at, warmup_s, seconds, first_error)
+        t_measure = tally.t_measure
         cpu0 = [0.0]
 
         async def loop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

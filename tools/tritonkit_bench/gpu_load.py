@@ -131,6 +131,15 @@ class _Tally:
         return self.done, self.errors, self.latencies, cpu, self.first_error
 
 
+async def start_window(start_at: float, warmup_s: float, seconds: float, first_error: str) -> _Tally:
+    """Wait for ``start_at`` (every process starts together), then the tally of the window measured after
+    ``warmup_s``."""
+    while time.time() < start_at:
+        await asyncio.sleep(0.005)
+    t_measure = time.perf_counter() + warmup_s
+    return _Tally(t_measure, t_measure + seconds, first_error=first_error)
+
+
 def _worker(
     args: tuple[str, str, Payload, int, int, float, float, float, str],
 ) -> tuple[int, int, list[float], float, str]:
@@ -160,10 +169,8 @@ def _worker(
             first_error = _check(await call(body), payload, batch)
         except grpc.aio.AioRpcError as exc:
             first_error = " ".join(str(exc.details()).split())[:200]
-        while time.time() < start_at:  # all processes start together
-            await asyncio.sleep(0.005)
-        t_measure = time.perf_counter() + warmup_s
-        tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
+        tally = await start_window(start_at, warmup_s, seconds, first_error)
+        t_measure = tally.t_measure
         cpu0 = [0.0]
 
         async def loop() -> None:

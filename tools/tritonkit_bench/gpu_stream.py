@@ -21,7 +21,7 @@ import collections
 import time
 from typing import Any
 
-from tritonkit_bench.gpu_load import _LIMITS, Payload, _check, _Tally, request_bytes
+from tritonkit_bench.gpu_load import _LIMITS, Payload, _check, request_bytes, start_window
 
 __all__ = ["METHOD", "STREAMS_PER_PROCESS", "answer_error", "worker"]
 
@@ -85,10 +85,8 @@ def worker(
             await first.done_writing()
         except grpc.aio.AioRpcError as exc:
             first_error = " ".join(str(exc.details()).split())[:200]
-        while time.time() < start_at:  # all processes start together
-            await asyncio.sleep(0.005)
-        t_measure = time.perf_counter() + warmup_s
-        tally = _Tally(t_measure, t_measure + seconds, first_error=first_error)
+        tally = await start_window(start_at, warmup_s, seconds, first_error)
+        t_measure = tally.t_measure
         cpu0 = [0.0]
 
         async def one(k: int) -> None:
