@@ -20,13 +20,14 @@ import pytest
 import yaml
 
 from tritonkit.cli import main
+from tritonkit.convert import torch_program
 from tritonkit.convert.buildspec import apply_overrides, parse_spec
 from tritonkit.convert.execution import ServingSpec, visible_gpus
 from tritonkit.convert.export import TorchSource
 from tritonkit.convert.gpu_target import plan_version
 from tritonkit.convert.pipeline import build_from_spec
 from tritonkit.convert.source import Source
-from tritonkit.errors import SpecError
+from tritonkit.errors import BuildError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import ModelRepository
@@ -51,8 +52,8 @@ def tiny_torch() -> TorchSource:
 @pytest.fixture(autouse=True)
 def no_cuda_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     """These builds happen on a host like CI's: a C++ compiler but no CUDA headers, so ``runner: auto``
-    chooses the python runner whatever this machine has (tests/convert/test_runner_auto.py covers the
-    native choice)."""
+    chooses the python runner whatever this machine has (the native choice: the tests that set it back
+    here, and tests/serve/test_native.py)."""
     monkeypatch.setattr(native, "unavailable", lambda cuda=True: NO_HEADERS)
 
 
@@ -188,6 +189,38 @@ def test_where_the_native_backend_compiles_the_default_build_is_native(
         parse_spec(torch_spec(precisions=["fp16"], serving={"runner": "python"})), tmp_path / "r2", gpus=[0]
     )
     assert ModelRepository(tmp_path / "r2").read_config("tiny_fp16").backend == "python"
+
+
+def test_a_program_the_native_export_refuses_is_served_by_the_python_runner(
+    tmp_path: Path, torch_spec: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runner: auto`` where the backend compiles, but tracing this program fails (torch.jit.trace
+    refuses some programs torch.export takes): the version is the python runner's, and says why."""
+    monkeypatch.setattr(native, "unavailable", lambda cuda=True: None)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("Tracer cannot infer type of output\n(a second line)")
+
+    monkeypatch.setattr(torch_program, "export_native", refuse)
+    repo = tmp_path / "repo"
+    build_from_spec(parse_spec(torch_spec(precisions=["fp16"])), repo, gpus=[0])
+    config = ModelRepository(repo).read_config("tiny_fp16")
+    assert config.backend == "python" and config.instance_groups[0].count == 2
+    execution = _execution(repo, "tiny_fp16")
+    assert execution["runner"] == "python"
+    assert execution["runner_reason"] == (
+        "tracing the program for the native runner failed: Tracer cannot infer type of output (a second line)"
+    )
+    assert sorted(p.name for p in (repo / "tiny_fp16" / "1").iterdir()) == [
+        "build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py", "torch_pipeline.py",
+    ]  # fmt: skip
+    # asked for by name, the native runner is not swapped for another: the build stops and says why
+    with pytest.raises(BuildError, match="tracing the program for the native runner failed"):
+        build_from_spec(
+            parse_spec(torch_spec(precisions=["fp16"], serving={"runner": "native"})),
+            tmp_path / "r2",
+            gpus=[0],
+        )
 
 
 def test_a_visible_gpu_writes_the_torch_runner_version(
@@ -333,8 +366,7 @@ def test_check_shows_execution_and_refuses_kind_gpu_without_a_gpu(
     assert check_repository(repo, "triton-image", gpus=[]) == []  # NVIDIA's image keeps its own rules
     shown = (
         "tiny_fp16 version 1 executes on gpu: engine torch, fp16, buckets 1,2,4,8, instances 2 x KIND_GPU "
-        "on GPU [0] (1 GPU(s) visible; python runner: the native backend cannot be compiled here: "
-        f"{NO_HEADERS})"
+        f"on GPU [0] (1 GPU(s) visible; python runner: the native backend: {NO_HEADERS})"
     )
     assert executions(repo) == [shown]
     if visible_gpus():

@@ -242,8 +242,12 @@ def test_render_summary_parts_and_anchors() -> None:
 def test_render_from_runs_measured_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     data = _figures()
-    first.write_text(json.dumps({**data, "parts": {"bert": data["parts"]["bert"]}}))
-    second.write_text(json.dumps({**data, "parts": {"resnet": data["parts"]["resnet"]}}))
+    first.write_text(
+        json.dumps({**data, "when": "2026-11-26 11:16 UTC", "parts": {"bert": data["parts"]["bert"]}})
+    )
+    second.write_text(
+        json.dumps({**data, "when": "2026-11-26 12:17 UTC", "parts": {"resnet": data["parts"]["resnet"]}})
+    )
     notes = tmp_path / "notes.md"
     notes.write_text("## Reading\n\nwritten by hand\n")
     out = tmp_path / "page.md"
@@ -254,4 +258,5 @@ def test_render_from_runs_measured_apart(tmp_path: Path, capsys: pytest.CaptureF
         and "## ResNet-50" in text
         and text.rstrip().endswith("written by hand")
     )
+    assert "Runs: bert 2026-11-26 11:16 UTC; resnet 2026-11-26 12:17 UTC." in text  # each part's own run
     capsys.readouterr()

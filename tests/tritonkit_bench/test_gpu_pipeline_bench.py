@@ -121,10 +121,10 @@ def test_dry_run_serves_the_same_version_pipelined_and_not(tmp_path: Path) -> No
     # the native variant's engine timed as the backend replays it: the traced methods, per batch
     assert set(data["in_process_native"]) == set(data["in_process"])
     logs = {p.name: p.read_text() for p in (tmp_path / "work").glob("server-*.log")}
-    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0-None-None.log"]
-    assert "pipeline off" in logs["server-off-1-2-1-0-None-None.log"]
+    assert "pipeline depth 3, senders 2" in logs["server-on-1-3-2-0-None-None-grpc.log"]
+    assert "pipeline off" in logs["server-off-1-2-1-0-None-None-grpc.log"]
     assert (
-        "libtriton_tritonkit_torch.so" in logs["server-native-1-2-1-0-500-True-copy_threads=2.log"]
+        "libtriton_tritonkit_torch.so" in logs["server-native-1-2-1-0-500-True-copy_threads=2-grpc.log"]
     )  # the native backend served it
     (config_path,) = (tmp_path / "work" / "repo").glob("*/config.pbtxt")  # as the last variant set it
     config = load(config_path)

@@ -170,6 +170,7 @@ def measure_part(
         "about": spec.about, "model": spec.model, "max_batch": spec.max_batch, "buckets": buckets_of(config),
         "instances": config.instance_groups[0].count, "delay_us": dynamic.max_queue_delay_microseconds if dynamic else None,
         "pipeline": pipelined(config), "runner": args.runner,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }  # fmt: skip
     part["accuracy"] = accuracy(repo, name)
     part["in_process"] = in_process(repo, name)

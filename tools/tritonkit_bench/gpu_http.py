@@ -196,14 +196,14 @@ def worker(
 
         async def ramp_up() -> None:
             tasks = [asyncio.ensure_future(loop(*streams[0]))]
+            gap = min(RAMP_GAP_S, warmup_s / (2 * in_flight))  # every connection open inside the warm-up
             for _ in range(in_flight - 1):
-                await asyncio.sleep(RAMP_GAP_S)
+                await asyncio.sleep(gap)
                 try:
                     streams.append(await connect())
                 except OSError as exc:  # a connection refused is an error, not a smaller level
-                    tally.record(
-                        time.perf_counter(), time.perf_counter(), f"{type(exc).__name__}: {exc}"[:200]
-                    )
+                    tally.errors += 1
+                    tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"[:200]
                     continue
                 tasks.append(asyncio.ensure_future(loop(*streams[-1])))
             await asyncio.gather(*tasks)

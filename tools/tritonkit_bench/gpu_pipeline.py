@@ -26,6 +26,7 @@ from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.native import BACKEND, export_program
+from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
 from tritonkit_bench.gpu_load import PROTOCOLS, Payload
 from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
@@ -298,39 +299,38 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             "server": dict(chosen.server),
         }
         del variant["lone"]
-        try:
-            name = (
-                "-".join(
-                    [
-                        "server",
-                        *(str(x) for x in chosen[:4]),
-                        "+".join(map(str, chosen.gpus)),
-                        str(chosen.delay_us),
-                        str(chosen.lone),
-                        *(f"{k}={value}" for k, value in chosen.params),
-                        *(f"{k}={value}" for k, value in chosen.server),
-                    ]
-                )
-                + ".log"
+        name = (
+            "-".join(
+                [
+                    "server",
+                    *(str(x) for x in chosen[:4]),
+                    "+".join(map(str, chosen.gpus)),
+                    str(chosen.delay_us),
+                    str(chosen.lone),
+                    *(f"{k}={value}" for k, value in chosen.params),
+                    *(f"{k}={value}" for k, value in chosen.server),
+                ]
             )
-            variant["rows"] = [
-                row
-                for protocol in args.protocol
-                for row in sweep(
+            + ".log"
+        )
+        variant["rows"] = []
+        for protocol in args.protocol:
+            levels = [n for n in args.levels if not protocol.startswith("http") or n <= HTTP_MAX_IN_FLIGHT]
+            try:
+                variant["rows"] += sweep(
                     repo,
                     part,
-                    args.levels,
+                    levels,
                     args.seconds,
                     log,
-                    log_file=work / name,
+                    log_file=work / name.replace(".log", f"-{protocol}.log"),
                     processes=args.client_processes,
                     protocol=protocol,
                     server_args=tuple(f"--{k}={value}" for k, value in chosen.server),
                 )
-            ]
-        except Exception as exc:  # the other variants still run; the table says why this one is empty
-            variant["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            log(f"{label} failed: {variant['error']}")
+            except Exception as exc:  # the rest still run; the table says why this one is empty
+                variant["error"] = f"{protocol}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                log(f"{label} failed: {variant['error']}")
         data["variants"].append(variant)
         save_figures(data)
     return data
@@ -371,6 +371,7 @@ def render(data: dict[str, Any]) -> str:
     for v in data.get("variants", []):
         if v.get("error"):
             lines.append(f"| {v['label']} | – | – | failed: {v['error']} | | | | | | | | | | |")
+        if not v.get("rows"):
             continue
         mark = "†" if v["pipeline"] else ""
         engine = native_top if v.get("runner") == "native" else top

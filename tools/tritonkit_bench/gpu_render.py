@@ -124,7 +124,7 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _proto(row: dict[str, Any]) -> str:
-    return "HTTP" if row.get("protocol") == "http" else "gRPC"
+    return "HTTP" if str(row.get("protocol", "grpc")).startswith("http") else "gRPC"
 
 
 def _ordered(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

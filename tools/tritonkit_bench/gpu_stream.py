@@ -106,8 +106,9 @@ def worker(
                         sent.append(time.perf_counter())
                         await call.write(body)
                 await call.done_writing()
-            except grpc.aio.AioRpcError as exc:
-                error = " ".join(str(exc.details()).split())[:200]
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:  # the call ended under a write
+                details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else repr(exc)
+                error = " ".join(str(details).split())[:200]
                 while sent:
                     tally.record(sent.popleft(), time.perf_counter(), error)
             while sent:  # the stream ended with requests unanswered

@@ -67,7 +67,7 @@ DEFAULT_GPU_INSTANCES = 2
 #: 48,255; BERT-base 15,955 -> 15,635 (within 2 %).
 NATIVE_GPU_INSTANCES = 4
 #: :func:`plan_execution`'s ``native_problem`` when its caller did not check (``plan_version`` does)
-NATIVE_UNCHECKED = "no check for a C++ compiler and CUDA's headers was made"
+NATIVE_UNCHECKED = "its toolchain (a C++ compiler, CUDA's headers and runtime) was not looked for"
 
 
 @dataclass(frozen=True)
@@ -382,5 +382,5 @@ def _runner(spec: ServingSpec, device: str, engine: str, native_problem: str | N
     if spec.pipeline:
         return "python", "serving.pipeline is the python runner's"
     if native_problem is not None:
-        return "python", f"the native backend cannot be compiled here: {native_problem}"
+        return "python", f"the native backend: {native_problem}"
     return "native", ""

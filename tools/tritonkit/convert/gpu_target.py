@@ -24,12 +24,18 @@ from tritonkit.config import InstanceGroup, ModelConfig
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import Converted
 from tritonkit.convert.datasets import Datasets
-from tritonkit.convert.execution import ExecutionPlan, choose_device, plan_execution
+from tritonkit.convert.execution import DEFAULT_GPU_INSTANCES, ExecutionPlan, choose_device, plan_execution
 from tritonkit.convert.gates import Comparison
 from tritonkit.convert.gpu_profiles import GpuProfile
 from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import text_ensemble
-from tritonkit.convert.torch_program import PROGRAM_FILE, onnx_gpu_version, program_outputs, torch_version
+from tritonkit.convert.torch_program import (
+    PROGRAM_FILE,
+    NativeExportError,
+    onnx_gpu_version,
+    program_outputs,
+    torch_version,
+)
 from tritonkit.errors import SpecError
 from tritonkit.serve import native
 
@@ -165,6 +171,8 @@ class GpuVersion:
     files: dict[str, Path | bytes]
     extra: dict[str, Any]
     checks: tuple[Comparison, ...] = ()
+    #: the plan it was made under (``runner: auto`` falls back to python where the native export fails)
+    plan: ExecutionPlan | None = None
 
 
 def _examples(source: Source) -> dict[str, Any]:
@@ -198,24 +206,42 @@ def gpu_version(
     assert source.torch is not None  # gpu_engines offers torch only for a torch source
     precision = converted.precision
     program = workdir / f"{precision}-program" / PROGRAM_FILE
-    config, files = torch_version(
-        name,
-        source.torch.module,
-        _examples(source),
-        list(source.torch.output_names),
-        plan,
-        program,
-        max_batch_size=mbs,
-        max_queue_delay_us=delay,
-    )
+
+    def made(under: ExecutionPlan) -> tuple[ModelConfig, dict[str, Path | bytes]]:
+        assert source.torch is not None
+        return torch_version(
+            name,
+            source.torch.module,
+            _examples(source),
+            list(source.torch.output_names),
+            under,
+            program,
+            max_batch_size=mbs,
+            max_queue_delay_us=delay,
+        )
+
+    try:
+        config, files = made(plan)
+    except NativeExportError as exc:
+        if spec.serving.runner != "auto":
+            raise
+        plan = python_fallback(plan, spec.serving.placement.count, str(exc))
+        config, files = made(plan)
     extra: dict[str, Any] = {"runner": "torch_runner"}
     if precision == "fp32":
-        return GpuVersion(config, files, extra)  # the FP32 module is the reference itself
+        return GpuVersion(config, files, extra, plan=plan)  # the FP32 module is the reference itself
     if not sets.evaluation:
         raise SpecError(f"the {precision} program of `{name}` needs held-out data for its accuracy gate")
     return GpuVersion(
-        config, files, extra, (program_check(spec, source, name, precision, program, sets, mbs),)
+        config, files, extra, (program_check(spec, source, name, precision, program, sets, mbs),), plan
     )
+
+
+def python_fallback(plan: ExecutionPlan, count: int | None, why: str) -> ExecutionPlan:
+    """``plan`` served by the python runner instead of the native one (``runner: auto``), its instances
+    per GPU the python runner's default unless the spec counted them, and why."""
+    groups = tuple(dataclasses.replace(g, count=count or DEFAULT_GPU_INSTANCES) for g in plan.instance_groups)
+    return dataclasses.replace(plan, runner="python", instance_groups=groups, runner_reason=why)
 
 
 def program_check(

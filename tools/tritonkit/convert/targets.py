@@ -142,6 +142,7 @@ def _made(
         if execution.device == "gpu":
             on_gpu = gpu_version(spec, source, name, item, execution, mbs, workdir, sets)
             config, files, extra, served = on_gpu.config, on_gpu.files, dict(on_gpu.extra), on_gpu.checks
+            execution = on_gpu.plan or execution
         else:
             config, files, extra = _portable(plan, source, item, name, mbs)
         extra.update(execution.manifest_extra())

@@ -54,6 +54,7 @@ __all__ = [
     "ONNX_CUDA_RUNNER",
     "PROGRAM_FILE",
     "TORCH_RUNNER",
+    "NativeExportError",
     "export_program",
     "gpu_config",
     "onnx_gpu_version",
@@ -230,12 +231,21 @@ def gpu_config(
     )
 
 
+class NativeExportError(BuildError):
+    """The program could not be traced to the native runner's ``model.ts`` (``runner: auto`` then
+    serves it with the python runner)."""
+
+
 def native_program(program: Path, config: ModelConfig, max_batch_size: int) -> Path:
     """``model.ts`` beside ``program`` for the native runner: the program as the torch runner loads it,
     traced for every bucket a tuned config may name (on the first GPU where there is one)."""
     device = trace_device()
     module, dtypes = load_runner(TORCH_RUNNER).load_program(str(program), device)
-    return export_native(program.parent, module, dtypes, config, method_buckets(max_batch_size), device)
+    try:
+        return export_native(program.parent, module, dtypes, config, method_buckets(max_batch_size), device)
+    except Exception as exc:  # a refusal or whatever torch.jit.trace raises on this program
+        line = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise NativeExportError(f"tracing the program for the native runner failed: {line}") from exc
 
 
 def torch_version(

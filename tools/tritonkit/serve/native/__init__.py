@@ -73,7 +73,8 @@ def _compiler() -> str | None:
 
 def unavailable(cuda: bool = True) -> str | None:
     """Why the backend cannot be compiled here (None: it can): no C++ compiler, or for a GPU build no
-    CUDA headers (``CUDA_HOME``, or nvcc on PATH, as torch's extension builder finds them)."""
+    CUDA headers or runtime library (under ``CUDA_HOME``, or nvcc's, as torch's extension builder finds
+    it), which the build links against."""
     if _compiler() is None:
         return "no C++ compiler (g++ or $CXX) on PATH"
     if cuda:
@@ -85,6 +86,8 @@ def unavailable(cuda: bool = True) -> str | None:
         header = Path(home) / "include" / "cuda_runtime_api.h"
         if not header.is_file():
             return f"no CUDA headers ({header} is missing)"
+        if not any((Path(home) / "lib64" / lib).exists() for lib in ("libcudart.so", "libcudart.a")):
+            return f"no CUDA runtime to link against ({home}/lib64/libcudart.so is missing)"
     return None
 
 
