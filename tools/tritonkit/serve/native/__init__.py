@@ -95,9 +95,10 @@ def _command(output: Path, cuda: bool) -> list[str]:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
     from torch.utils import cpp_extension  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
+    problem = unavailable(cuda)
     compiler = _compiler()
-    if compiler is None:
-        raise NativeBackendError("the native runner needs a C++ compiler (g++ or $CXX); none found on PATH")
+    if problem is not None or compiler is None:
+        raise NativeBackendError(f"the native runner cannot be compiled here: {problem}")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
@@ -106,11 +107,7 @@ def _command(output: Path, cuda: bool) -> list[str]:
     cmd += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
     cmd += ["-Wl,--no-as-needed", "-ltorch", "-ltorch_cpu", "-lc10"]
     if cuda:
-        home = cpp_extension.CUDA_HOME
-        if home is None:
-            raise NativeBackendError(
-                "the native runner's CUDA build needs CUDA's headers; CUDA_HOME is not set and nvcc is not on PATH"
-            )
+        home = cpp_extension.CUDA_HOME  # unavailable() found its headers and runtime
         cmd += ["-DTRITONKIT_CUDA", f"-I{home}/include", f"-L{home}/lib64", f"-Wl,-rpath,{home}/lib64"]
         cmd += ["-ltorch_cuda", "-lc10_cuda", "-lcudart"]
     return cmd
