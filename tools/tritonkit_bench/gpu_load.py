@@ -35,6 +35,11 @@ _LIMITS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_leng
 PROTOCOLS = ("grpc", "http", "grpc-stream", "http-burst")
 
 
+def is_http(protocol: str) -> bool:
+    """Whether ``protocol`` (of :data:`PROTOCOLS`) goes through Triton's HTTP front end."""
+    return protocol in ("http", "http-burst")
+
+
 @dataclass(frozen=True)
 class Payload:
     """A model's request: (name, per-row shape, fill) for each input, fill one of ``ids`` (token ids
@@ -144,7 +149,7 @@ def _worker(
     args: tuple[str, str, Payload, int, int, float, float, float, str],
 ) -> tuple[int, int, list[float], float, str]:
     url, model, payload, batch, in_flight, warmup_s, seconds, start_at, protocol = args
-    if protocol in ("http", "http-burst"):
+    if is_http(protocol):
         from tritonkit_bench import gpu_http  # noqa: PLC0415 (it builds on this module's pieces)
 
         ramp = protocol == "http"

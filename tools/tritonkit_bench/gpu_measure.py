@@ -28,7 +28,7 @@ from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.tune.space import buckets_of, padded_share
-from tritonkit_bench.gpu_load import pool, run_load
+from tritonkit_bench.gpu_load import is_http, pool, run_load
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner
 
 __all__ = ["accuracy", "in_process", "server_stats", "sweep"]
@@ -222,7 +222,7 @@ def sweep(
         for in_flight in levels:
             before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
             with _GpuSampler() as gpu:
-                load_ = run_load(server.http_url if protocol.startswith("http") else server.grpc_url, spec.model,
+                load_ = run_load(server.http_url if is_http(protocol) else server.grpc_url, spec.model,
                                  payload=spec.payload, batch=1, in_flight=in_flight, seconds=seconds,
                                  workers=workers, processes=processes, protocol=protocol)  # fmt: skip
             after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0

@@ -27,7 +27,7 @@ from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execut
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.native import BACKEND, export_program
 from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
-from tritonkit_bench.gpu_load import PROTOCOLS, Payload
+from tritonkit_bench.gpu_load import PROTOCOLS, Payload, is_http
 from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
 from tritonkit_bench.gpu_models import runner as load_torch_runner
@@ -315,7 +315,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         )
         variant["rows"] = []
         for protocol in args.protocol:
-            levels = [n for n in args.levels if not protocol.startswith("http") or n <= HTTP_MAX_IN_FLIGHT]
+            levels = [n for n in args.levels if not is_http(protocol) or n <= HTTP_MAX_IN_FLIGHT]
             try:
                 variant["rows"] += sweep(
                     repo,

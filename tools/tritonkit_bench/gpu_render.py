@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tritonkit_bench.gpu_load import is_http
+
 __all__ = ["peak", "render", "summary"]
 
 RATIO = 0.85
@@ -124,7 +126,7 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _proto(row: dict[str, Any]) -> str:
-    return "HTTP" if str(row.get("protocol", "grpc")).startswith("http") else "gRPC"
+    return "HTTP" if is_http(str(row.get("protocol", "grpc"))) else "gRPC"
 
 
 def _ordered(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
