@@ -430,3 +430,20 @@ def test_flagship_builds_record_where_each_member_executes(flagship_repo: tuple[
     assert "execution" not in ensemble["extra"]  # it only routes to its members
     for name in ("minilm_fp32", "minilm_fp16", "minilm_int8", "resnet50_fp16"):
         assert _execution(repo, name)["reason"] == "no GPU visible here"
+
+
+def test_keep_io_types_false_puts_an_fp16_programs_float_io_in_fp16(
+    tmp_path: Path, torch_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """``fp16.keep_io_types: false`` reaches the torch engine as it reaches an FP16 ONNX graph: the fp16
+    version's float input and output are FP16 in its config; the fp32 version keeps FP32."""
+    repo = tmp_path / "repo"
+    spec = torch_spec(precisions=["fp32", "fp16"], serving={"runner": "python"})
+    build_from_spec(parse_spec({**spec, "fp16": {"keep_io_types": False}}), repo, gpus=[0])
+    repository = ModelRepository(repo)
+    half, full = repository.read_config("tiny_fp16"), repository.read_config("tiny_fp32")
+    assert [(t.name, t.data_type) for t in half.inputs] == [("x", "FP16")]
+    assert [(t.name, t.data_type) for t in half.outputs] == [("y", "FP16")]
+    assert [t.data_type for t in [*full.inputs, *full.outputs]] == ["FP32", "FP32"]
+    gate = repository.read_manifest("tiny_fp16", 1).accuracy
+    assert gate is not None and gate["passed"]

@@ -24,7 +24,7 @@ from tritonkit.convert.execution import (
 )
 from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit.errors import AccuracyError, SpecError
+from tritonkit.errors import AccuracyError, BuildError, SpecError
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.runners import load_runner
 
@@ -284,6 +284,65 @@ def _fp16_plan() -> ExecutionPlan:
     return ExecutionPlan(
         "gpu", "torch", "fp16", (1, 2, 4, 8), False, (InstanceGroup("KIND_GPU", 1, [0]),), "test"
     )
+
+
+def test_an_fp16_program_with_half_io_takes_and_answers_fp16_on_the_server(tmp_path: Path) -> None:
+    """``half_io``: the served version declares its float input and output FP16 and answers FP16 rows
+    the FP16 program's way; an FP32 request is refused in one answer and the server keeps serving."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    module = _Tiny.make()
+    examples = {"X": torch.randn(4, 8), "MASK": torch.ones(4, 3, dtype=torch.int64)}
+    plan = ExecutionPlan(
+        "cpu", "torch", "fp16", (1, 2, 4, 8), False, (InstanceGroup("KIND_CPU", 1, []),), "t"
+    )
+    repo = tmp_path / "repo"
+    write_torch_version(repo, "tiny", module, examples, ["Y"], plan, max_batch_size=8, half_io=True)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float16)
+    mask = np.ones((3, 3), dtype=np.int64)
+    want = module(torch.from_numpy(x).float(), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
+    with (
+        EmbeddedServer(repo, exit_timeout=1) as server,
+        httpclient.InferenceServerClient(server.http_url) as client,
+    ):
+        config = client.get_model_config("tiny")
+        assert [(t["name"], t["data_type"]) for t in config["input"]] == [
+            ("X", "TYPE_FP16"),
+            ("MASK", "TYPE_INT64"),
+        ]
+        assert [(t["name"], t["data_type"]) for t in config["output"]] == [("Y", "TYPE_FP16")]
+
+        def call(data: np.ndarray, datatype: str) -> np.ndarray:
+            inputs = [
+                httpclient.InferInput("X", [3, 8], datatype),
+                httpclient.InferInput("MASK", [3, 3], "INT64"),
+            ]
+            inputs[0].set_data_from_numpy(data)
+            inputs[1].set_data_from_numpy(mask)
+            answer: np.ndarray = client.infer("tiny", inputs).as_numpy("Y")
+            return answer
+
+        got = call(x, "FP16")
+        assert got.dtype == np.float16 and got.shape == (3, 4)
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+        with pytest.raises(Exception, match="FP32") as refused:
+            call(x.astype(np.float32), "FP32")
+        assert "FP16" in str(refused.value)
+        assert call(x, "FP16").dtype == np.float16  # still serving
+
+
+def test_half_io_needs_an_fp16_program(tmp_path: Path) -> None:
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
+    examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
+    with pytest.raises(
+        BuildError, match=r"^FP16 inputs and outputs need an fp16 program; got precision fp32$"
+    ):
+        write_torch_version(
+            tmp_path / "r", "tiny", _Tiny.make(), examples, ["Y"], plan, max_batch_size=8, half_io=True
+        )
+    assert not (tmp_path / "r" / "tiny").exists()
 
 
 def test_a_write_below_fp32_is_gated_against_the_fp32_module(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ naming a bucket its program lacks fails to load with one line. The GPU half (CUD
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -278,6 +279,48 @@ def test_a_bad_backend_parameter_fails_to_load_with_one_line(
     save(config, path)
     with pytest.raises(ServerError, match=message), EmbeddedServer(repo, exit_timeout=1):
         pass
+
+
+def test_a_half_io_version_takes_and_answers_fp16_through_the_native_backend(tmp_path: Path) -> None:
+    """An FP16 program whose float input and output travel as FP16 (``half_io``): the backend stages
+    and answers FP16 rows, the FP16 program's answer; an FP32 request is refused alone."""
+    import torch  # noqa: PLC0415
+
+    plan = dataclasses.replace(
+        plan_execution(ServingSpec(engine="torch", runner="native"), max_batch_size=8, gpus=[]),
+        precision="fp16",
+    )
+    examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 5, dtype=torch.int64)}
+    repo = tmp_path / "repo"
+    write_torch_version(repo, "half", _module(), examples, ["Y", "S"], plan, max_batch_size=8, half_io=True)
+    config = load(repo / "half" / "config.pbtxt")
+    assert config.backend == "tritonkit_torch"
+    assert [t.data_type for t in [*config.inputs, *config.outputs]] == ["FP16", "INT64", "FP16", "INT32"]
+    x, mask = _feeds(3, 4)
+    half = x.astype(np.float16)
+    with torch.no_grad():
+        y, s = _module().half()(torch.from_numpy(half), torch.from_numpy(mask))
+    with (
+        EmbeddedServer(repo, exit_timeout=1) as running,
+        httpclient.InferenceServerClient(running.http_url) as client,
+    ):
+
+        def call(data: np.ndarray[Any, Any], datatype: str) -> Any:
+            inputs = [
+                httpclient.InferInput("X", [3, 8], datatype),
+                httpclient.InferInput("MASK", [3, 5], "INT64"),
+            ]
+            inputs[0].set_data_from_numpy(data)
+            inputs[1].set_data_from_numpy(mask)
+            return client.infer("half", inputs)
+
+        answer = call(half, "FP16")
+        assert answer.as_numpy("Y").dtype == np.float16
+        np.testing.assert_allclose(answer.as_numpy("Y"), y.numpy(), rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(answer.as_numpy("S"), s.numpy())
+        with pytest.raises(Exception, match="FP16"):
+            call(x, "FP32")
+        assert call(half, "FP16").as_numpy("Y").shape == (3, 6)
 
 
 def test_spec_refuses_native_where_it_cannot_serve() -> None:

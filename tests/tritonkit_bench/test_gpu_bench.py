@@ -14,12 +14,13 @@ import pytest
 from tritonkit.config import load, save
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit_bench import gpu, gpu_render, gpu_tune
-from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload, request_bytes
-from tritonkit_bench.gpu_measure import sweep
+from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload, request_bytes
+from tritonkit_bench.gpu_measure import in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, image_examples, runner
 from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module  # the dry run's tiny model, one copy
 
 TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
+TINY16 = Payload((("X", (8,), "normal16"), ("MASK", (3,), "ones")), "Y")
 
 
 @pytest.fixture
@@ -73,6 +74,8 @@ def test_resnet_fp16_program_takes_fp32_images_and_matches_fp32(tmp_path: Path) 
 def test_payloads_serialise_requests_of_the_models_inputs() -> None:
     (image,) = IMAGE.arrays(2, seed=1)
     assert image[0] == "image" and image[1].shape == (2, 3, 224, 224) and image[1].nbytes == 2 * 602112
+    (half,) = IMAGE16.arrays(2, seed=1)
+    assert half[2] == "FP16" and half[1].dtype == np.float16 and half[1].nbytes == 602112
     ids, mask = TEXT.arrays(4, seed=1)
     assert (ids[0], ids[1].shape, ids[2]) == ("input_ids", (4, 128), "INT64") and (mask[1] == 1).all()
     from tritonclient.grpc import service_pb2  # noqa: PLC0415 (the generator's own wire format)
@@ -122,6 +125,34 @@ def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str,
     chosen = figures["winner"] if figures["written"] else figures["baseline"]
     assert isinstance(figures["written"], bool) and profile["concurrency"] == chosen["concurrency"]
     assert profile["padded_share"] is not None  # profile reports padding for a bucketed runner
+
+
+def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part whose float input and output travel as FP16: the version declares them FP16, the engine
+    timed in-process takes FP16 feeds, the generator sends FP16 rows, and tune and profile (whose own
+    generator reads the config's types) load and measure it."""
+    half = TINY16
+    part = Part(
+        "half", "a linear layer", half, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs, half_io=True
+    )
+    monkeypatch.setitem(PARTS, "half", part)
+    repo = tmp_path / "repo"
+    build_part(repo, "half", lambda _: None, gpus=[0], runner="native")
+    config = load(repo / "half_fp16" / "config.pbtxt")
+    assert [t.data_type for t in [*config.inputs, *config.outputs]] == ["FP16", "INT64", "FP16"]
+    _on_cpu(repo, "half_fp16")
+    assert set(in_process(repo, "half", seconds=0.05, device="cpu")) == {"1", "4"}
+    rows = sweep(repo, "half", (1, 4), 0.5, lambda _: None)
+    assert all(r["errors"] == 0 and r["samples_per_s"] > 0 for r in rows)
+    settings = gpu_tune.TuneSettings(
+        window_s=0.15, max_windows=3, stability_pct=50, workers=1, max_concurrency=2, finalists=0,
+        extra=("--instances", "1", "--max-batch-sizes", "4", "--delays-us", "0", "--no-queue-policy"),
+    )  # fmt: skip
+    figures = gpu_tune.run(repo, "half", tmp_path / "work", settings, lambda _: None)
+    assert figures["rc"] == 0 and figures["refused"] == [], figures.get("log_tail")
+    assert figures["profile"]["rc"] == 0 and figures["profile"]["throughput"] > 0
 
 
 def test_arguments() -> None:

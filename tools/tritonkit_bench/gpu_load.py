@@ -43,8 +43,8 @@ def is_http(protocol: str) -> bool:
 @dataclass(frozen=True)
 class Payload:
     """A model's request: (name, per-row shape, fill) for each input, fill one of ``ids`` (token ids
-    in the vocabulary), ``ones`` (an attention mask) or ``normal`` (FP32 standard normal, an
-    image), and the output asked for."""
+    in the vocabulary), ``ones`` (an attention mask), ``normal`` (FP32 standard normal, an image) or
+    ``normal16`` (the same in FP16), and the output asked for."""
 
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]
     output: str
@@ -59,6 +59,10 @@ class Payload:
                 out.append((name, rng.integers(1000, 30000, size=full, dtype=np.int64), "INT64"))
             elif fill == "ones":
                 out.append((name, np.ones(full, dtype=np.int64), "INT64"))
+            elif fill == "normal16":
+                out.append(
+                    (name, rng.standard_normal(size=full, dtype=np.float32).astype(np.float16), "FP16")
+                )
             else:
                 out.append((name, rng.standard_normal(size=full, dtype=np.float32), "FP32"))
         return out
@@ -70,6 +74,8 @@ TEXT = Payload((("input_ids", (128,), "ids"), ("attention_mask", (128,), "ones")
 BERT = Payload((("input_ids", (128,), "ids"), ("attention_mask", (128,), "ones")), "CLS")
 #: ResNet-50: one FP32 224 x 224 RGB image per row (602 KB); logits.
 IMAGE = Payload((("image", (3, 224, 224), "normal"),), "logits")
+#: ResNet-50 with its image and logits FP16 on the wire (301 KB a row).
+IMAGE16 = Payload((("image", (3, 224, 224), "normal16"),), "logits")
 
 
 def request_bytes(model: str, payload: Payload, batch: int, seed: int) -> bytes:

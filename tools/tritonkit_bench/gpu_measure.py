@@ -29,7 +29,7 @@ from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit_bench.gpu_load import is_http, pool, run_load
-from tritonkit_bench.gpu_models import PARTS, examples, reference, runner
+from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples
 
 __all__ = ["accuracy", "in_process", "server_stats", "sweep"]
 
@@ -45,6 +45,8 @@ def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
     spec = PARTS[part]
     tr = runner("torch_runner")
     config = load(root / spec.model / "config.pbtxt")
+    # what the version answers in (FP16 where its outputs travel as FP16): no cast the server lacks
+    answer = [torch.float16 if config.outputs[0].data_type.removeprefix("TYPE_") == "FP16" else torch.float32]
     if config.backend == NATIVE_BACKEND:  # the traced methods the native backend replays, one per bucket
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's deprecation note
@@ -53,11 +55,9 @@ def _engine(root: Path, part: str, device: str = "cuda:0") -> Any:
         def by_bucket(*xs: Any) -> Any:
             return getattr(traced, f"b{xs[0].shape[0]}")(*xs)
 
-        return tr.GraphEngine(
-            by_bucket, device, [None] * len(config.inputs), [torch.float32], buckets_of(config)
-        )
+        return tr.GraphEngine(by_bucket, device, [None] * len(config.inputs), answer, buckets_of(config))
     module, dtypes = tr.load_program(str(root / spec.model / "1" / "model.pt2"), device)
-    return tr.GraphEngine(module, device, dtypes, [torch.float32], buckets_of(config))
+    return tr.GraphEngine(module, device, dtypes, answer, buckets_of(config))
 
 
 def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:0") -> dict[str, float]:
@@ -68,7 +68,7 @@ def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:
     engine = _engine(root, part, device)
     rates: dict[str, float] = {}
     for batch in PARTS[part].batches:
-        feeds = [t.to(device) for t in examples(part, batch).values()]
+        feeds = [t.to(device) for t in served_examples(part, batch)]
         for _ in range(5):
             engine.run(feeds)
         engine.wait()
@@ -91,6 +91,7 @@ def accuracy(root: Path, part: str) -> dict[str, float]:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     feeds = [t.cuda() for t in examples(part, PARTS[part].max_batch, seed=7, held_out=True).values()]
+    served = [t.cuda() for t in served_examples(part, PARTS[part].max_batch, seed=7, held_out=True)]
     flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
@@ -98,7 +99,7 @@ def accuracy(root: Path, part: str) -> dict[str, float]:
             ref = reference(part).cuda()(*feeds).float()
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
-    (out,) = _engine(root, part).run(feeds)
+    (out,) = _engine(root, part).run(served)
     cos = torch.nn.functional.cosine_similarity(out.double(), ref.double(), dim=1)
     top1 = (out.argmax(dim=1) == ref.argmax(dim=1)).double().mean()
     torch.cuda.empty_cache()

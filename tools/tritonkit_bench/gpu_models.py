@@ -4,7 +4,8 @@ Owns the three models measured, each with seeded random weights (their outputs m
 architecture is what costs): a BERT-base encoder at sequence 128 (12 layers, hidden 768, 12 heads, the
 CLS row of the last layer out: the model of the T4 tables users compare against), the MiniLM
 architecture (6 layers, hidden 384, mean-pooled embedding) and ResNet-50
-(:mod:`tritonkit.convert.flagship.resnet`); their example and held-out inputs; and the FP16 version each
+(:mod:`tritonkit.convert.flagship.resnet`, FP32 images, and again with FP16 images and logits on the
+wire); their example and held-out inputs; and the FP16 version each
 part serves, built by :mod:`tritonkit.convert.torch_program` exactly as ``tritonkit build`` would with a
 spec's ``serving: {device: gpu, engine: torch}`` (default placement: 2 instances per GPU, the ``fine``
 bucket ladder as the batcher's preferred sizes, 500 µs delay). Export runs on the CPU, so all of this can
@@ -24,9 +25,19 @@ from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.runners import load_runner
-from tritonkit_bench.gpu_load import BERT, IMAGE, TEXT, Payload
+from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload
 
-__all__ = ["IMAGE_SIZE", "PARTS", "SEQ", "Part", "build_part", "examples", "reference", "runner"]
+__all__ = [
+    "IMAGE_SIZE",
+    "PARTS",
+    "SEQ",
+    "Part",
+    "build_part",
+    "examples",
+    "reference",
+    "runner",
+    "served_examples",
+]
 
 SEQ = 128
 IMAGE_SIZE = 224
@@ -47,6 +58,8 @@ class Part:
     #: the FP32 module (built on call) and its inputs: (batch, seed, held out) -> {input name: tensor}
     factory: Callable[[], Any] = lambda: None
     inputs: Callable[[int, int, bool], dict[str, Any]] = lambda batch, seed, held_out: {}
+    #: float inputs and outputs served as FP16 (a spec's ``fp16.keep_io_types: false``)
+    half_io: bool = False
 
     @property
     def model(self) -> str:
@@ -160,12 +173,35 @@ PARTS: dict[str, Part] = {
         build_resnet50,
         lambda batch, seed, held_out: image_examples(batch, seed),
     ),
+    "resnet16": Part(
+        "resnet16",
+        "ResNet-50 as above, its image in and logits out FP16 on the wire (`fp16.keep_io_types: false`: "
+        "301 KB a row, the FP16 program's own precision, so nothing is cast on the GPU), output FP16 "
+        "`logits` [1000]",
+        IMAGE16,
+        64,
+        (1, 2, 4, 8, 16, 32, 64),
+        (1, 8, 64, 256, 512),
+        30.0,
+        build_resnet50,
+        lambda batch, seed, held_out: image_examples(batch, seed),
+        half_io=True,
+    ),
 }
 
 
 def examples(part: str, batch: int, seed: int = 1, held_out: bool = False) -> dict[str, Any]:
     """The part's inputs; ``held_out``: the accuracy set (another seed, ragged text)."""
     return PARTS[part].inputs(batch, seed, held_out)
+
+
+def served_examples(part: str, batch: int, seed: int = 1, held_out: bool = False) -> list[Any]:
+    """The part's inputs as its version takes them (float tensors FP16 where the part is ``half_io``)."""
+    half = PARTS[part].half_io
+    return [
+        t.half() if half and t.is_floating_point() else t
+        for t in examples(part, batch, seed, held_out).values()
+    ]
 
 
 def reference(part: str) -> Any:
@@ -198,6 +234,7 @@ def build_part(
         plan,
         max_batch_size=spec.max_batch,
         max_queue_delay_us=DELAY_US,
+        half_io=spec.half_io,
     )
     if parameters:
         from tritonkit.config import load, save  # noqa: PLC0415 (only diagnostics change a written config)

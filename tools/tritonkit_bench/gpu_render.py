@@ -22,7 +22,12 @@ C1_MARGIN_MS = 0.3
 PADDED = 0.10
 TUNE_S = 300.0
 PROFILE_WITHIN = 0.10
-TITLES = {"bert": "BERT-base, sequence 128", "minilm": "MiniLM, sequence 128", "resnet": "ResNet-50"}
+TITLES = {
+    "bert": "BERT-base, sequence 128",
+    "minilm": "MiniLM, sequence 128",
+    "resnet": "ResNet-50",
+    "resnet16": "ResNet-50, FP16 image and logits on the wire",
+}
 
 ANCHORS = """## Anchors (published, other hardware: for reading the ratios only)
 

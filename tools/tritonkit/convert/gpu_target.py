@@ -217,6 +217,7 @@ def gpu_version(
             under,
             program,
             max_batch_size=mbs,
+            half_io=precision == "fp16" and not spec.fp16.keep_io_types,
             max_queue_delay_us=delay,
         )
 

@@ -87,6 +87,11 @@ def _triton_dtype(dtype: object) -> str:
     )
 
 
+def _wire(datatype: str, half_io: bool) -> str:
+    """A tensor's Triton type in the config: FP32 becomes FP16 where float tensors travel as FP16."""
+    return "FP16" if half_io and datatype == "FP32" else datatype
+
+
 def export_program(
     module: Any,
     example_inputs: Mapping[str, Any],
@@ -182,10 +187,12 @@ class Batching(TypedDict, total=False):
 
 class VersionOptions(Batching, total=False):
     """Keyword options of the version writers: :class:`Batching`'s, the version number (default:
-    the next one) and whether to replace an existing version (default no)."""
+    the next one), whether to replace an existing version (default no) and, for an FP16 program,
+    whether its float inputs and outputs travel as FP16 (``half_io``, default no: FP32)."""
 
     version: int | None
     force: bool
+    half_io: bool
 
 
 def _batching(options: VersionOptions) -> Batching:
@@ -257,15 +264,23 @@ def torch_version(
     program: Path,
     *,
     max_batch_size: int,
+    half_io: bool = False,
     **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
-    files of a torch-runner version serving it, for the caller to write."""
+    files of a torch-runner version serving it, for the caller to write.
+
+    ``half_io`` (an FP16 program only; a spec's ``fp16.keep_io_types: false``): the config declares
+    float inputs and outputs FP16, the program's own precision, so requests carry half the bytes and
+    nothing is cast on the way in (a client casting FP32 to FP16 rounds exactly as the program's
+    cast would); default FP32 in and out, as an FP16 ONNX graph or TensorRT engine keeps them."""
     validate_model_name(name)
     if plan.engine != "torch":
         raise BuildError(f"a torch-runner version needs a plan with engine torch; got {plan.engine}")
+    if half_io and plan.precision != "fp16":
+        raise BuildError(f"FP16 inputs and outputs need an fp16 program; got precision {plan.precision}")
     inputs = [
-        TensorConfig(n, _triton_dtype(t.dtype), [int(d) for d in t.shape[1:]])
+        TensorConfig(n, _wire(_triton_dtype(t.dtype), half_io), [int(d) for d in t.shape[1:]])
         for n, t in example_inputs.items()
     ]
     outs = export_program(
@@ -278,7 +293,9 @@ def torch_version(
     )
     if len(outs) != len(output_names):
         raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
-    outputs = [TensorConfig(n, dt, dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)]
+    outputs = [
+        TensorConfig(n, _wire(dt, half_io), dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)
+    ]
     config = gpu_config(
         name,
         inputs,
@@ -390,6 +407,7 @@ def write_torch_version(
             plan,
             program,
             max_batch_size=max_batch_size,
+            half_io=options.get("half_io", False),
             **_batching(options),
         )
         checks = (
