@@ -176,13 +176,14 @@ def test_where_the_native_backend_compiles_the_default_build_is_native(
     build_from_spec(parse_spec(torch_spec(precisions=["fp16"])), repo, gpus=[0])
     config = ModelRepository(repo).read_config("tiny_fp16")
     assert config.backend == "tritonkit_torch"
-    assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_groups] == [("KIND_GPU", 4, [0])]
+    assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_groups] == [("KIND_GPU", 2, [0])]
+    assert config.parameters["answer_thread"] == "true"  # pipelined instances
     assert (repo / "tiny_fp16" / "1" / "model.ts").is_file()
     execution = _execution(repo, "tiny_fp16")
     assert execution["runner"] == "native" and "runner_reason" not in execution
     assert executions(repo) == [
         "tiny_fp16 version 1 executes on gpu: engine torch (native runner), fp16, buckets 1,2,4,8, "
-        "instances 4 x KIND_GPU on GPU [0] (1 GPU(s) visible)"
+        "instances 2 x KIND_GPU on GPU [0] (1 GPU(s) visible)"
     ]
     # asked for by name, the python runner is kept whatever the host has
     build_from_spec(

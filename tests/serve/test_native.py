@@ -359,11 +359,13 @@ def test_held_out_families_trace_per_bucket_as_the_module_answers(tmp_path: Path
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_native_plans_four_instances_per_gpu_unless_counted() -> None:
-    assert (
-        plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0]).instance_groups[0].count == 4
-    )
-    assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).instance_groups[0].count == 2
+def test_native_plans_two_pipelined_instances_per_gpu_unless_counted() -> None:
+    native = plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0])
+    assert native.instance_groups[0].count == 2 and native.runner_parameters()["answer_thread"] == "true"
+    python = plan_execution(ServingSpec(runner="python"), max_batch_size=8, gpus=[0])
+    assert python.instance_groups[0].count == 2 and "answer_thread" not in python.runner_parameters()
+    on_cpu = plan_execution(ServingSpec(engine="torch", runner="native"), max_batch_size=8, gpus=[])
+    assert "answer_thread" not in on_cpu.runner_parameters()  # nothing to overlap without a GPU
     counted = ServingSpec.from_mapping({"runner": "native", "instances": {"count": 3}})
     assert plan_execution(counted, max_batch_size=8, gpus=[0]).instance_groups[0].count == 3
 
@@ -372,7 +374,7 @@ def test_runner_auto_is_native_on_a_gpu_where_the_backend_compiles() -> None:
     auto = ServingSpec.from_mapping({"engine": "torch"})
     assert auto.runner == "auto" and ServingSpec.from_mapping(auto.to_mapping()) == auto
     native = plan_execution(auto, max_batch_size=8, gpus=[0], native_problem=None)
-    assert (native.runner, native.runner_reason, native.instance_groups[0].count) == ("native", "", 4)
+    assert (native.runner, native.runner_reason, native.instance_groups[0].count) == ("native", "", 2)
     headers = "no CUDA headers (CUDA_HOME unset and nvcc not on PATH)"
     python = plan_execution(auto, max_batch_size=8, gpus=[0], native_problem=headers)
     assert (python.runner, python.instance_groups[0].count) == ("python", 2)

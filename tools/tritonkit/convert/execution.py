@@ -61,11 +61,15 @@ RUNNERS: tuple[str, ...] = ("auto", "python", "native")
 #: requests, copies, answers) overlaps the other's GPU work. Measured on the H100 (MiniLM, FP16):
 #: requests of 1 at 64 in flight 5,926 -> 10,684 samples/s, of 16 at 16 in flight 26,403 -> 40,358.
 DEFAULT_GPU_INSTANCES = 2
-#: The native runner's instances per GPU when the spec names no count: four. Its host work per batch is
-#: small, so more instances keep the GPU fed. Measured on an H200 host, requests of one row, same call
-#: (docs/gpu-raw/native/ab-*.md): ResNet-50 6,851 -> 8,280 samples/s from 2 to 4, MiniLM 45,582 ->
-#: 48,255; BERT-base 15,955 -> 15,635 (within 2 %).
-NATIVE_GPU_INSTANCES = 4
+#: The native runner's instances per GPU when the spec names no count: two, each pipelined (config
+#: parameter ``answer_thread``, written for its GPU versions: a batch's GPU work is enqueued, and waited
+#: for and answered on the instance's second thread while its first gathers the next batch). Unpipelined
+#: instances copy and compute in turn and fall into step (all copying, the GPU idle, then all computing);
+#: four of them were the earlier default. Measured on an H100 host, requests of one row through HTTP,
+#: same call (docs/gpu-raw/h100/ab-*-pipelined.md): ResNet-50 with FP16 images 8,856 samples/s with 2
+#: pipelined against 8,495 with 4 unpipelined (3 pipelined 8,709, 4 pipelined 8,380), MiniLM 63,049 against
+#: 61,655.
+NATIVE_GPU_INSTANCES = 2
 #: :func:`plan_execution`'s ``native_problem`` when its caller did not check (``plan_version`` does)
 NATIVE_UNCHECKED = "its toolchain (a C++ compiler, CUDA's headers and runtime) was not looked for"
 
@@ -273,6 +277,8 @@ class ExecutionPlan:
             # Inputs that arrive in GPU memory (CUDA shared memory) reach the runner there.
             "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if self.device == "gpu" else "yes",
             **pipeline,
+            # the native backend's pipelined instances (NATIVE_GPU_INSTANCES says why)
+            **({"answer_thread": "true"} if self.runner == "native" and self.device == "gpu" else {}),
         }
 
 

@@ -61,7 +61,8 @@ DEFAULT_GPU_INSTANCES: tuple[int, ...] = (2, 3, 4)
 #: Per GPU, for the native backend (no stub: an instance is a thread of Triton's). Measured on an H200
 #: host (16 cores, requests of one row): ResNet-50 gained 21 % from 2 to 4 instances at its peak, BERT-base
 #: and MiniLM stayed within 3 %; 6 gained only at ResNet-50's peak (c512, far past a latency budget) and
-#: lost 5-12 % in BERT-base's tune while its loads made the search run past 5 minutes.
+#: lost 5-12 % in BERT-base's tune while its loads made the search run past 5 minutes. Its GPU versions
+#: are pipelined (``answer_thread``: two batches in flight per instance) and built with two.
 DEFAULT_NATIVE_GPU_INSTANCES: tuple[int, ...] = (2, 4)
 BUCKETS_PARAMETER = "batch_buckets"
 

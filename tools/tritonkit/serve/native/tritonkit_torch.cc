@@ -13,7 +13,8 @@
 // Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
 // ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max), ``cuda_graphs``,
 // ``copy_threads`` (default 1), ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h) and
-// ``answer_thread`` (default false: answers written on an instance's second thread, answers.h).
+// ``answer_thread`` (default false: answers written on an instance's second thread, answers.h; on a GPU
+// that thread also waits for the batch's GPU work, so the instance gathers the next batch meanwhile).
 #include <torch/script.h>
 
 #include <algorithm>
@@ -65,6 +66,14 @@ std::mutex& lifecycle() { static std::mutex one_at_a_time; return one_at_a_time;
 class Instance {
  public:
   Instance(ModelState* model, TRITONBACKEND_ModelInstance* triton) : model_(model), triton_(triton) {}
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  ~Instance() {
+    outbox_.reset();  // its batches answered (each waits for its GPU work) before the events go
+#ifdef TRITONKIT_CUDA
+    for (cudaEvent_t event : done_) cudaEventDestroy(event);
+#endif
+  }
 
   TRITONSERVER_Error* init() {
     TRITONSERVER_InstanceGroupKind kind;
@@ -144,23 +153,38 @@ class Instance {
     }
   }
 
+  // Pinned staging and output buffers per slot: with the answer thread, two (a batch is gathered and
+  // run into one while the other's is computed or answered), and on a GPU one event per slot, recorded
+  // after the slot's batch is enqueued, that the answer thread waits on.
   void allocate() {
     const int64_t top = buckets_.back().rows;
     auto host = at::TensorOptions().device(c10::kCPU).pinned_memory(on_gpu_);
-    for (const Tensor& t : model_->inputs) {
-      std::vector<int64_t> shape{top};
-      shape.insert(shape.end(), t.dims.begin(), t.dims.end());
-      staging_.push_back(at::empty(shape, host.dtype(t.dtype.torch)));
-    }
-    const size_t slots = model_->answer_thread ? 2 : 1;  // with the thread: one computed while one is answered
+    const size_t slots = model_->answer_thread ? 2 : 1;
+    staging_.resize(slots);
     host_out_.resize(slots);
     for (size_t s = 0; s < slots; ++s) {
+      for (const Tensor& t : model_->inputs) {
+        std::vector<int64_t> shape{top};
+        shape.insert(shape.end(), t.dims.begin(), t.dims.end());
+        staging_[s].push_back(at::empty(shape, host.dtype(t.dtype.torch)));
+      }
       for (const Tensor& t : model_->outputs) {
         std::vector<int64_t> shape{top};
         shape.insert(shape.end(), t.dims.begin(), t.dims.end());
         host_out_[s].push_back(at::empty(shape, host.dtype(t.dtype.torch)));
       }
     }
+#ifdef TRITONKIT_CUDA
+    if (on_gpu_ && model_->answer_thread) {
+      for (size_t s = 0; s < slots; ++s) {
+        cudaEvent_t event = nullptr;
+        if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+          throw std::runtime_error("creating a CUDA event failed");
+        }
+        done_.push_back(event);
+      }
+    }
+#endif
     if (model_->answer_thread) {
       outbox_ = std::make_unique<Outbox<Batch>>(slots, [this](Batch& batch) { answer(batch); });
     }
@@ -219,10 +243,10 @@ class Instance {
 #endif
   }
 
-  // Outputs of ``piece`` rows (staged at ``start``) run as bucket ``b``, written into ``out``.
-  void run_chunk(Bucket& b, int64_t start, int64_t piece, std::vector<at::Tensor>& out) {
+  // Outputs of ``piece`` rows (staged at ``start`` in ``in``) run as bucket ``b``, written into ``out``.
+  void run_chunk(Bucket& b, const std::vector<at::Tensor>& in, int64_t start, int64_t piece, std::vector<at::Tensor>& out) {
     for (size_t i = 0; i < b.static_in.size(); ++i) {
-      b.static_in[i].narrow(0, 0, piece).copy_(staging_[i].narrow(0, start, piece), /*non_blocking=*/on_gpu_);
+      b.static_in[i].narrow(0, 0, piece).copy_(in[i].narrow(0, start, piece), /*non_blocking=*/on_gpu_);
     }
     std::vector<at::Tensor> outs;
 #ifdef TRITONKIT_CUDA
@@ -240,7 +264,10 @@ class Instance {
     }
   }
 
-  void run(int64_t rows, std::vector<at::Tensor>& out) {
+  // Runs slot ``slot``'s ``rows`` into its output buffers. On a GPU: waits for the work, or with the
+  // answer thread only enqueues it and records the slot's event (the answer thread waits on it).
+  void run(int64_t rows, size_t slot) {
+    std::vector<at::Tensor>& out = host_out_[slot];
     c10::InferenceMode mode;
 #ifdef TRITONKIT_CUDA
     std::unique_ptr<c10::cuda::CUDAStreamGuard> guard;
@@ -257,15 +284,41 @@ class Instance {
           break;
         }
       }
-      run_chunk(*chosen, start, piece, out);
+      run_chunk(*chosen, staging_[slot], start, piece, out);
       start += piece;
     }
 #ifdef TRITONKIT_CUDA
-    if (on_gpu_) stream_->synchronize();
+    if (!done_.empty()) {
+      if (cudaEventRecord(done_[slot], stream_->stream()) != cudaSuccess) throw std::runtime_error("recording a CUDA event failed");
+    } else if (on_gpu_) {
+      stream_->synchronize();
+    }
 #endif
   }
 
-  TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows, std::vector<CopyJob>* jobs);
+  // After a failed run: whatever it enqueued is finished before its slot's buffers are used again.
+  void drain() noexcept {
+#ifdef TRITONKIT_CUDA
+    if (on_gpu_ && stream_) cudaStreamSynchronize(stream_->stream());
+#endif
+  }
+
+  // The answer thread's wait for a pipelined batch's GPU work (nullptr: done, or nothing to wait for).
+  TRITONSERVER_Error* await(const Batch& batch) {
+#ifdef TRITONKIT_CUDA
+    if (!done_.empty() && batch.total > 0 && batch.run_failure == nullptr) {
+      const cudaError_t status = cudaEventSynchronize(done_[batch.slot]);
+      if (status != cudaSuccess) {
+        return error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: the batch's GPU work failed: ") + cudaGetErrorString(status));
+      }
+    }
+#endif
+    (void)batch;
+    return nullptr;
+  }
+
+  TRITONSERVER_Error* gather(TRITONBACKEND_Request* request, size_t slot, int64_t offset, int64_t* rows,
+                             std::vector<CopyJob>* jobs);
   void answer(Batch& batch);
 
   ModelState* model_;
@@ -275,17 +328,17 @@ class Instance {
   torch::jit::Module module_;
   std::vector<std::unique_ptr<torch::jit::Method>> methods_;
   std::vector<Bucket> buckets_;
-  std::vector<at::Tensor> staging_;
-  std::vector<std::vector<at::Tensor>> host_out_;  // per slot
+  std::vector<std::vector<at::Tensor>> staging_, host_out_;  // per slot
 #ifdef TRITONKIT_CUDA
   std::unique_ptr<c10::cuda::CUDAStream> stream_;
+  std::vector<cudaEvent_t> done_;  // per slot, with the answer thread on a GPU
 #endif
   std::unique_ptr<Outbox<Batch>> outbox_;  // last: stopped (its batches answered) before the rest goes
 };
 
 // Checks one request's inputs and plans their copy into the staging buffers at row ``offset`` (added to
 // ``jobs`` only when every input is right; an input in GPU memory is copied here).
-TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t offset, int64_t* rows,
+TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, size_t slot, int64_t offset, int64_t* rows,
                                      std::vector<CopyJob>* jobs) {
   *rows = -1;
   std::vector<CopyJob> planned;
@@ -322,7 +375,7 @@ TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, int64_t off
                                                        " bytes; its shape needs " +
                                                        std::to_string(static_cast<uint64_t>(*rows) * spec.row_bytes));
     }
-    char* dst = static_cast<char*>(staging_[i].data_ptr()) + static_cast<size_t>(offset) * spec.row_bytes;
+    char* dst = static_cast<char*>(staging_[slot][i].data_ptr()) + static_cast<size_t>(offset) * spec.row_bytes;
     uint64_t copied = 0;
     for (uint32_t k = 0; k < buffers; ++k) {
       const void* src = nullptr;
@@ -356,11 +409,14 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
   batch.rows.assign(count, 0);
   batch.offsets.assign(count, 0);
   batch.failures.assign(count, nullptr);
+  // With the answer thread, a slot whose last batch is answered (its GPU work done): this wait, when
+  // both slots are still in flight, counts as the batch's input time.
+  batch.slot = outbox_ ? outbox_->take_slot() : 0;
   std::vector<CopyJob> jobs;
   for (uint32_t r = 0; r < count; ++r) {
     batch.offsets[r] = batch.total;
     try {
-      batch.failures[r] = gather(requests[r], batch.total, &batch.rows[r], &jobs);
+      batch.failures[r] = gather(requests[r], batch.slot, batch.total, &batch.rows[r], &jobs);
     } catch (const std::exception& e) {
       batch.failures[r] = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
     }
@@ -371,13 +427,13 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
   } catch (const std::exception& e) {
     batch.run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + e.what());
   }
-  batch.slot = outbox_ ? outbox_->take_slot() : 0;
   batch.compute_start = now_ns();
   if (batch.total > 0 && batch.run_failure == nullptr) {
     try {
-      run(batch.total, host_out_[batch.slot]);
+      run(batch.total, batch.slot);
     } catch (const std::exception& e) {
       batch.run_failure = error(TRITONSERVER_ERROR_INTERNAL, std::string("tritonkit_torch: ") + first_line(e.what()));
+      drain();
     }
   }
   batch.compute_end = now_ns();
@@ -390,6 +446,13 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
 
 // One response per request of ``batch`` (its rows, or its failure), its statistics, its release.
 void Instance::answer(Batch& batch) {
+  if (TRITONSERVER_Error* failed = await(batch)) {
+    batch.run_failure = failed;
+    drain();
+  }
+#ifdef TRITONKIT_CUDA
+  if (!done_.empty()) batch.compute_end = now_ns();  // pipelined: the compute ends when the GPU's work does
+#endif
   const std::vector<at::Tensor>& out = host_out_[batch.slot];
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     TRITONBACKEND_Response* response = nullptr;
