@@ -13,7 +13,7 @@ import pytest
 from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finals, grid, quick, snap
-from tritonkit.tune.space import axes_for
+from tritonkit.tune.space import axes_for, describe
 from tritonkit.tune.synthetic import AXES, noisy_surface, surface
 
 
@@ -202,3 +202,26 @@ def test_points_with_one_key_are_evaluated_once() -> None:
     fast = quick(axes, evaluate, {"a": 1, "b": "y"}, same=lambda p: p["a"])
     assert fast.best_outcome is not None and fast.best_outcome.throughput == 3.0
     assert len(calls) == len({c["a"] for c in calls}) == 3
+
+
+def test_a_winner_whose_finals_round_stepped_down_reports_the_level_every_round_held() -> None:
+    """A finals round measures lower where the search's level broke the budget that time: the winner
+    tune reports (and a profile reproduces) is at the lowest level a round used, with that round's
+    latencies, and says the search's level; a winner whose rounds kept the level is unchanged."""
+    from tritonkit.tune.tuner import _crowned  # noqa: PLC0415 (the crowning step alone)
+
+    point = {"instances": 2}
+    key = describe(point)
+    trial = {"key": key, "throughput": 7902.1, "concurrency": 192, "p50_ms": 23.9, "p99_ms": 29.9}
+    final = Final(dict(point), Outcome(7902.1, 29.9, True), [7462.1, 8022.8])
+    rows = [
+        {"key": key, "round": 0, "concurrency": 144, "p50_ms": 18.0, "p99_ms": 24.0},
+        {"key": key, "round": 1, "concurrency": 192, "p50_ms": 23.0, "p99_ms": 29.0},
+        {"key": "other", "round": 0, "concurrency": 96, "p50_ms": 1.0, "p99_ms": 2.0},
+    ]
+    crowned = _crowned(trial, [final], rows)
+    assert (crowned["concurrency"], crowned["search_concurrency"]) == (144, 192)
+    assert (crowned["p50_ms"], crowned["p99_ms"]) == (18.0, 24.0)
+    assert crowned["confirmed_throughput"] == round((7462.1 + 8022.8) / 2, 3)
+    held = _crowned(trial, [final], [{**r, "concurrency": 192} for r in rows[:2]])
+    assert held["concurrency"] == 192 and "search_concurrency" not in held and held["p99_ms"] == 29.9

@@ -107,6 +107,11 @@ def _headline(data: Mapping[str, Any]) -> list[str]:
     searched = (
         f"; its search measurement {winner['throughput']:.1f} req/s" if "final_figures" in winner else ""
     )
+    if winner.get("search_concurrency"):  # a finals round held the budget only at a lower level
+        searched += (
+            f" at concurrency {winner['search_concurrency']} (a finals round broke the budget there; every "
+            f"round held it at {winner['concurrency']})"
+        )
     lines += [
         f"**Winner**: `{winner['key']}`: {_figure(winner)} at concurrency {winner['concurrency']}, p50 "
         f"{winner['p50_ms']:.2f} ms, p99 {winner['p99_ms']:.2f} ms{searched}.",

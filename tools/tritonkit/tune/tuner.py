@@ -424,7 +424,7 @@ def _finals_and_verdict(
     )  # fmt: skip
     if best is None:
         return None, final_list, None
-    winner = _crowned(run.cached[describe(best)], final_list)
+    winner = _crowned(run.cached[describe(best)], final_list, run.final_rows)
     mine = next((f for f in final_list if among and describe(f.point) == run.own_key), None)
     own_figures = own.figures if reference is not None else (mine.figures if mine is not None else [])
     if own_figures:
@@ -454,12 +454,28 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
         return from_proto(client.config(options.model))
 
 
-def _crowned(trial: dict[str, Any], final_list: Sequence[Final]) -> dict[str, Any]:
-    """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any."""
+def _crowned(
+    trial: dict[str, Any], final_list: Sequence[Final], rows: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any.
+
+    A finals round measures at a lower level where the search's broke the budget that time; the winner's
+    ``concurrency`` (what tune reports and a profile reproduces) is then the lowest level a round used,
+    where every round held the budget, with that round's latencies (``search_concurrency``: the search's)."""
     mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
     if mine is None:
         return trial
-    return {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
+    crowned = {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
+    rounds = [r for r in rows if r.get("key") == trial["key"] and r.get("concurrency")]
+    lowest = min(rounds, key=lambda r: int(r["concurrency"]), default=None)
+    if lowest is not None and int(lowest["concurrency"]) < int(trial["concurrency"] or 0):
+        crowned.update(
+            search_concurrency=trial["concurrency"],
+            concurrency=int(lowest["concurrency"]),
+            p50_ms=lowest["p50_ms"],
+            p99_ms=lowest["p99_ms"],
+        )
+    return crowned
 
 
 def _finals_summary(
