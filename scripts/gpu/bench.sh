@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmark: writes docs/benchmarks-gpu.md (and the raw JSON, logs, tune reports) on a GPU host
 # without network, from what scripts/gpu/pack.sh made. Usage: scripts/gpu/bench.sh [python -m tritonkit_bench.gpu args]
-#   --only bert,minilm,resnet   parts to run, in order (default all)
+#   --only bert,minilm,resnet,resnet16   parts to run, in order (default all)
 #   --tune PARTS | --no-tune    parts tuned with `tritonkit tune` + `tritonkit profile` (default every part run)
 #   --malloc-ab                 one level again without tritonkit's malloc settings
 #   --merge FILE                keep the parts not run from an earlier run's benchmarks-gpu.json

@@ -157,7 +157,8 @@ def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
 
 def test_arguments() -> None:
     default = gpu.parse_args([])
-    assert default.only == ["bert", "minilm", "resnet"] and default.tune == ["bert", "minilm", "resnet"]
+    every = ["bert", "minilm", "resnet", "resnet16"]
+    assert default.only == every and default.tune == every
     args = gpu.parse_args(["--only", "resnet,bert", "--tune", "bert"])
     assert args.only == ["resnet", "bert"] and args.tune == ["bert"]
     assert gpu.parse_args(["--no-tune"]).tune == []
@@ -169,7 +170,7 @@ def test_arguments() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--only", "gpt"], "expected a comma-separated subset of bert,minilm,resnet; got 'gpt'"),
+        (["--only", "gpt"], "expected a comma-separated subset of bert,minilm,resnet,resnet16; got 'gpt'"),
         (["--merge", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--render-from", "/nonexistent.json"], "/nonexistent.json: file not found"),
         (["--seconds", "0"], "--seconds and --tune-window-s must be > 0"),

@@ -290,7 +290,7 @@ def render(data: dict[str, Any]) -> str:
         f"{' (' + m['cpu'] + ')' if m.get('cpu') else ''}, Python "
         f"{m.get('python', '?')}, torch {m.get('torch', '?')}, tritonserver 2.51 (nvidia-pytriton 0.7.0). "
         f"{run}. Re-run: `scripts/gpu/pack.sh` on a networked machine, then "
-        "`scripts/gpu/bench.sh` on the GPU host (`python -m tritonkit_bench.gpu`; `--only bert,minilm,resnet`).",
+        "`scripts/gpu/bench.sh` on the GPU host (`python -m tritonkit_bench.gpu`; `--only bert,minilm,resnet,resnet16`).",
         "",
         "How to read: samples/s = rows answered per second; every request is one row. Served levels are closed "
         + (

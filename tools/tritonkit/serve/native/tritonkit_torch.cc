@@ -437,10 +437,11 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
     }
   }
   batch.compute_end = now_ns();
-  if (outbox_) {
-    outbox_->post(std::move(batch));
+  if (outbox_ && !outbox_->idle()) {
+    outbox_->post(std::move(batch));  // answered (its GPU work waited for) while the next is gathered
   } else {
     answer(batch);
+    if (outbox_) outbox_->release(batch.slot);
   }
 }
 
