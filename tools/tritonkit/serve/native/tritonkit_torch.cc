@@ -437,8 +437,12 @@ void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
     }
   }
   batch.compute_end = now_ns();
-  if (outbox_ && !outbox_->idle()) {
-    outbox_->post(std::move(batch));  // answered (its GPU work waited for) while the next is gathered
+  // A lone request while nothing is in flight is answered here: no load to overlap with, and a
+  // hand-over would add the answer thread's wake-up to its latency. Any other batch is answered (its
+  // GPU work waited for) on the answer thread while this one gathers the next.
+  const bool lone = count == 1 && outbox_ && outbox_->idle();
+  if (outbox_ && !lone) {
+    outbox_->post(std::move(batch));
   } else {
     answer(batch);
     if (outbox_) outbox_->release(batch.slot);
