@@ -135,6 +135,19 @@ def image_examples(batch: int, seed: int = 1, size: int = IMAGE_SIZE) -> dict[st
     return {IMAGE_INPUT: torch.randn(batch, 3, size, size, generator=g)}
 
 
+RESNET = Part(
+    "resnet",
+    "ResNet-50 (`tritonkit.convert.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
+    "(602 KB a row; the FP16 program casts on the GPU inside its graph), output FP32 `logits` [1000]",
+    IMAGE,
+    64,
+    (1, 2, 4, 8, 16, 32, 64),
+    (1, 8, 64, 256, 512),
+    30.0,
+    build_resnet50,
+    lambda batch, seed, held_out: image_examples(batch, seed),
+)
+
 PARTS: dict[str, Part] = {
     "bert": Part(
         "bert",
@@ -161,30 +174,14 @@ PARTS: dict[str, Part] = {
         minilm,
         text_examples,
     ),
-    "resnet": Part(
-        "resnet",
-        "ResNet-50 (`tritonkit.convert.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
-        "(602 KB a row; the FP16 program casts on the GPU inside its graph), output FP32 `logits` [1000]",
-        IMAGE,
-        64,
-        (1, 2, 4, 8, 16, 32, 64),
-        (1, 8, 64, 256, 512),
-        30.0,
-        build_resnet50,
-        lambda batch, seed, held_out: image_examples(batch, seed),
-    ),
-    "resnet16": Part(
-        "resnet16",
-        "ResNet-50 as above, its image in and logits out FP16 on the wire (`fp16.keep_io_types: false`: "
+    "resnet": RESNET,
+    "resnet16": dataclasses.replace(
+        RESNET,
+        name="resnet16",
+        about="ResNet-50 as above, its image in and logits out FP16 on the wire (`fp16.keep_io_types: false`: "
         "301 KB a row, the FP16 program's own precision, so nothing is cast on the GPU), output FP16 "
         "`logits` [1000]",
-        IMAGE16,
-        64,
-        (1, 2, 4, 8, 16, 32, 64),
-        (1, 8, 64, 256, 512),
-        30.0,
-        build_resnet50,
-        lambda batch, seed, held_out: image_examples(batch, seed),
+        payload=IMAGE16,
         half_io=True,
     ),
 }
