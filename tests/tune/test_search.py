@@ -12,6 +12,7 @@ import pytest
 
 from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
+from tritonkit.tune.finals import crowned
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finals, grid, quick, snap
 from tritonkit.tune.space import axes_for, describe
 from tritonkit.tune.synthetic import AXES, noisy_surface, surface
@@ -171,7 +172,7 @@ def test_on_a_noisy_surface_brute_forces_crowned_winner_serves_more_than_its_luc
     assert sum(crowned) > sum(plain) and min(crowned) >= min(plain)
 
 
-def test_the_model_s_own_config_is_measured_in_the_same_rounds_and_never_crowned() -> None:
+def test_the_model_s_own_config_is_measured_in_the_same_rounds_and_nevercrowned() -> None:
     # one finalist is enough when the reference (the model's own config) stands beside it
     one = SearchResult({"x": "a"}, Outcome(100.0, 5.0, True), [({"x": "a"}, Outcome(100.0, 5.0, True))])
     own = Final({"x": "own"}, Outcome(150.0, 5.0, True))
@@ -208,8 +209,6 @@ def test_a_winner_whose_finals_round_stepped_down_reports_the_level_every_round_
     """A finals round measures lower where the search's level broke the budget that time: the winner
     tune reports (and a profile reproduces) is at the lowest level a round used, with that round's
     latencies, and says the search's level; a winner whose rounds kept the level is unchanged."""
-    from tritonkit.tune.tuner import _crowned  # noqa: PLC0415 (the crowning step alone)
-
     point = {"instances": 2}
     key = describe(point)
     trial = {"key": key, "throughput": 7902.1, "concurrency": 192, "p50_ms": 23.9, "p99_ms": 29.9}
@@ -219,9 +218,9 @@ def test_a_winner_whose_finals_round_stepped_down_reports_the_level_every_round_
         {"key": key, "round": 1, "concurrency": 192, "p50_ms": 23.0, "p99_ms": 29.0},
         {"key": "other", "round": 0, "concurrency": 96, "p50_ms": 1.0, "p99_ms": 2.0},
     ]
-    crowned = _crowned(trial, [final], rows)
-    assert (crowned["concurrency"], crowned["search_concurrency"]) == (144, 192)
-    assert (crowned["p50_ms"], crowned["p99_ms"]) == (18.0, 24.0)
-    assert crowned["confirmed_throughput"] == round((7462.1 + 8022.8) / 2, 3)
-    held = _crowned(trial, [final], [{**r, "concurrency": 192} for r in rows[:2]])
+    winner = crowned(trial, [final], rows)
+    assert (winner["concurrency"], winner["search_concurrency"]) == (144, 192)
+    assert (winner["p50_ms"], winner["p99_ms"]) == (18.0, 24.0)
+    assert winner["confirmed_throughput"] == round((7462.1 + 8022.8) / 2, 3)
+    held = crowned(trial, [final], [{**r, "concurrency": 192} for r in rows[:2]])
     assert held["concurrency"] == 192 and "search_concurrency" not in held and held["p99_ms"] == 29.9

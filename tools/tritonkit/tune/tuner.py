@@ -29,6 +29,7 @@ from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
+from tritonkit.tune.finals import crowned, finals_summary
 from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
 from tritonkit.tune.report import write_report
@@ -424,7 +425,7 @@ def _finals_and_verdict(
     )  # fmt: skip
     if best is None:
         return None, final_list, None
-    winner = _crowned(run.cached[describe(best)], final_list, run.final_rows)
+    winner = crowned(run.cached[describe(best)], final_list, run.final_rows)
     mine = next((f for f in final_list if among and describe(f.point) == run.own_key), None)
     own_figures = own.figures if reference is not None else (mine.figures if mine is not None else [])
     if own_figures:
@@ -452,60 +453,6 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
 
     with Client(url, options.protocol, timeout=30, headers=headers) as client:
         return from_proto(client.config(options.model))
-
-
-def _crowned(
-    trial: dict[str, Any], final_list: Sequence[Final], rows: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    """The winner's trial, with its finals figures (``confirmed_throughput``: their median) when it had any.
-
-    A finals round measures at a lower level where the search's broke the budget that time; the winner's
-    ``concurrency`` (what tune reports and a profile reproduces) is then the lowest level a round used,
-    where every round held the budget, with that round's latencies (``search_concurrency``: the search's)."""
-    mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
-    if mine is None:
-        return trial
-    crowned = {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
-    rounds = [r for r in rows if r.get("key") == trial["key"] and r.get("concurrency")]
-    lowest = min(rounds, key=lambda r: int(r["concurrency"]), default=None)
-    if lowest is not None and int(lowest["concurrency"]) < int(trial["concurrency"] or 0):
-        crowned.update(
-            search_concurrency=trial["concurrency"],
-            concurrency=int(lowest["concurrency"]),
-            p50_ms=lowest["p50_ms"],
-            p99_ms=lowest["p99_ms"],
-        )
-    return crowned
-
-
-def _finals_summary(
-    final_list: Sequence[Final], rows: Sequence[dict[str, Any]], baseline: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Per finalist (and the model's own config when it was measured beside them): the search's figure,
-    each round's figure and concurrency, their median and spread."""
-    out = []
-    entries = [(describe(f.point), f.searched.throughput, list(f.figures), False) for f in final_list]
-    if not baseline["on_grid"] and baseline.get("final_figures"):
-        own = "own: " + baseline["key"]
-        entries.append((own, baseline["throughput"], list(baseline["final_figures"]), True))
-    elif (
-        baseline["on_grid"]
-        and baseline.get("final_figures")
-        and baseline["key"] not in {e[0] for e in entries}
-    ):
-        entries.append((baseline["key"], baseline["throughput"], list(baseline["final_figures"]), True))
-    for key, searched, figures, own_only in entries:
-        mine = sorted((r for r in rows if r["key"] == key), key=lambda r: r["round"])
-        out.append({
-            "key": key.removeprefix("own: "), "searched": searched, "figures": figures,
-            "concurrencies": [r["concurrency"] for r in mine],
-            "limited": [bool(r.get("generator_limited")) for r in mine],
-            "median": round(statistics.median(figures), 3) if figures else searched,
-            "min": min(figures, default=searched), "max": max(figures, default=searched),
-            "own_config": own_only or key.removeprefix("own: ") == baseline["key"],
-            "finalist": not own_only,
-        })  # fmt: skip
-    return out
 
 
 def _spec_path(options: TuneOptions) -> Path | None:
@@ -601,7 +548,7 @@ def _summary(
         },
         "chosen": {"key": chosen["key"], "own_config": chosen is baseline},
         "trials": used,
-        "finals": _finals_summary(final_list, run.final_rows, baseline),
+        "finals": finals_summary(final_list, run.final_rows, baseline),
         "method": options.method(),
         "provenance": provenance,
     }
