@@ -25,17 +25,17 @@ def crowned(
     mine = next((f for f in final_list if describe(f.point) == trial["key"] and f.figures), None)
     if mine is None:
         return trial
-    crowned = {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
+    winner = {**trial, "final_figures": list(mine.figures), "confirmed_throughput": round(mine.median, 3)}
     rounds = [r for r in rows if r.get("key") == trial["key"] and r.get("concurrency")]
     lowest = min(rounds, key=lambda r: int(r["concurrency"]), default=None)
     if lowest is not None and int(lowest["concurrency"]) < int(trial["concurrency"] or 0):
-        crowned.update(
+        winner.update(
             search_concurrency=trial["concurrency"],
             concurrency=int(lowest["concurrency"]),
             p50_ms=lowest["p50_ms"],
             p99_ms=lowest["p99_ms"],
         )
-    return crowned
+    return winner
 
 
 def finals_summary(

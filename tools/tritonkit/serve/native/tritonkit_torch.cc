@@ -62,6 +62,13 @@ namespace {
 // stream is capturing", an H100 with 4 instances), so instances load and stop one at a time.
 std::mutex& lifecycle() { static std::mutex one_at_a_time; return one_at_a_time; }
 
+// The shape of ``rows`` rows of ``t`` (its dims after the batch axis).
+std::vector<int64_t> shape_of(int64_t rows, const Tensor& t) {
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), t.dims.begin(), t.dims.end());
+  return shape;
+}
+
 // One instance: its own copy of the program on its device, its graphs and buffers.
 class Instance {
  public:
@@ -160,19 +167,14 @@ class Instance {
     const int64_t top = buckets_.back().rows;
     auto host = at::TensorOptions().device(c10::kCPU).pinned_memory(on_gpu_);
     const size_t slots = model_->answer_thread ? 2 : 1;
-    staging_.resize(slots);
-    host_out_.resize(slots);
+    auto buffers = [&](const std::vector<Tensor>& tensors) {
+      std::vector<at::Tensor> made;
+      for (const Tensor& t : tensors) made.push_back(at::empty(shape_of(top, t), host.dtype(t.dtype.torch)));
+      return made;
+    };
     for (size_t s = 0; s < slots; ++s) {
-      for (const Tensor& t : model_->inputs) {
-        std::vector<int64_t> shape{top};
-        shape.insert(shape.end(), t.dims.begin(), t.dims.end());
-        staging_[s].push_back(at::empty(shape, host.dtype(t.dtype.torch)));
-      }
-      for (const Tensor& t : model_->outputs) {
-        std::vector<int64_t> shape{top};
-        shape.insert(shape.end(), t.dims.begin(), t.dims.end());
-        host_out_[s].push_back(at::empty(shape, host.dtype(t.dtype.torch)));
-      }
+      staging_.push_back(buffers(model_->inputs));
+      host_out_.push_back(buffers(model_->outputs));
     }
 #ifdef TRITONKIT_CUDA
     if (on_gpu_ && model_->answer_thread) {
@@ -214,10 +216,8 @@ class Instance {
   // Static inputs per bucket; on a GPU with graphs, one capture per bucket (after a warm-up run).
   void prepare() {
     for (Bucket& b : buckets_) {
-      for (size_t i = 0; i < model_->inputs.size(); ++i) {
-        std::vector<int64_t> shape{b.rows};
-        shape.insert(shape.end(), model_->inputs[i].dims.begin(), model_->inputs[i].dims.end());
-        b.static_in.push_back(at::zeros(shape, at::TensorOptions().device(device_).dtype(model_->inputs[i].dtype.torch)));
+      for (const Tensor& t : model_->inputs) {
+        b.static_in.push_back(at::zeros(shape_of(b.rows, t), at::TensorOptions().device(device_).dtype(t.dtype.torch)));
       }
     }
 #ifdef TRITONKIT_CUDA
@@ -468,8 +468,7 @@ void Instance::answer(Batch& batch) {
     if (TRITONBACKEND_ResponseNew(&response, batch.requests[r]) == nullptr) {
       for (size_t o = 0; failure == nullptr && o < model_->outputs.size(); ++o) {
         const Tensor& spec = model_->outputs[o];
-        std::vector<int64_t> shape{batch.rows[r]};
-        shape.insert(shape.end(), spec.dims.begin(), spec.dims.end());
+        const std::vector<int64_t> shape = shape_of(batch.rows[r], spec);
         TRITONBACKEND_Output* output = nullptr;
         failure = TRITONBACKEND_ResponseOutput(response, &output, spec.name.c_str(), spec.dtype.triton, shape.data(),
                                                static_cast<uint32_t>(shape.size()));
