@@ -15,7 +15,7 @@ from tritonkit.config import load, save
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit_bench import gpu, gpu_render, gpu_tune
 from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload, request_bytes
-from tritonkit_bench.gpu_measure import in_process, sweep
+from tritonkit_bench.gpu_measure import alone, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, image_examples, runner
 from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module  # the dry run's tiny model, one copy
 
@@ -144,6 +144,7 @@ def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
     assert [t.data_type for t in [*config.inputs, *config.outputs]] == ["FP16", "INT64", "FP16"]
     _on_cpu(repo, "half_fp16")
     assert set(in_process(repo, "half", seconds=0.05, device="cpu")) == {"1", "4"}
+    assert 0.0 < alone(repo, "half", seconds=0.05, device="cpu") < 1000.0  # one FP16 row, host in and out
     rows = sweep(repo, "half", (1, 4), 0.5, lambda _: None)
     assert all(r["errors"] == 0 and r["samples_per_s"] > 0 for r in rows)
     settings = gpu_tune.TuneSettings(
@@ -255,6 +256,11 @@ def test_render_summary_parts_and_anchors() -> None:
     )
     assert "The built config through Triton's HTTP front end" in gpu_render.render(data)
     del data["parts"]["bert"]["served_http"], data["parts"]["bert"]["served_http_built"]
+    # a lone row in-process, host in and out, is shown beside the line (the verdict keeps the line's terms)
+    data["parts"]["bert"]["alone_ms"] = 1.234
+    (row,) = gpu_render.summary(data)
+    assert row["c1"] == "1.05 gRPC vs 0.80 + 0.3 (one row alone in-process, host in and out: 1.23)"
+    assert row["c1_met"] == "yes"
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
     assert "input / infer / output µs per execution" in text and "hand-over" not in text

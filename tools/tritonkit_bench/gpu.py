@@ -36,7 +36,7 @@ from tritonkit.tune.space import buckets_of, pipelined
 from tritonkit_bench import gpu_tune
 from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
 from tritonkit_bench.gpu_load import PROTOCOLS
-from tritonkit_bench.gpu_measure import accuracy, in_process, sweep
+from tritonkit_bench.gpu_measure import accuracy, alone, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
 from tritonkit_bench.gpu_render import render
 
@@ -175,6 +175,8 @@ def measure_part(
     part["accuracy"] = accuracy(repo, name)
     part["in_process"] = in_process(repo, name)
     log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
+    part["alone_ms"] = alone(repo, name)
+    log(f"{name} one row alone in-process, host in and out: {part['alone_ms']:.3f} ms")
     torch.cuda.empty_cache()
     save(part)
     clients = args.client_processes

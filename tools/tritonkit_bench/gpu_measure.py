@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -31,7 +32,7 @@ from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit_bench.gpu_load import is_http, pool, run_load
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples
 
-__all__ = ["accuracy", "in_process", "server_stats", "sweep"]
+__all__ = ["accuracy", "alone", "in_process", "server_stats", "sweep"]
 
 SERVER_ARGS = (
     "--backend-config=python,shm-default-byte-size=67108864",
@@ -83,6 +84,29 @@ def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return rates
+
+
+def alone(root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0") -> float:
+    """Milliseconds (median) of one row through the part's served engine as a lone served request
+    takes it: from host memory (pinned, as the runners stage it) to the answer back in host memory,
+    waited for before the next call starts. ``in_process`` times batches back to back on the GPU,
+    which hides each call's launch and wait; a request alone pays them."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    engine = _engine(root, part, device)
+    pinned = device.startswith("cuda")
+    feeds = [t.pin_memory() if pinned else t for t in served_examples(part, 1)]
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 20 or time.perf_counter() - start < seconds:
+        began = time.perf_counter()
+        engine.launch(feeds, 1)
+        engine.wait()
+        times.append(time.perf_counter() - began)
+    del engine
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return 1000.0 * statistics.median(times[5:])
 
 
 def accuracy(root: Path, part: str) -> dict[str, float]:

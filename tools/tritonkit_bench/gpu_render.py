@@ -112,7 +112,13 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
             else "n/a",
             "ratio": ", ".join(ratios) if ratios else "n/a",
             "ratio_met": "yes" if top and top["samples_per_s"] / rate >= RATIO else "no",
-            "c1": ", ".join(f"{v:.2f} {k}" for k, v in c1s.items()) + f" vs {one_ms:.2f} + {C1_MARGIN_MS}"
+            "c1": ", ".join(f"{v:.2f} {k}" for k, v in c1s.items())
+            + f" vs {one_ms:.2f} + {C1_MARGIN_MS}"
+            + (
+                f" (one row alone in-process, host in and out: {part['alone_ms']:.2f})"
+                if part.get("alone_ms")
+                else ""
+            )
             if c1s and one_ms
             else "n/a",
             "c1_met": "yes" if c1s and one_ms and min(c1s.values()) <= one_ms + C1_MARGIN_MS else "no",
