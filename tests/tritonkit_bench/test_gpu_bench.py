@@ -145,6 +145,7 @@ def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
     _on_cpu(repo, "half_fp16")
     assert set(in_process(repo, "half", seconds=0.05, device="cpu")) == {"1", "4"}
     assert 0.0 < alone(repo, "half", seconds=0.05, device="cpu") < 1000.0  # one FP16 row, host in and out
+    assert 0.0 < alone(repo, "half", seconds=0.05, device="cpu", pause_s=0.001) < 1000.0
     rows = sweep(repo, "half", (1, 4), 0.5, lambda _: None)
     assert all(r["errors"] == 0 and r["samples_per_s"] > 0 for r in rows)
     settings = gpu_tune.TuneSettings(
@@ -260,6 +261,9 @@ def test_render_summary_parts_and_anchors() -> None:
     data["parts"]["bert"]["alone_ms"] = 1.234
     (row,) = gpu_render.summary(data)
     assert row["c1"] == "1.05 gRPC vs 0.80 + 0.3 (one row alone in-process, host in and out: 1.23)"
+    data["parts"]["bert"]["alone_paused_ms"] = 1.456
+    (row,) = gpu_render.summary(data)
+    assert row["c1"].endswith("host in and out: 1.23, 1.46 with pauses)")
     assert row["c1_met"] == "yes"
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text

@@ -176,7 +176,11 @@ def measure_part(
     part["in_process"] = in_process(repo, name)
     log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
     part["alone_ms"] = alone(repo, name)
-    log(f"{name} one row alone in-process, host in and out: {part['alone_ms']:.3f} ms")
+    part["alone_paused_ms"] = alone(repo, name, pause_s=0.0005)
+    log(
+        f"{name} one row alone in-process, host in and out: {part['alone_ms']:.3f} ms back to back, "
+        f"{part['alone_paused_ms']:.3f} ms with 0.5 ms pauses between calls"
+    )
     torch.cuda.empty_cache()
     save(part)
     clients = args.client_processes

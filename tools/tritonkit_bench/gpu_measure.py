@@ -86,11 +86,12 @@ def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:
     return rates
 
 
-def alone(root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0") -> float:
+def alone(root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0", pause_s: float = 0.0) -> float:
     """Milliseconds (median) of one row through the part's served engine as a lone served request
     takes it: from host memory (pinned, as the runners stage it) to the answer back in host memory,
-    waited for before the next call starts. ``in_process`` times batches back to back on the GPU,
-    which hides each call's launch and wait; a request alone pays them."""
+    waited for before the next call starts, ``pause_s`` later (a lone request's GPU idles between
+    requests). ``in_process`` times batches back to back on the GPU, which hides each call's launch
+    and wait; a request alone pays them."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     engine = _engine(root, part, device)
@@ -103,6 +104,8 @@ def alone(root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0") -
         engine.launch(feeds, 1)
         engine.wait()
         times.append(time.perf_counter() - began)
+        if pause_s:
+            time.sleep(pause_s)
     del engine
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

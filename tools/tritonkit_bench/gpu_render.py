@@ -70,6 +70,14 @@ def _top(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(good, key=lambda r: r["samples_per_s"]) if good else None
 
 
+def _alone(part: dict[str, Any]) -> str:
+    """A lone row's in-process time, host in and out, where the run measured it."""
+    if not part.get("alone_ms"):
+        return ""
+    paused = f", {part['alone_paused_ms']:.2f} with pauses" if part.get("alone_paused_ms") else ""
+    return f" (one row alone in-process, host in and out: {part['alone_ms']:.2f}{paused})"
+
+
 def summary(data: dict[str, Any]) -> list[dict[str, str]]:
     """One row per part: the issue's acceptance figures and their verdicts."""
     out = []
@@ -114,11 +122,7 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
             "ratio_met": "yes" if top and top["samples_per_s"] / rate >= RATIO else "no",
             "c1": ", ".join(f"{v:.2f} {k}" for k, v in c1s.items())
             + f" vs {one_ms:.2f} + {C1_MARGIN_MS}"
-            + (
-                f" (one row alone in-process, host in and out: {part['alone_ms']:.2f})"
-                if part.get("alone_ms")
-                else ""
-            )
+            + _alone(part)
             if c1s and one_ms
             else "n/a",
             "c1_met": "yes" if c1s and one_ms and min(c1s.values()) <= one_ms + C1_MARGIN_MS else "no",
