@@ -265,6 +265,7 @@ def test_a_server_stopped_under_load_with_an_answer_thread_exits_cleanly(
     [
         ("split", "copy_threads", "4x", "parameter `copy_threads` must be a positive integer; got `4x`"),
         ("answering", "answer_thread", "yes", "parameter `answer_thread` must be true or false; got `yes`"),
+        ("split", "jit_optimize", "on", "parameter `jit_optimize` must be true or false; got `on`"),
     ],
 )
 def test_a_bad_backend_parameter_fails_to_load_with_one_line(
