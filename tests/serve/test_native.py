@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import time
 import warnings
@@ -83,7 +84,8 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(repo / "two", repo / "split")  # the same, every batch's input copy split over threads
     config = load(repo / "split" / "config.pbtxt")
     config.name = "split"
-    config.parameters.update({"copy_split_bytes": "1", "copy_threads": "3"})
+    # jit_optimize is read and, on a CPU instance, leaves the plain plan: this version answers as "two"
+    config.parameters.update({"copy_split_bytes": "1", "copy_threads": "3", "jit_optimize": "true"})
     save(config, repo / "split" / "config.pbtxt")
     shutil.copytree(
         repo / "two", repo / "answering"
@@ -332,6 +334,25 @@ def test_spec_refuses_native_where_it_cannot_serve() -> None:
     with pytest.raises(SpecError, match="runner must be one of"):
         ServingSpec.from_mapping({"runner": "cpp"})
     assert ServingSpec.from_mapping({"runner": "native"}).to_mapping()["runner"] == "native"
+
+
+def test_jit_optimize_is_the_native_gpu_runners_and_opt_in() -> None:
+    """``serving.jit_optimize``: a bool, only with the native runner, written as the backend's config
+    parameter for its GPU versions (a CPU instance runs the plain plan, so nothing is written)."""
+    with pytest.raises(SpecError, match=re.escape("serving.jit_optimize must be true or false; got 'yes'")):
+        ServingSpec.from_mapping({"runner": "native", "jit_optimize": "yes"})
+    with pytest.raises(SpecError, match=re.escape("set serving.runner: native")):
+        ServingSpec.from_mapping({"jit_optimize": True})
+    spec = ServingSpec.from_mapping({"runner": "native", "jit_optimize": True})
+    assert spec.jit_optimize and ServingSpec.from_mapping(spec.to_mapping()) == spec
+    on_gpu = plan_execution(spec, max_batch_size=8, gpus=[0])
+    assert on_gpu.runner_parameters()["jit_optimize"] == "true"
+    assert on_gpu.manifest_extra()["execution"]["jit_optimize"] is True
+    default = plan_execution(ServingSpec(runner="native"), max_batch_size=8, gpus=[0])
+    assert "jit_optimize" not in default.runner_parameters()
+    assert "jit_optimize" not in default.manifest_extra()["execution"]
+    on_cpu = plan_execution(dataclasses.replace(spec, engine="torch"), max_batch_size=8, gpus=[])
+    assert "jit_optimize" not in on_cpu.runner_parameters()
 
 
 @pytest.mark.parametrize("family", ["gpt2", "swin", "lstm"])

@@ -98,6 +98,13 @@ class ServingSpec:
     pipeline: bool = False
     #: :data:`RUNNERS`: the python-backend torch runner, the native backend (torch engine only) or auto.
     runner: str = "auto"
+    #: native backend on a GPU: the graphs capture TorchScript's optimised plan, elementwise ops fused
+    #: (config parameter ``jit_optimize``), instead of the plain one. Measured on an H100, HTTP, same
+    #: call, 2 pipelined instances: ResNet-50 one request 1.67 against 1.81 ms p50 (Triton's infer 963
+    #: against 1,114 us), 512 in flight 6,475 against 5,530 samples/s; BERT-base even (0.92 / 0.94 ms,
+    #: 15,176 / 15,335). The cost is at load: compiling the fused kernels per bucket and instance took
+    #: BERT-base's loads from 3-6 s to 7-16 s and a quick tune past 5 minutes; so it is opt-in.
+    jit_optimize: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ServingSpec:
@@ -110,6 +117,7 @@ class ServingSpec:
             "batch_buckets",
             "cuda_graphs",
             "instances",
+            "jit_optimize",
             "pipeline",
             "runner",
         }
@@ -136,6 +144,13 @@ class ServingSpec:
         if not isinstance(pipeline, bool):
             raise SpecError(f"serving.pipeline must be true or false; got {pipeline!r}")
         runner = str(data.get("runner", "auto"))
+        jit_optimize = data.get("jit_optimize", False)
+        if not isinstance(jit_optimize, bool):
+            raise SpecError(f"serving.jit_optimize must be true or false; got {jit_optimize!r}")
+        if jit_optimize and runner != "native":
+            raise SpecError(
+                f"serving.jit_optimize is the native backend's; set serving.runner: native (got {runner})"
+            )
         if runner == "native" and data.get("engine") == "onnxruntime":
             raise SpecError("serving.runner native serves the torch engine; got serving.engine onnxruntime")
         if runner == "native" and pipeline:
@@ -160,6 +175,7 @@ class ServingSpec:
             placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
             pipeline=pipeline,
             runner=runner,
+            jit_optimize=jit_optimize,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -176,6 +192,7 @@ class ServingSpec:
             "instances": instances,
             "pipeline": self.pipeline,
             "runner": self.runner,
+            "jit_optimize": self.jit_optimize,
         }
 
 
@@ -247,6 +264,7 @@ class ExecutionPlan:
     runner: str = "python"
     #: why ``serving.runner: auto`` chose the python runner ("" when it did not choose, or chose native)
     runner_reason: str = ""
+    jit_optimize: bool = False
 
     def manifest_extra(self) -> dict[str, Any]:
         return {
@@ -262,6 +280,7 @@ class ExecutionPlan:
                 "reason": self.reason,
                 **({"pipeline": self.pipeline, "runner": self.runner} if self.engine == "torch" else {}),
                 **({"runner_reason": self.runner_reason} if self.runner_reason else {}),
+                **({"jit_optimize": True} if self.jit_optimize else {}),
             }
         }
 
@@ -279,6 +298,7 @@ class ExecutionPlan:
             **pipeline,
             # the native backend's pipelined instances (NATIVE_GPU_INSTANCES says why)
             **({"answer_thread": "true"} if self.runner == "native" and self.device == "gpu" else {}),
+            **({"jit_optimize": "true"} if self.jit_optimize and self.device == "gpu" else {}),
         }
 
 
@@ -375,6 +395,7 @@ def plan_execution(
         spec.pipeline,
         runner,
         runner_reason,
+        spec.jit_optimize,
     )
 
 

@@ -64,7 +64,7 @@ struct ModelState {
   int64_t copy_threads = 1;               // threads a batch's input copy may use (copy_in.h)
   int64_t copy_split_bytes = 1 << 20;     // a batch carrying fewer bytes is copied on one thread
   bool answer_thread = false;             // answers written on a thread of their own (answers.h)
-  bool jit_optimize = true;               // on a GPU: TorchScript's optimised (fused) plan is what graphs capture
+  bool jit_optimize = false;              // on a GPU: TorchScript's optimised (fused) plan is what graphs capture
 };
 
 std::string parameter(const Json& config, const std::string& key) {
@@ -150,7 +150,7 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
   if (!jit_optimize.empty() && jit_optimize != "true" && jit_optimize != "false") {
     return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `jit_optimize` must be true or false; got `" + jit_optimize + "`");
   }
-  state->jit_optimize = jit_optimize != "false";
+  state->jit_optimize = jit_optimize == "true";
   for (auto [key, field] : {std::pair<const char*, int64_t*>{"copy_threads", &state->copy_threads},
                             std::pair<const char*, int64_t*>{"copy_split_bytes", &state->copy_split_bytes}}) {
     const std::string text = parameter(config, key);

@@ -15,7 +15,7 @@
 // ``copy_threads`` (default 1), ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h),
 // ``answer_thread`` (default false: answers written on an instance's second thread, answers.h; on a GPU
 // that thread also waits for the batch's GPU work, so the instance gathers the next batch meanwhile) and
-// ``jit_optimize`` (default true: on a GPU, graphs capture TorchScript's optimised plan).
+// ``jit_optimize`` (default false; true: on a GPU, graphs capture TorchScript's optimised plan).
 #include <torch/script.h>
 
 #include <algorithm>
@@ -98,9 +98,10 @@ class Instance {
     std::lock_guard<std::mutex> one_at_a_time(lifecycle());
     try {
       c10::InferenceMode guard;
-      // On a GPU the program's optimised plan (TorchScript's profiling executor: elementwise ops fused)
-      // is what the graphs capture, as `torch.jit.load` in Python runs it: ResNet-50's lone row took
-      // ~0.17 ms longer unfused on an H100. On a CPU, the plain plan (no profiling runs at load).
+      // With ``jit_optimize`` on a GPU the graphs capture the program's optimised plan (TorchScript's
+      // profiling executor: elementwise ops fused, as `torch.jit.load` in Python runs it; ResNet-50's lone
+      // row ~0.15 ms sooner on an H100), at the price of compiling the fused kernels at load. Otherwise,
+      // and always on a CPU, the plain plan (no profiling runs at load).
       torch::jit::setGraphExecutorOptimize(on_gpu_ && model_->jit_optimize);
       module_ = torch::jit::load(model_->version_dir + "/model.ts", device_);
       module_.eval();
