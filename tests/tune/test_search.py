@@ -205,6 +205,19 @@ def test_points_with_one_key_are_evaluated_once() -> None:
     assert len(calls) == len({c["a"] for c in calls}) == 3
 
 
+def test_a_points_trial_key_is_made_once_however_often_the_search_asks() -> None:
+    """``same`` (tune's renders a config) runs once per distinct point, not on every lookup."""
+    axes = [Axis("a", (1, 2, 3)), Axis("b", ("x", "y"))]
+    keyed: list[dict[str, object]] = []
+
+    def same(point: dict[str, object]) -> object:
+        keyed.append(dict(point))
+        return point["a"]
+
+    quick(axes, lambda p: Outcome(float(str(p["a"])), 1.0, True), {"a": 1, "b": "y"}, same=same)
+    assert keyed and len(keyed) == len({tuple(sorted(p.items())) for p in keyed})
+
+
 def test_a_winner_whose_finals_round_stepped_down_reports_the_level_every_round_held() -> None:
     """A finals round measures lower where the search's level broke the budget that time: the winner
     tune reports (and a profile reproduces) is at the lowest level a round used, with that round's

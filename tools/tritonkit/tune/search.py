@@ -81,9 +81,13 @@ class _Cache:
         self.same: Callable[[Point], Hashable] = same or _key
         self.seen: dict[Hashable, Outcome] = {}
         self.trials: list[tuple[Point, Outcome]] = []
+        self.keys: dict[tuple[tuple[str, str], ...], Hashable] = {}  # ``same`` once per distinct point
 
     def __call__(self, point: Point) -> Outcome:
-        key = self.same(point)
+        raw = _key(point)
+        if raw not in self.keys:
+            self.keys[raw] = self.same(point)  # tune's renders the point's config text: once is enough
+        key = self.keys[raw]
         if key not in self.seen:
             outcome = self.evaluate(dict(point))
             self.seen[key] = outcome
