@@ -194,10 +194,11 @@ def worker(
             await asyncio.sleep(max(0.0, t_measure - time.perf_counter()))
             cpu0[0] = time.process_time()
 
-        async def ramp_up() -> None:
-            tasks = [asyncio.ensure_future(loop(*streams[0]))]
+        async def run_all() -> None:
+            """Every open connection's loop; with ``ramp`` the rest opened one by one under the load."""
+            tasks = [asyncio.ensure_future(loop(*stream)) for stream in streams]
             gap = min(RAMP_GAP_S, warmup_s / (2 * in_flight))  # every connection open inside the warm-up
-            for _ in range(in_flight - 1):
+            for _ in range(in_flight - len(streams)):
                 await asyncio.sleep(gap)
                 try:
                     streams.append(await connect())
@@ -208,10 +209,7 @@ def worker(
                 tasks.append(asyncio.ensure_future(loop(*streams[-1])))
             await asyncio.gather(*tasks)
 
-        if ramp:
-            await asyncio.gather(mark_cpu(), ramp_up())
-        else:
-            await asyncio.gather(mark_cpu(), *(loop(r, w) for r, w in streams))
+        await asyncio.gather(mark_cpu(), run_all())
         cpu = time.process_time() - cpu0[0]
         for _, writer in streams:
             writer.close()
