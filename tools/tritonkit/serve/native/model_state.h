@@ -141,16 +141,15 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
   if (auto* e = read_tensors(config["input"], &state->inputs, "input")) return e;
   if (auto* e = read_tensors(config["output"], &state->outputs, "output")) return e;
   state->cuda_graphs = parameter(config, "cuda_graphs") != "false";
-  const std::string answer_thread = parameter(config, "answer_thread");
-  if (!answer_thread.empty() && answer_thread != "true" && answer_thread != "false") {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `answer_thread` must be true or false; got `" + answer_thread + "`");
+  for (auto [key, field] : {std::pair<const char*, bool*>{"answer_thread", &state->answer_thread},
+                            std::pair<const char*, bool*>{"jit_optimize", &state->jit_optimize}}) {
+    const std::string text = parameter(config, key);  // absent: false
+    if (!text.empty() && text != "true" && text != "false") {
+      return error(TRITONSERVER_ERROR_INVALID_ARG,
+                   std::string("parameter `") + key + "` must be true or false; got `" + text + "`");
+    }
+    *field = text == "true";
   }
-  state->answer_thread = answer_thread == "true";
-  const std::string jit_optimize = parameter(config, "jit_optimize");
-  if (!jit_optimize.empty() && jit_optimize != "true" && jit_optimize != "false") {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `jit_optimize` must be true or false; got `" + jit_optimize + "`");
-  }
-  state->jit_optimize = jit_optimize == "true";
   for (auto [key, field] : {std::pair<const char*, int64_t*>{"copy_threads", &state->copy_threads},
                             std::pair<const char*, int64_t*>{"copy_split_bytes", &state->copy_split_bytes}}) {
     const std::string text = parameter(config, key);

@@ -218,7 +218,7 @@ class Instance {
     return outs;
   }
 
-  // Static inputs per bucket; on a GPU with graphs, one capture per bucket (after a warm-up run).
+  // Static inputs per bucket; on a GPU with graphs, one capture per bucket (after its warm-up runs).
   void prepare() {
     for (Bucket& b : buckets_) {
       for (const Tensor& t : model_->inputs) {
