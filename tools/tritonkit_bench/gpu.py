@@ -175,8 +175,7 @@ def measure_part(
     part["accuracy"] = accuracy(repo, name)
     part["in_process"] = in_process(repo, name)
     log(f"{name} in-process {json.dumps({k: round(v) for k, v in part['in_process'].items()})}")
-    part["alone_ms"] = alone(repo, name)
-    part["alone_paused_ms"] = alone(repo, name, pause_s=0.0005)
+    part["alone_ms"], part["alone_paused_ms"] = alone(repo, name, pauses=(0.0, 0.0005))
     log(
         f"{name} one row alone in-process, host in and out: {part['alone_ms']:.3f} ms back to back, "
         f"{part['alone_paused_ms']:.3f} ms with 0.5 ms pauses between calls"

@@ -86,30 +86,35 @@ def in_process(root: Path, part: str, seconds: float = 0.8, device: str = "cuda:
     return rates
 
 
-def alone(root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0", pause_s: float = 0.0) -> float:
+def alone(
+    root: Path, part: str, seconds: float = 0.5, device: str = "cuda:0", pauses: Sequence[float] = (0.0,)
+) -> list[float]:
     """Milliseconds (median) of one row through the part's served engine as a lone served request
     takes it: from host memory (pinned, as the runners stage it) to the answer back in host memory,
-    waited for before the next call starts, ``pause_s`` later (a lone request's GPU idles between
-    requests). ``in_process`` times batches back to back on the GPU, which hides each call's launch
-    and wait; a request alone pays them."""
+    waited for before the next call starts, each of ``pauses`` (seconds) later in turn (a lone
+    request's GPU idles between requests); one figure per pause, from one engine. ``in_process`` times
+    batches back to back on the GPU, which hides each call's launch and wait; a request alone pays them."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     engine = _engine(root, part, device)
     pinned = device.startswith("cuda")
     feeds = [t.pin_memory() if pinned else t for t in served_examples(part, 1)]
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < 20 or time.perf_counter() - start < seconds:
-        began = time.perf_counter()
-        engine.launch(feeds, 1)
-        engine.wait()
-        times.append(time.perf_counter() - began)
-        if pause_s:
-            time.sleep(pause_s)
+    medians = []
+    for pause_s in pauses:
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < 20 or time.perf_counter() - start < seconds:
+            began = time.perf_counter()
+            engine.launch(feeds, 1)
+            engine.wait()
+            times.append(time.perf_counter() - began)
+            if pause_s:
+                time.sleep(pause_s)
+        medians.append(1000.0 * statistics.median(times[5:]))
     del engine
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return 1000.0 * statistics.median(times[5:])
+    return medians
 
 
 def accuracy(root: Path, part: str) -> dict[str, float]:
