@@ -237,3 +237,23 @@ def test_a_winner_whose_finals_round_stepped_down_reports_the_level_every_round_
     assert winner["confirmed_throughput"] == round((7462.1 + 8022.8) / 2, 3)
     held = crowned(trial, [final], [{**r, "concurrency": 192} for r in rows[:2]])
     assert held["concurrency"] == 192 and "search_concurrency" not in held and held["p99_ms"] == 29.9
+
+
+@pytest.mark.parametrize(("gain", "kept"), [(1.2, "on"), (0.9, "off")])
+def test_quick_tries_a_late_axis_once_at_the_point_the_others_reached(gain: float, kept: str) -> None:
+    """A late axis (a plan compiled at every load) is held at its start while the others are walked,
+    then each of its values is measured once at the point they reached; the better stands."""
+    seen: list[dict[str, object]] = []
+
+    def evaluate(point: dict[str, object]) -> Outcome:
+        seen.append(point)
+        peak = {1: 10.0, 2: 30.0, 3: 20.0, 4: 5.0}[int(point["instances"])]  # type: ignore[call-overload]
+        return Outcome(peak * (gain if point["plan"] == "on" else 1.0), 1.0, True)
+
+    axes = [Axis("instances", (1, 2, 3, 4)), Axis("plan", ("off", "on"), late=True)]
+    result = quick(axes, evaluate, {"instances": 1, "plan": "off"})
+    assert [p["plan"] for p in seen[:-1]] == ["off"] * (len(seen) - 1)  # walked with the start's plan
+    assert seen[-1] == {"instances": 2, "plan": "on"}  # one trial of the other value, at the best point
+    assert result.best == {"instances": 2, "plan": kept}
+    # brute force has no order to keep: every value of a late axis is a point of the grid
+    assert brute(axes, evaluate).evaluations == 8

@@ -8,8 +8,9 @@ import importlib.util
 import random
 
 import pytest
+import yaml
 
-from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems, to_pbtxt
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import gpu_config
 from tritonkit.serve.runners import runner_path
@@ -23,6 +24,7 @@ from tritonkit.tune.space import (
     padded_share,
     same_config,
 )
+from tritonkit.tune.spec_file import edited_text, spec_values
 
 
 def _built(gpus: tuple[int, ...] = (0,), max_batch: int = 128) -> ModelConfig:
@@ -157,3 +159,65 @@ def test_points_that_make_one_config_are_one_trial() -> None:
     result = brute(axes, evaluate, same=lambda p: same_config(cfg, p))
     assert len(measured) == 3  # max batch 16 once, 32 with each ladder
     assert len(result.trials) == 3
+
+
+def _native(jit: bool = False) -> ModelConfig:
+    plan = plan_execution(
+        ServingSpec(engine="torch", precision="fp16", runner="native", jit_optimize=jit),
+        max_batch_size=64,
+        gpus=[0],
+    )
+    cfg = gpu_config(
+        "resnet50_fp16", [TensorConfig("image", "FP32", [3, 224, 224])], [TensorConfig("logits", "FP32", [1000])],
+        plan, runner="torch_runner", max_batch_size=64, max_queue_delay_us=500,
+    )  # fmt: skip
+    cfg.backend = "tritonkit_torch"  # what torch_version sets for the native runner
+    return cfg
+
+
+@pytest.mark.parametrize("built_on", [False, True])
+def test_a_native_gpu_version_tries_the_optimised_plan_late(built_on: bool) -> None:
+    """The native backend's jit_optimize is a late axis: the built plan is the start (on the grid, its
+    config unchanged), the other value is the parameter set or removed, nothing else changes."""
+    cfg = _native(jit=built_on)
+    assert ("jit_optimize" in cfg.parameters) is built_on  # the build writes it only when on
+    axes = axes_for(cfg)
+    plan_axis = next(a for a in axes if a.name == "jit_optimize")
+    assert plan_axis.values == ("off", "on") and plan_axis.late
+    assert not any(a.late for a in axes if a.name != "jit_optimize")
+    start = snap(axes, base_point(cfg))
+    assert start["jit_optimize"] == ("on" if built_on else "off")
+    assert same_config(cfg, start) == to_pbtxt(cfg)
+    on = apply_point(cfg, {**start, "jit_optimize": "on"})
+    off = apply_point(cfg, {**start, "jit_optimize": "off"})
+    assert on.parameters["jit_optimize"] == "true" and "jit_optimize" not in off.parameters
+    assert {k: v for k, v in on.parameters.items() if k != "jit_optimize"} == dict(off.parameters)
+    assert [a.name for a in axes_for(cfg, jit_optimize=False)] == [a.name for a in axes if not a.late]
+
+
+def test_only_a_native_gpu_version_gets_the_plan_axis() -> None:
+    torch_runner = _built()
+    cpu_native = _native()
+    cpu_native.instance_groups = [InstanceGroup(kind="KIND_CPU", count=2)]
+    for cfg in (torch_runner, cpu_native):
+        assert "jit_optimize" not in {a.name for a in axes_for(cfg)}
+        assert "jit_optimize" not in base_point(cfg)
+
+
+@pytest.mark.parametrize(
+    ("spec_says", "tuned", "written"), [(None, True, True), (True, False, False), (None, False, None)]
+)
+def test_tune_writes_the_plan_it_chose_into_a_native_spec(
+    spec_says: bool | None, tuned: bool, written: bool | None
+) -> None:
+    """``--write spec``: serving.jit_optimize follows the tuned config (set when on; set false only
+    where the spec said true); the spec's other lines stay."""
+    serving = "serving:\n  device: gpu\n  engine: torch\n  runner: native  # the C++ backend\n"
+    if spec_says is not None:
+        serving += f"  jit_optimize: {str(spec_says).lower()}\n"
+    text = "name: resnet50\nbatching:\n  max_batch_size: 64\n" + serving
+    cfg = apply_point(_native(), {"instances": 2, "max_batch_size": 64, "delay_us": 100,
+                                  "jit_optimize": "on" if tuned else "off"})  # fmt: skip
+    new, note = edited_text(text, spec_values(cfg, yaml.safe_load(text)))
+    assert note == "" and "# the C++ backend" in new
+    assert yaml.safe_load(new)["serving"].get("jit_optimize") == written

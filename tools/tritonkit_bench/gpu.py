@@ -32,7 +32,7 @@ from tritonkit.config import load
 from tritonkit.errors import TritonKitError
 from tritonkit.machine import cpu_model
 from tritonkit.serve.embedded import MALLOC_TUNING_ENV
-from tritonkit.tune.space import buckets_of, pipelined
+from tritonkit.tune.space import buckets_of, jit_on, pipelined
 from tritonkit_bench import gpu_tune
 from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
 from tritonkit_bench.gpu_load import PROTOCOLS
@@ -207,6 +207,7 @@ def measure_part(
         part["tuned_config"] = {
             "instances": tuned.instance_groups[0].count, "max_batch": tuned.max_batch_size, "buckets": buckets_of(tuned),
             "delay_us": tuned.dynamic_batching.max_queue_delay_microseconds if tuned.dynamic_batching else None,
+            "jit_optimize": jit_on(tuned),
         }  # fmt: skip
         part["tuned_served"] = sweep(
             repo,

@@ -263,7 +263,8 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
     if part.get("tuned_served"):
         tc = part.get("tuned_config", {})
         lines += [f"Served with the tuned config ({tc.get('instances')} instances per GPU, max batch {tc.get('max_batch')}, "
-                  f"{tc.get('delay_us')} µs delay, buckets {tc.get('buckets')}):", ""]  # fmt: skip
+                  f"{tc.get('delay_us')} µs delay, buckets {tc.get('buckets')}"
+                  f"{', TorchScript optimised plan' if tc.get('jit_optimize') else ''}):", ""]  # fmt: skip
         lines += [*_served_table(part["tuned_served"], rate, bool(part.get("pipeline"))), ""]
     if part.get("served_http"):
         lines += [f"Through Triton's HTTP front end, the {'tuned' if part.get('tuned_served') else 'built'} config "

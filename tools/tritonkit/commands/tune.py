@@ -53,6 +53,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instances", help="instance counts, e.g. 1,2,3 (default)")
     parser.add_argument("--no-preferred", action="store_true", help="do not tune preferred batch sizes")
     parser.add_argument("--no-queue-policy", action="store_true", help="do not tune the queue policy")
+    parser.add_argument(
+        "--no-jit-optimize",
+        action="store_true",
+        help="native-backend GPU version: keep its plan (default: also try TorchScript's optimised plan, "
+        "once, at the best config found; it compiles fused kernels at every load)",
+    )
     parser.add_argument("--gpu", action="store_true", help="also try KIND_GPU instances")
     parser.add_argument(
         "--max-concurrency", type=int, default=64, help="highest concurrency tried (default 64)"
@@ -93,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         instances=_list(args.instances, "--instances"),
         preferred=not args.no_preferred,
         queue=not args.no_queue_policy,
+        jit_optimize=not args.no_jit_optimize,
         plots=not args.no_plots,
         require_stable=not args.accept_unstable,
         warm_start=not args.no_warm_start,

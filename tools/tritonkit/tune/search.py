@@ -10,7 +10,9 @@ batch of 16 are both 1, 2, 4, 8, 16).
 config, snapped onto the grid): walk one axis at a time from the current point while each step is
 better, pass after pass until a pass moves nothing; then joint steps of declared axis couples (larger
 batches only pay with a longer batching delay), when still stuck of every pair of axes, and last every
-value of every axis from the point reached. Feasible points (p99 within the budget, at least the minimum
+value of every axis from the point reached. A *late* axis (one whose values cost more to load than to
+measure, e.g. a plan compiled at load) stays at its start value through all of that and is tried once,
+each of its values at the point the ascent reached, the better kept. Feasible points (p99 within the budget, at least the minimum
 throughput) beat infeasible ones; among infeasible, a lower p99 is better, so the ascent walks into the
 feasible region.
 
@@ -40,6 +42,9 @@ class Axis:
 
     name: str
     values: tuple[Any, ...]
+    #: quick search: held at the start value while the other axes are walked, then each value tried
+    #: once at the point reached (a value that makes every load slow is not paid for on every trial)
+    late: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,15 +201,17 @@ def quick(
                 return end
         return point
 
+    walked = [a for a in axes if not a.late]
+
     def lines(point: Point) -> list[Point]:
-        return [{**point, a.name: v} for a in axes for v in a.values if v != point[a.name]]
+        return [{**point, a.name: v} for a in walked for v in a.values if v != point[a.name]]
 
     current = snap(axes, start)
     cache(current)
-    every_pair = [(a.name, b.name) for i, a in enumerate(axes) for b in axes[i + 1 :]]
+    every_pair = [(a.name, b.name) for i, a in enumerate(walked) for b in walked[i + 1 :]]
     for _ in range(max_steps):
         moved = False
-        for axis in axes:
+        for axis in walked:
             end = walk(current, axis)
             if end is not current:
                 current, moved = end, True
@@ -213,8 +220,8 @@ def quick(
         # Stuck: the declared couples, every pair, then every value of every axis (a walk stops at the
         # first step that is no better, and a measured surface has dips that are only noise).
         for candidates in (
-            _diagonals(axes, current, couples),
-            _diagonals(axes, current, every_pair),
+            _diagonals(walked, current, couples),
+            _diagonals(walked, current, every_pair),
             lines(current),
         ):
             best = max(candidates, key=lambda p: _score(cache(p)), default=current)
@@ -223,6 +230,14 @@ def quick(
                 break
         if not moved:
             break
+    for axis in (a for a in axes if a.late):  # each of its values once, at the point the ascent reached
+        best = max(
+            ({**current, axis.name: v} for v in axis.values if v != current[axis.name]),
+            key=lambda p: _score(cache(p)),
+            default=current,
+        )
+        if best is not current and better(best, current):
+            current = best
     return cache.result()
 
 

@@ -15,7 +15,11 @@ its default grid is the GPU one: 2-4 instances per GPU, max batch from a quarter
 own, delays 0/100/500 µs, no queue-policy axis (a native-backend version: 2 or 4 instances per GPU). A
 torch-runner version (a ``batch_buckets`` parameter) gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
 instead of ``preferred``: each trial's buckets follow its max batch and are the batcher's preferred sizes,
-so the runner and the batcher agree on sizes whatever the trial.
+so the runner and the batcher agree on sizes whatever the trial. A native-backend GPU version also gets
+the late ``jit_optimize`` axis (``off``/``on``: its graphs capture TorchScript's plain or optimised
+plan, config parameter ``jit_optimize``): the optimised plan compiles its fused kernels at every load
+(a slow load on a large model) and gains on some models only, so the quick search tries it once, on the
+point the other axes reached (:class:`~tritonkit.tune.search.Axis` ``late``).
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ __all__ = [
     "DEFAULT_GPU_DELAYS_US",
     "DEFAULT_GPU_INSTANCES",
     "DEFAULT_NATIVE_GPU_INSTANCES",
+    "JIT_PARAMETER",
     "apply_point",
     "axes_for",
     "base_point",
     "buckets_of",
+    "jit_on",
     "on_gpu",
     "padded_share",
     "pipelined",
@@ -65,6 +71,7 @@ DEFAULT_GPU_INSTANCES: tuple[int, ...] = (2, 3, 4)
 #: are pipelined (``answer_thread``: two batches in flight per instance) and built with two.
 DEFAULT_NATIVE_GPU_INSTANCES: tuple[int, ...] = (2, 4)
 BUCKETS_PARAMETER = "batch_buckets"
+JIT_PARAMETER = "jit_optimize"
 
 
 def on_gpu(cfg: ModelConfig) -> bool:
@@ -105,6 +112,11 @@ def buckets_of(cfg: ModelConfig) -> list[int]:
     if not sizes:
         return list(bucket_ladder(cfg.max_batch_size, "pow2"))
     return [b for b in sizes if b < cfg.max_batch_size] + [cfg.max_batch_size]
+
+
+def jit_on(cfg: ModelConfig) -> bool:
+    """True for a native-backend version whose graphs capture the optimised plan (``jit_optimize``)."""
+    return str(cfg.parameters.get(JIT_PARAMETER, "false")).strip().lower() == "true"
 
 
 def _placement(group: InstanceGroup) -> str:
@@ -165,8 +177,10 @@ def axes_for(
     delays_us: Sequence[int | str] | None = None,
     instances: Sequence[int] | None = None,
     queue: bool = True,
+    jit_optimize: bool = True,
 ) -> list[Axis]:
-    """The grid for ``cfg``. A model that does not batch (``max_batch_size`` 0) tunes instances only."""
+    """The grid for ``cfg``. A model that does not batch (``max_batch_size`` 0) tunes instances only;
+    ``jit_optimize`` False: no plan axis for a native-backend GPU version (it keeps its own)."""
     if cfg.ensemble_steps or cfg.platform == "ensemble":
         raise TritonKitError(
             f"model `{cfg.name}` is an ensemble; expected a model that runs (tune its steps)"
@@ -185,6 +199,8 @@ def axes_for(
     axes.append(Axis("kind", tuple(kinds)))
     if gpu_base:
         axes.append(Axis("gpus", (_placement(cfg.instance_groups[0]),)))
+    if jit_optimize and gpu_base and cfg.backend == NATIVE_BACKEND:
+        axes.append(Axis(JIT_PARAMETER, ("off", "on"), late=True))
     if cfg.max_batch_size <= 0:
         return axes
     low, high = profile_batch_range(cfg, model_dir)
@@ -221,6 +237,8 @@ def base_point(cfg: ModelConfig) -> dict[str, Any]:
     }
     if on_gpu(cfg):
         point["gpus"] = _placement(groups[0])
+    if on_gpu(cfg) and cfg.backend == NATIVE_BACKEND:
+        point[JIT_PARAMETER] = "on" if jit_on(cfg) else "off"
     if cfg.max_batch_size > 0:
         b = cfg.dynamic_batching
         point["max_batch_size"] = cfg.max_batch_size
@@ -244,6 +262,10 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
     if kind == "KIND_GPU" and point.get("gpus") not in (None, "all"):
         group.gpus = [int(g) for g in str(point["gpus"]).split(",")]
     cfg.instance_groups = [group]
+    if JIT_PARAMETER in point:  # "off": no parameter, as the build writes a version without it
+        cfg.parameters.pop(JIT_PARAMETER, None)
+        if point[JIT_PARAMETER] == "on":
+            cfg.parameters[JIT_PARAMETER] = "true"
     if cfg.max_batch_size > 0 and "max_batch_size" in point:
         mbs = int(point["max_batch_size"])
         cfg.max_batch_size = mbs

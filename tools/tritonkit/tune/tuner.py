@@ -78,6 +78,8 @@ class TuneOptions:
     instances: Sequence[int] | None = None
     preferred: bool = True
     queue: bool = True
+    #: a native-backend GPU version: try TorchScript's optimised plan too (the late ``jit_optimize`` axis)
+    jit_optimize: bool = True
     gpu: bool = False
     write: str = "config"  # config | none | model:NAME | spec | spec:PATH (spec: config.pbtxt and the spec)
     shared_memory: str = "none"
@@ -394,6 +396,7 @@ def _axes(options: TuneOptions, base: ModelConfig) -> list[Axis]:
         delays_us=options.grid_delays(),
         instances=options.instances,
         queue=options.queue,
+        jit_optimize=options.jit_optimize,
     )
     return axes if options.preferred else [a for a in axes if a.name != "preferred"]
 
