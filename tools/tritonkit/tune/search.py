@@ -11,8 +11,8 @@ config, snapped onto the grid): walk one axis at a time from the current point w
 better, pass after pass until a pass moves nothing; then joint steps of declared axis couples (larger
 batches only pay with a longer batching delay), when still stuck of every pair of axes, and last every
 value of every axis from the point reached. A *late* axis (one whose values cost more to load than to
-measure, e.g. a plan compiled at load) stays at its start value through all of that and is tried once,
-each of its values at the point the ascent reached, the better kept. Feasible points (p99 within the budget, at least the minimum
+measure, e.g. a plan compiled at load) stays at its start value through all of that; then each of its
+other values is measured once, at the best point measured so far. Feasible points (p99 within the budget, at least the minimum
 throughput) beat infeasible ones; among infeasible, a lower p99 is better, so the ascent walks into the
 feasible region.
 
@@ -230,14 +230,11 @@ def quick(
                 break
         if not moved:
             break
-    for axis in (a for a in axes if a.late):  # each of its values once, at the point the ascent reached
-        best = max(
-            ({**current, axis.name: v} for v in axis.values if v != current[axis.name]),
-            key=lambda p: _score(cache(p)),
-            default=current,
-        )
-        if best is not current and better(best, current):
-            current = best
+    for axis in (a for a in axes if a.late):  # each of its other values once, at the best point measured
+        at = cache.result().best or current  # (the ascent's point may trail it by less than min_gain)
+        for value in axis.values:
+            if value != at[axis.name]:
+                cache({**at, axis.name: value})
     return cache.result()
 
 

@@ -19,7 +19,7 @@ so the runner and the batcher agree on sizes whatever the trial. A native-backen
 the late ``jit_optimize`` axis (``off``/``on``: its graphs capture TorchScript's plain or optimised
 plan, config parameter ``jit_optimize``): the optimised plan compiles its fused kernels at every load
 (a slow load on a large model) and gains on some models only, so the quick search tries it once, on the
-point the other axes reached (:class:`~tritonkit.tune.search.Axis` ``late``).
+best point the other axes reached (:class:`~tritonkit.tune.search.Axis` ``late``).
 """
 
 from __future__ import annotations
