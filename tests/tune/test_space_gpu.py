@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import importlib.util
 import random
+from pathlib import Path
 
 import pytest
 import yaml
 
+from tritonkit.cli import main
+from tritonkit.commands import tune as tune_command
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems, to_pbtxt
+from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import gpu_config
+from tritonkit.errors import TritonKitError
 from tritonkit.serve.runners import runner_path
+from tritonkit.tune.report import short_label
 from tritonkit.tune.search import Outcome, brute, snap
 from tritonkit.tune.space import (
     apply_point,
@@ -25,6 +31,8 @@ from tritonkit.tune.space import (
     same_config,
 )
 from tritonkit.tune.spec_file import edited_text, spec_values
+from tritonkit.tune.tuner import TuneOptions
+from tritonkit.tune.tuner import _axes as tuner_axes
 
 
 def _built(gpus: tuple[int, ...] = (0,), max_batch: int = 128) -> ModelConfig:
@@ -193,6 +201,10 @@ def test_a_native_gpu_version_tries_the_optimised_plan_late(built_on: bool) -> N
     assert on.parameters["jit_optimize"] == "true" and "jit_optimize" not in off.parameters
     assert {k: v for k, v in on.parameters.items() if k != "jit_optimize"} == dict(off.parameters)
     assert [a.name for a in axes_for(cfg, jit_optimize=False)] == [a.name for a in axes if not a.late]
+    # the plots tell the two plans apart
+    assert (
+        short_label({**start, "jit_optimize": "on"}) == short_label({**start, "jit_optimize": "off"}) + " jit"
+    )
 
 
 def test_only_a_native_gpu_version_gets_the_plan_axis() -> None:
@@ -205,19 +217,63 @@ def test_only_a_native_gpu_version_gets_the_plan_axis() -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec_says", "tuned", "written"), [(None, True, True), (True, False, False), (None, False, None)]
+    ("serving", "tuned", "written"),
+    [
+        ({"runner": "native"}, True, {"runner": "native", "jit_optimize": True}),
+        ({}, True, {"runner": "native", "jit_optimize": True}),  # runner auto picked the native backend
+        (None, True, {"runner": "native", "jit_optimize": True}),  # no serving section: one is made
+        ({"runner": "native", "jit_optimize": True}, False, {"runner": "native", "jit_optimize": False}),
+        ({"runner": "native", "jit_optimize": False}, False, {"runner": "native", "jit_optimize": False}),
+        ({"runner": "native"}, False, {"runner": "native"}),
+        (None, False, None),
+    ],
 )
-def test_tune_writes_the_plan_it_chose_into_a_native_spec(
-    spec_says: bool | None, tuned: bool, written: bool | None
+def test_tune_writes_the_plan_it_chose_into_the_spec(
+    serving: dict[str, object] | None, tuned: bool, written: dict[str, object] | None
 ) -> None:
-    """``--write spec``: serving.jit_optimize follows the tuned config (set when on; set false only
-    where the spec said true); the spec's other lines stay."""
-    serving = "serving:\n  device: gpu\n  engine: torch\n  runner: native  # the C++ backend\n"
-    if spec_says is not None:
-        serving += f"  jit_optimize: {str(spec_says).lower()}\n"
-    text = "name: resnet50\nbatching:\n  max_batch_size: 64\n" + serving
+    """``--write spec``: serving.jit_optimize follows the tuned config (true with the runner it requires;
+    false only where the spec said so); the spec's other lines stay and the result is a valid spec."""
+    text = (
+        "name: resnet50\nsource:\n  onnx: m.onnx  # the exported program\nbatching:\n  max_batch_size: 64\n"
+    )
+    if serving is not None:
+        text += "serving:\n  device: gpu\n" + "".join(
+            f"  {k}: {str(v).lower()}\n" for k, v in serving.items()
+        )
     cfg = apply_point(_native(), {"instances": 2, "max_batch_size": 64, "delay_us": 100,
                                   "jit_optimize": "on" if tuned else "off"})  # fmt: skip
     new, note = edited_text(text, spec_values(cfg, yaml.safe_load(text)))
-    assert note == "" and "# the C++ backend" in new
-    assert yaml.safe_load(new)["serving"].get("jit_optimize") == written
+    assert note == "" and "# the exported program" in new
+    data = yaml.safe_load(new)
+    got = data.get("serving")
+    if got is not None:
+        got = {k: v for k, v in got.items() if k in ("runner", "jit_optimize")}
+    assert got == written
+    assert parse_spec(data).serving.jit_optimize is tuned  # the build reads back the plan tune chose
+
+
+def test_a_base_that_says_false_is_on_the_grid_and_only_exactly_true_is_on() -> None:
+    """The backend reads exactly "true" or "false": a config saying "false" is the grid's `off` point
+    with its text unchanged; "True" is not the optimised plan (the backend refuses it at load)."""
+    cfg = _native()
+    cfg.parameters["jit_optimize"] = "false"
+    start = snap(axes_for(cfg), base_point(cfg))
+    assert start["jit_optimize"] == "off" and same_config(cfg, start) == to_pbtxt(cfg)
+    cfg.parameters["jit_optimize"] = "True"
+    assert base_point(cfg)["jit_optimize"] == "off"
+
+
+def test_no_jit_optimize_flag_reaches_the_grid(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`tritonkit tune --no-jit-optimize` leaves the plan axis out of a native GPU version's grid."""
+    seen: list[TuneOptions] = []
+
+    def stop_at_the_options(options: TuneOptions) -> None:  # the command's options, before any server
+        seen.append(options)
+        raise TritonKitError("stopped by the test")
+
+    monkeypatch.setattr(tune_command, "tune", stop_at_the_options)
+    for extra, has_axis in (([], True), (["--no-jit-optimize"], False)):
+        argv = ["tune", "--model", "resnet50_fp16", "--repo", str(tmp_path), "--latency-budget-ms", "30",
+                "--report", str(tmp_path / "r"), *extra]  # fmt: skip
+        assert main(argv) != 0
+        assert ("jit_optimize" in {a.name for a in tuner_axes(seen[-1], _native())}) is has_axis

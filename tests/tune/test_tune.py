@@ -175,7 +175,7 @@ def test_tune_a_named_server_through_its_repository_api(
         "tune", "--model", "add", "--latency-budget-ms", "1000", "--url", explicit_server.http_url,
         f"--admin-key={explicit_server.admin_key}", "--report", str(tmp_path / "r"), "--write", "none",
         "--instances", "1,2", "--delays-us", "off", "--max-batch-sizes", "8", "--no-preferred",
-        "--no-queue-policy", "--no-jit-optimize", "--max-concurrency", "1", "--window-s", "0.2", "--max-windows", "3",
+        "--no-queue-policy", "--max-concurrency", "1", "--window-s", "0.2", "--max-windows", "3",
         "--accept-unstable", "--repo", str(explicit_server.repo), "--no-plots",
         "--finalists", "0",  # the finals have their own test
     ]  # fmt: skip

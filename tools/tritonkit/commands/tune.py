@@ -56,8 +56,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-jit-optimize",
         action="store_true",
-        help="native-backend GPU version: keep its plan (default: also try TorchScript's optimised plan, "
-        "once, at the best config found; it compiles fused kernels at every load)",
+        help="native-backend GPU version: keep its plan (default: also try TorchScript's optimised plan; "
+        "the quick search once, at the best config found, brute force on every point; it compiles fused "
+        "kernels at every load)",
     )
     parser.add_argument("--gpu", action="store_true", help="also try KIND_GPU instances")
     parser.add_argument(

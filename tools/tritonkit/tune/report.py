@@ -202,7 +202,7 @@ _SHORT = {"instances": "i", "max_batch_size": "b", "delay_us": "d"}
 
 def short_label(point: Mapping[str, Any]) -> str:
     """A config in a few characters for plots: ``i2 b8 d500`` (+ ``p`` preferred max, ``q`` bounded queue,
-    ``gpu``); ``d-`` is no dynamic batcher."""
+    ``gpu``, ``jit`` the native backend's optimised plan); ``d-`` is no dynamic batcher."""
     parts = []
     for key, letter in _SHORT.items():
         if key in point:
@@ -214,6 +214,8 @@ def short_label(point: Mapping[str, Any]) -> str:
         parts.append("q")
     if point.get("kind") == "KIND_GPU":
         parts.append("gpu")
+    if point.get("jit_optimize") == "on":
+        parts.append("jit")
     return " ".join(parts)
 
 

@@ -116,7 +116,7 @@ def buckets_of(cfg: ModelConfig) -> list[int]:
 
 def jit_on(cfg: ModelConfig) -> bool:
     """True for a native-backend version whose graphs capture the optimised plan (``jit_optimize``)."""
-    return str(cfg.parameters.get(JIT_PARAMETER, "false")).strip().lower() == "true"
+    return cfg.parameters.get(JIT_PARAMETER) == "true"  # the backend's own rule: exactly "true"
 
 
 def _placement(group: InstanceGroup) -> str:
@@ -262,10 +262,11 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
     if kind == "KIND_GPU" and point.get("gpus") not in (None, "all"):
         group.gpus = [int(g) for g in str(point["gpus"]).split(",")]
     cfg.instance_groups = [group]
-    if JIT_PARAMETER in point:  # "off": no parameter, as the build writes a version without it
-        cfg.parameters.pop(JIT_PARAMETER, None)
+    if JIT_PARAMETER in point:  # "off": the base's own "false" kept, else no parameter (as the build writes)
         if point[JIT_PARAMETER] == "on":
             cfg.parameters[JIT_PARAMETER] = "true"
+        elif jit_on(cfg):
+            cfg.parameters.pop(JIT_PARAMETER)
     if cfg.max_batch_size > 0 and "max_batch_size" in point:
         mbs = int(point["max_batch_size"])
         cfg.max_batch_size = mbs

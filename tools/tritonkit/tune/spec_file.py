@@ -4,8 +4,9 @@ Owns :func:`find_spec` (the ``*.yaml`` beside the repository's models whose buil
 :func:`spec_values` (what of a config a spec can say: ``batching.max_batch_size``,
 ``batching.max_queue_delay_us``, ``batching.preferred_batch_sizes``, ``batching.queue.max_size``,
 ``instances.count`` and ``instances.kind``, and ``serving.instances.count`` where the spec has a
-``serving`` section, with ``serving.jit_optimize`` for a native-backend version: true when the tuned
-config captures the optimised plan, false only where the spec said true) and :func:`write_spec`: the values set in place in the YAML text, so its comments and
+``serving`` section, and ``serving.jit_optimize`` for a native-backend version: true when the tuned
+config captures the optimised plan (with ``serving.runner: native``, which that key requires; the section
+made where the spec had none), false only where the spec said true) and :func:`write_spec`: the values set in place in the YAML text, so its comments and
 key order stay (block-style mappings; a spec in flow style is rewritten whole, and then says so), the
 result checked to load as exactly the intended data and to parse as a build spec, then written through
 a temporary file and a rename. A spec has no way to say "no dynamic batcher": a config without one is
@@ -27,6 +28,7 @@ from tritonkit.atomic import write_text
 from tritonkit.config import ModelConfig
 from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import TritonKitError
+from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.space import jit_on
 
 __all__ = ["find_spec", "spec_values", "write_spec"]
@@ -90,10 +92,13 @@ def spec_values(cfg: ModelConfig, data: Mapping[str, Any]) -> dict[Path_, Any]:
         values[("batching", "preferred_batch_sizes")] = list(dyn.preferred_batch_size)
         values[("batching", "queue", "max_size")] = policy.max_queue_size if policy is not None else 0
     serving = data.get("serving")
-    if isinstance(serving, Mapping):
+    serving = serving if isinstance(serving, Mapping) else {}
+    if serving:
         values[("serving", "instances", "count")] = count
-        if jit_on(cfg) or serving.get("jit_optimize") is True:
-            values[("serving", "jit_optimize")] = jit_on(cfg)
+    if cfg.backend == NATIVE_BACKEND and (jit_on(cfg) or serving.get("jit_optimize") is True):
+        if jit_on(cfg) and serving.get("runner") != "native":  # the plan is the native backend's
+            values[("serving", "runner")] = "native"
+        values[("serving", "jit_optimize")] = jit_on(cfg)
     return values
 
 
