@@ -28,6 +28,7 @@ from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import ServerError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.native import cache_key
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
 
@@ -441,3 +442,19 @@ def test_the_toolchain_check_names_what_is_missing(tmp_path: Path, monkeypatch: 
     (home / "lib64").mkdir()
     (home / "lib64" / "libcudart.so").write_text("")
     assert native.unavailable(cuda=True) is None
+
+
+def test_the_compiled_backend_is_cached_per_place_of_the_torch_it_links(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A torch installed elsewhere (a new virtual environment, the old one deleted) gets its own build:
+    the cache key follows where the linked libraries are, so no cached library's run path names a
+    folder that is gone (that failed every native load with "libtorch.so: cannot open shared object")."""
+    from torch.utils import cpp_extension  # noqa: PLC0415 (torch is optional)
+
+    here = cache_key(False)
+    assert cache_key(False) == here  # stable for one environment
+    elsewhere = tmp_path / "venv2" / "lib" / "torch" / "lib"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.setattr(cpp_extension, "library_paths", lambda *args, **kwargs: [str(elsewhere)])
+    assert cache_key(False) != here

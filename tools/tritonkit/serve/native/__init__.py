@@ -36,6 +36,7 @@ __all__ = [
     "LIBRARY",
     "PROGRAM",
     "NativeBackendError",
+    "cache_key",
     "compile_backend",
     "export_program",
     "prepare_native",
@@ -113,6 +114,22 @@ def _command(output: Path, cuda: bool) -> list[str]:
     return cmd
 
 
+def cache_key(cuda: bool) -> str:
+    """The compiled library's cache folder name: its sources, this torch and Python, CUDA or not, and
+    where the libraries it links are (its run path): a torch reinstalled elsewhere (a new virtual
+    environment) gets its own build instead of one whose run path names a folder that is gone."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from torch.utils import cpp_extension  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((SOURCE_DIR / name).read_bytes())
+    digest.update(f"{torch.__version__} cuda={cuda} {sys.version}".encode())
+    linked = [*cpp_extension.library_paths(), *([str(cpp_extension.CUDA_HOME)] if cuda else [])]
+    digest.update("\n".join(str(Path(p).resolve()) for p in linked).encode())
+    return digest.hexdigest()[:16]
+
+
 def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path:
     """The backend library for this interpreter's torch (compiled once per source, torch and flags).
 
@@ -121,11 +138,7 @@ def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path
 
     if cuda is None:
         cuda = torch.version.cuda is not None and torch.cuda.is_available()
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((SOURCE_DIR / name).read_bytes())
-    digest.update(f"{torch.__version__} cuda={cuda} {sys.version}".encode())
-    folder = (cache or cache_home() / "native") / digest.hexdigest()[:16]
+    folder = (cache or cache_home() / "native") / cache_key(cuda)
     target = folder / LIBRARY
     if target.is_file():
         return target
