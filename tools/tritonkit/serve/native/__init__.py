@@ -9,7 +9,8 @@ same program the torch runner runs: traced to TorchScript once per batch bucket 
 
 This module owns:
   * :func:`compile_backend`: the library for the torch of this interpreter (g++, torch's headers and
-    libraries; CUDA where torch has it), cached by source, torch version and flags;
+    libraries; CUDA where torch has it), cached by source, torch version, flags and where the linked
+    libraries are (:func:`cache_key`);
   * :func:`export_program`: ``model.ts`` of a torch-engine version's program (as the torch runner loads
     it), casts to the program's dtypes and to the config's output dtypes inside every method;
   * :func:`prepare_native`: the library in the embedded server's backend directory when a model of
