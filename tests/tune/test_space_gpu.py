@@ -277,3 +277,11 @@ def test_no_jit_optimize_flag_reaches_the_grid(monkeypatch: pytest.MonkeyPatch, 
                 "--report", str(tmp_path / "r"), *extra]  # fmt: skip
         assert main(argv) != 0
         assert ("jit_optimize" in {a.name for a in tuner_axes(seen[-1], _native())}) is has_axis
+
+
+def test_an_empty_serving_section_still_gets_the_tuned_instance_count() -> None:
+    """`serving: {}` is a serving section: the write-back sets its instance count, as for any other."""
+    cfg = apply_point(
+        _native(), {"instances": 4, "max_batch_size": 64, "delay_us": 100, "jit_optimize": "off"}
+    )
+    assert spec_values(cfg, {"serving": {}})[("serving", "instances", "count")] == 4

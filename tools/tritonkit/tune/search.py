@@ -42,8 +42,9 @@ class Axis:
 
     name: str
     values: tuple[Any, ...]
-    #: quick search: held at the start value while the other axes are walked, then each value tried
-    #: once at the point reached (a value that makes every load slow is not paid for on every trial)
+    #: quick search: held at the start value while the other axes are walked, then each other value
+    #: tried once at the best point measured (a value that makes every load slow is not paid for on
+    #: every trial)
     late: bool = False
 
 

@@ -91,9 +91,9 @@ def spec_values(cfg: ModelConfig, data: Mapping[str, Any]) -> dict[Path_, Any]:
         values[("batching", "max_queue_delay_us")] = dyn.max_queue_delay_microseconds
         values[("batching", "preferred_batch_sizes")] = list(dyn.preferred_batch_size)
         values[("batching", "queue", "max_size")] = policy.max_queue_size if policy is not None else 0
-    serving = data.get("serving")
-    serving = serving if isinstance(serving, Mapping) else {}
-    if serving:
+    section = data.get("serving")
+    serving: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+    if isinstance(section, Mapping):  # an empty `serving: {}` too
         values[("serving", "instances", "count")] = count
     if cfg.backend == NATIVE_BACKEND and (jit_on(cfg) or serving.get("jit_optimize") is True):
         if jit_on(cfg) and serving.get("runner") != "native":  # the plan is the native backend's
