@@ -69,6 +69,8 @@ rm -rf "$WORK/site"
 download "$DEST" numpy==1.26.4 tritonclient==2.73.0 gevent==26.9.0 geventhttpclient==2.6.1 python-rapidjson==1.25 \
   polygraphy==0.53.6 onnx-graphsurgeon==0.6.1 brotli==1.2.1 zope.event==6.2 zope.interface==8.7 \
   greenlet==3.3.2 httptools==0.9.0  # httptools: the HTTP guard's parser (tritonkit.serve imports it)
+# cuda-bindings: tritonclient's CUDA shared memory (`--shared-memory cuda`) on a CUDA 13 host
+download "$DEST" cuda-bindings==13.5.0 cuda-pathfinder==1.9.1
 
 # --- 3. onnxruntime-gpu, in parts ---------------------------------------------------------------
 if [ "${SKIP_ORT:-0}" != 1 ]; then

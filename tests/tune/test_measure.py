@@ -159,3 +159,33 @@ def test_the_first_window_after_a_config_load_is_not_kept(server: EmbeddedServer
         # the server's split covers the kept windows only: the window sent first is not in it
         assert abs(result.server.requests - result.successes) <= 2 * 2 * len(result.windows)
         assert result.successes > 20
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_one_request_in_flight_runs_on_blocking_calls_cut_between_requests(
+    server: EmbeddedServer, protocol: str
+) -> None:
+    """At one request in flight the loop sends with a blocking client (no asyncio round per request)
+    and cuts its windows between requests: every request a window sent is answered in it, failures
+    are counted apart and never timed, and a window by count holds exactly that many answers."""
+    target = Target(_url(server, protocol), "flaky", protocol, headers=server.admin_headers)
+    loop, session = _Loop(target, time.process_time), _Session(target)
+    windows: list[RawWindow] = []
+
+    async def levels() -> None:
+        try:
+            for spec, until in ((WindowSpec(count=10), 3), (WindowSpec(0.1), 5)):
+                await loop.run(
+                    session, Level("concurrency", 1), spec, windows.append, lambda n=until: len(windows) >= n
+                )
+        finally:
+            await session.close()
+
+    asyncio.run(levels())
+    assert session._blocking is None and not session.opened  # closed with the session
+    assert len(windows) == 5 and all(w.sent == len(w.latencies_ns) + w.failures == 10 for w in windows[:3])
+    for w in windows:
+        assert w.sent == len(w.latencies_ns) + w.failures  # nothing in flight at a cut
+        assert abs(len(w.latencies_ns) - w.failures) <= 1 and w.failures > 0  # every second one refused
+    assert "odd request refused" in windows[0].error
+    assert loop.in_flight == 0
