@@ -104,6 +104,7 @@ def test_sweep_then_tune_and_profile_as_commands(tmp_path: Path, tiny_part: str,
     # A grid whose max batches lie below the built buckets: every trial must load (buckets follow).
     settings = gpu_tune.TuneSettings(
         window_s=0.15, max_windows=3, stability_pct=50, workers=1, max_concurrency=2, finalists=0,
+        profile_window_s=0.15,
         extra=("--instances", "1", "--max-batch-sizes", "2,16", "--delays-us", "0", "--no-queue-policy"),
     )  # fmt: skip
     figures = gpu_tune.run(repo, tiny_part, tmp_path / "work", settings, lambda _: None)
@@ -152,6 +153,7 @@ def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
     assert all(r["errors"] == 0 and r["samples_per_s"] > 0 for r in rows)
     settings = gpu_tune.TuneSettings(
         window_s=0.15, max_windows=3, stability_pct=50, workers=1, max_concurrency=2, finalists=0,
+        profile_window_s=0.15,
         extra=("--instances", "1", "--max-batch-sizes", "4", "--delays-us", "0", "--no-queue-policy"),
     )  # fmt: skip
     figures = gpu_tune.run(repo, "half", tmp_path / "work", settings, lambda _: None)
