@@ -27,6 +27,9 @@ TITLES = {
     "minilm": "MiniLM, sequence 128",
     "resnet": "ResNet-50",
     "resnet16": "ResNet-50, FP16 image and logits on the wire",
+    # held out: architectures the bench was not built around, run through its path by scripts/gpu/heldout.py
+    "vit": "ViT-B/16 (held out)",
+    "convnext": "ConvNeXt-T (held out)",
 }
 
 ANCHORS = """## Anchors (published, other hardware: for reading the ratios only)
