@@ -189,3 +189,33 @@ def test_one_request_in_flight_runs_on_blocking_calls_cut_between_requests(
         assert abs(len(w.latencies_ns) - w.failures) <= 1 and w.failures > 0  # every second one refused
     assert "odd request refused" in windows[0].error
     assert loop.in_flight == 0
+
+
+def test_the_lone_request_client_is_warmed_before_any_window(server: EmbeddedServer) -> None:
+    """The blocking client of a one-request level opens its connection with a request no window times
+    (as the session's own client does), so a window's first latency is not a connection's set-up."""
+    target = Target(server.http_url, "work", headers=server.admin_headers)
+    loop, session = _Loop(target, time.process_time), _Session(target)
+    windows: list[RawWindow] = []
+    stats = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def answered() -> int:
+        return int(stats.get_inference_statistics("work").model_stats[0].inference_stats.success.count)
+
+    before = answered()
+
+    async def level() -> None:
+        try:
+            await loop.run(
+                session,
+                Level("concurrency", 1),
+                WindowSpec(count=5),
+                windows.append,
+                lambda: len(windows) >= 2,
+            )
+        finally:
+            await session.close()
+
+    asyncio.run(level())
+    # the session's warm-up, the blocking client's warm-up, then the windows' requests
+    assert answered() - before == 2 + sum(w.sent for w in windows) == 12

@@ -232,7 +232,7 @@ class _Loop:
         client, inputs = await session.ready()
         self.draining = False
         if BLOCKING_SINGLE and level.mode == "concurrency" and int(level.value) == 1:
-            self._single(session.blocking(), inputs, window, emit, stopped)
+            self._single(session.blocking(inputs), inputs, window, emit, stopped)
             return
         sender = (
             self._closed(client, inputs, int(level.value))
@@ -344,14 +344,17 @@ class _Session:
                 )
         return self._client, self._inputs
 
-    def blocking(self) -> Client:
-        """A blocking :class:`~tritonkit.client.Client` like the session's (for one request in flight)."""
+    def blocking(self, inputs: Sequence[Mapping[str, Any]]) -> Client:
+        """A blocking :class:`~tritonkit.client.Client` like the session's (for one request in flight),
+        warmed as the session's is: its connection (and shared-memory regions) made before any timing."""
         t = self.target
         if self._blocking is None:
             self._blocking = Client(
                 t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
                 shared_memory=t.shared_memory,
             )  # fmt: skip
+            with contextlib.suppress(Exception):  # a failure shows in the windows
+                self._blocking.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
         return self._blocking
 
     @property
