@@ -31,6 +31,7 @@ b1 = 1e3 / in_process(Path(sys.argv[1]), sys.argv[2])['1']
 lone = alone(Path(sys.argv[1]), sys.argv[2], pauses=(0.0,))[0]
 print(f'== {sys.argv[2]} in-process batch 1: {b1:.3f} ms (CUDA graph); one row alone, host in and out: {lone:.3f} ms')
 " "$WORK/repo-$part" "$part" 2>>"$OUT/c1-wire.log" | tee -a "$OUT/c1-wire.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   for protocol in http grpc; do
     for transport in ${TRANSPORTS:-none system}; do
       python3 -m tritonkit profile --model "$model" --repo "$WORK/repo-$part" --protocol "$protocol" \

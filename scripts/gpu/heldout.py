@@ -5,8 +5,10 @@ level by level, `tritonkit tune` quick with the default grid, then `tritonkit pr
 
 Parts (seeded random weights; torchvision's own model where torchvision imports, else the same
 architecture from tests/support/torch_zoo.py at full size):
-  vit       ViT-B/16, FP32 image [3, 224, 224] in, logits [1000] out
-  convnext  ConvNeXt-T, the same tensors
+  vit         ViT-B/16, FP32 image [3, 224, 224] in, logits [1000] out
+  convnext    ConvNeXt-T, the same tensors
+  distilbert  DistilBERT-base (transformers' `DistilBertModel` from its config), sequence 128, token ids
+              and mask in, the [CLS] vector [768] out
 
 Usage (a GPU host, after scripts/gpu/setup.sh; the arguments go to `python -m tritonkit_bench.gpu`):
     python3 scripts/gpu/heldout.py --only vit --out $OUT/heldout.md --raw $OUT/heldout.json
@@ -25,10 +27,12 @@ from tests.support import torch_zoo  # noqa: E402
 
 from tritonkit_bench import gpu  # noqa: E402
 from tritonkit_bench.gpu_load import Payload  # noqa: E402
-from tritonkit_bench.gpu_models import IMAGE_SIZE, PARTS, Part  # noqa: E402
+from tritonkit_bench.gpu_models import IMAGE_SIZE, PARTS, SEQ, Part, text_examples  # noqa: E402
 
 #: the zoo's image families take `x` and answer `y`
 ZOO_IMAGE = Payload((("x", (3, IMAGE_SIZE, IMAGE_SIZE), "normal"),), "y")
+#: and its text families take token ids and a mask and answer `y`
+ZOO_TEXT = Payload((("input_ids", (SEQ,), "ids"), ("attention_mask", (SEQ,), "ones")), "y")
 
 
 def _images(batch: int, seed: int = 1, held_out: bool = False) -> dict[str, Any]:
@@ -58,6 +62,19 @@ def register() -> None:
             lambda name=name: _family(name),
             _images,
         )
+    PARTS["distilbert"] = Part(
+        "distilbert",
+        "DistilBERT-base (transformers' `DistilBertModel` from its config: 6 layers, hidden 768, 12 heads), "
+        "seeded weights, sequence 128, inputs INT64 `input_ids`/`attention_mask`, output FP32 `y` [768] "
+        "(the [CLS] vector)",
+        ZOO_TEXT,
+        128,
+        (1, 2, 4, 8, 16, 32, 64, 96, 128),
+        (1, 8, 64, 256, 512),
+        20.0,
+        lambda: _family("distilbert"),
+        lambda batch, seed=1, held_out=False: text_examples(batch, seed, held_out),
+    )
 
 
 if __name__ == "__main__":

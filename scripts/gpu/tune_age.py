@@ -54,11 +54,15 @@ def main() -> int:
     parser.add_argument("--window-s", type=float, default=0.3)
     parser.add_argument("--point", nargs="*", default=["buckets=pow2", "max_batch_size=64"],
                         help="key=value settings over the built config's point (default: MiniLM's tune winner)")  # fmt: skip
-    parser.add_argument("--repo", default=None, help="measure MODEL of this repository instead of building the part")
+    parser.add_argument(
+        "--repo", default=None, help="measure MODEL of this repository instead of building the part"
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
+    if bool(args.repo) != bool(args.model):
+        parser.error("--repo and --model go together")
     if args.repo:
         repo, model = Path(args.repo), args.model
     else:
@@ -70,7 +74,10 @@ def main() -> int:
     half = {"max_batch_size": max(1, int(point["max_batch_size"]) // 2)}
     others = [apply_point(base, {**point, **v}) for v in (*VARIANTS, half)]
     options = MeasureOptions(
-        window=WindowSpec(args.window_s), stability=StabilityRule(3, 0.15), max_windows=4, workers=args.workers
+        window=WindowSpec(args.window_s),
+        stability=StabilityRule(3, 0.15),
+        max_windows=4,
+        workers=args.workers,
     )
     level = Level("concurrency", args.level)
     phases: dict[str, list[float]] = {}
@@ -90,24 +97,32 @@ def main() -> int:
     with endpoint(repo=repo, load=(), exit_timeout=1) as where:
         api = RepositoryApi(where.http, where.headers)
         target = Target(where.url(args.protocol), model, args.protocol, headers=where.headers)
-        with Measurer(target, options) as aged:
-            rounds("A", api, target, aged)
-            for i in range(args.reloads):
-                measure("B", api, target, aged, others[i % len(others)])
-            rounds("C", api, target, aged)
-        with Measurer(target, options) as fresh:
-            rounds("D", api, target, fresh)
-        api.close()
+        try:
+            with Measurer(target, options) as aged:
+                rounds("A", api, target, aged)
+                for i in range(args.reloads):
+                    measure("B", api, target, aged, others[i % len(others)])
+                rounds("C", api, target, aged)
+            with Measurer(target, options) as fresh:
+                rounds("D", api, target, fresh)
+        finally:
+            api.close()
     with endpoint(repo=repo, load=(), exit_timeout=1) as where:
         api = RepositoryApi(where.http, where.headers)
         target = Target(where.url(args.protocol), model, args.protocol, headers=where.headers)
-        with Measurer(target, options) as fresh:
-            rounds("E", api, target, fresh)
-        api.close()
-    summary = {p: {"figures": [round(f) for f in fs], "median": round(statistics.median(fs))} for p, fs in phases.items()}
-    print(json.dumps({"part": args.part, "level": args.level, "point": point, "phases": summary}))
+        try:
+            with Measurer(target, options) as fresh:
+                rounds("E", api, target, fresh)
+        finally:
+            api.close()
+    summary = {
+        p: {"figures": [round(f) for f in fs], "median": round(statistics.median(fs))}
+        for p, fs in phases.items()
+    }
+    record = {"part": args.part, "model": model, "level": args.level, "point": point, "phases": summary}
+    print(json.dumps(record))
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1))
+        Path(args.json).write_text(json.dumps(record, indent=1))
     return 0
 
 

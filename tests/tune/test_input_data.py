@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,3 +160,32 @@ def test_loadtest_sends_the_file_s_requests(
     assert json.loads((tmp_path / "lt" / "summary.json").read_text())["failures"] > 0
     assert main([*args, "--input-data", str(tmp_path / "missing.json")]) == 1
     assert "--input-data" in capsys.readouterr().err
+
+
+def test_each_window_goes_on_through_the_file(strict: EmbeddedServer, tmp_path: Path) -> None:
+    """The requests of a level cycle through the file's entries across windows: a window does not start
+    again at the first entry (windows of one answer each would then all send it)."""
+    import asyncio  # noqa: PLC0415 (only this test drives a loop itself)
+
+    from tritonkit.tune.loadgen import Level, RawWindow, Target, WindowSpec, _Loop, _Session  # noqa: PLC0415
+
+    rows = _file(tmp_path, {"data": [{"X": [1, 2, 3, 4]}, {"X": [9, 9, 9, 9]}, {"X": [5, 6, 7, 8]}]})
+    target = Target(strict.http_url, "strict", headers=strict.admin_headers, input_data=str(rows))
+    loop, session = _Loop(target, time.process_time), _Session(target)
+    windows: list[RawWindow] = []
+
+    async def level() -> None:
+        try:
+            await loop.run(
+                session,
+                Level("concurrency", 1),
+                WindowSpec(count=1),
+                windows.append,
+                lambda: len(windows) >= 6,
+            )
+        finally:
+            await session.close()
+
+    asyncio.run(level())
+    # entries 0, 1, 2, 0, 1, 2: the second of every three is refused by the model
+    assert [w.failures for w in windows] == [0, 1, 0, 0, 1, 0]

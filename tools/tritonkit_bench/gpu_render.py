@@ -30,6 +30,7 @@ TITLES = {
     # held out: architectures the bench was not built around, run through its path by scripts/gpu/heldout.py
     "vit": "ViT-B/16 (held out)",
     "convnext": "ConvNeXt-T (held out)",
+    "distilbert": "DistilBERT-base, sequence 128 (held out)",
 }
 
 ANCHORS = """## Anchors (published, other hardware: for reading the ratios only)

@@ -42,10 +42,9 @@ class TuneSettings:
     #: three rounds, so the finals median is one round's figure, not the mean of two
     final_rounds: int = 3
     #: the profile's windows: the reference tune's figure is checked against. Through gRPC near
-    #: tritonserver 2.51's limit (MiniLM at ~40k requests/s) 0.3 s windows of one level scatter by
-    #: 7 % (median coefficient of variation; H100, 2026-11-27, 32 levels of one config,
-    #: `scripts/gpu/tune_age.py`), so three such windows against tune's finals missed 10 % about one
-    #: time in four
+    #: tritonserver 2.51's limit (MiniLM at ~40k requests/s), twelve figures of one config, each over
+    #: three 0.3 s windows, scattered by 5.4 % (coefficient of variation; H100, 2026-11-27,
+    #: `scripts/gpu/tune_age.py`): one such figure against another misses 10 % about one time in five
     profile_window_s: float = 1.0
     #: the tune command is stopped after this many seconds (its finished trials stay in trials.jsonl)
     timeout_s: float = 320.0

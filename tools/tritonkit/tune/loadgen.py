@@ -14,8 +14,9 @@ A request counts in the window in which it completes; failures are counted apart
 
 :class:`LoadGenerator` hides where the loops run: ``workers=1`` the load loop of this process (its CPU is
 that loop's thread's), ``workers>1`` spawned processes kept for every level of a sweep, each on its own
-load loop (their CPU is the process'). One :class:`~tritonkit.client.AsyncClient` per loop serves every
-level and is closed on that loop, which is never closed (:mod:`tritonkit.tune.eventloop` says why).
+load loop (their CPU is the process'). One :class:`~tritonkit.client.AsyncClient` per loop (and, for a
+level of one request in flight, one blocking :class:`~tritonkit.client.Client`) serves every level and is
+closed on that loop, which is never closed (:mod:`tritonkit.tune.eventloop` says why).
 """
 
 from __future__ import annotations
@@ -42,9 +43,6 @@ from tritonkit.tune import eventloop
 __all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
 
 MODES = ("concurrency", "rate", "poisson")
-#: one request in flight is sent with blocking calls (:meth:`_Loop._single`); False: on the asyncio
-#: path like any other level (benchmarks compare the two)
-BLOCKING_SINGLE = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +106,9 @@ class Target:
     seed: int = 0
     #: a perf_analyzer ``--input-data`` JSON file: its entries are the requests (default: generated data)
     input_data: str | None = None
+    #: one request in flight is sent with blocking calls (:meth:`_Loop._single`); False: on the asyncio
+    #: path like any other level (benchmarks compare the two; worker processes get it with the target)
+    blocking_single: bool = True
 
 
 @dataclasses.dataclass
@@ -132,6 +133,8 @@ class _Loop:
         self.cpu_clock = cpu_clock
         self.latencies: list[int] = []
         self.failures = self.sent = self.late = self.dropped = 0
+        #: requests drawn from the payloads (never reset: each window goes on through the pool)
+        self.drawn = 0
         self.error = ""
         self.in_flight = 0
         self.completed = 0
@@ -153,7 +156,8 @@ class _Loop:
 
     async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
         t = self.target
-        inputs = payloads[self.sent % len(payloads)]
+        inputs = payloads[self.drawn % len(payloads)]
+        self.drawn += 1
         self.sent += 1
         self.in_flight += 1
         start = time.perf_counter_ns()
@@ -231,7 +235,7 @@ class _Loop:
     ) -> None:
         client, inputs = await session.ready()
         self.draining = False
-        if BLOCKING_SINGLE and level.mode == "concurrency" and int(level.value) == 1:
+        if self.target.blocking_single and level.mode == "concurrency" and int(level.value) == 1:
             self._single(session.blocking(inputs), inputs, window, emit, stopped)
             return
         sender = (
@@ -279,21 +283,23 @@ class _Loop:
         """One request in flight: blocking calls on this loop's thread, windows cut between requests.
 
         On the asyncio path a lone request carried the loop's round trip (task, future, callbacks):
-        a 602 KB image through HTTP on a 2-core host, p50 1.52 ms there against 1.24 ms here and 1.26 ms
-        for raw ``tritonclient`` on the same server (medians of 4 interleaved rounds). A single stream's
-        latency is what a planner reads for low load; the loop has nothing else to do at this level."""
+        a 602 KB image on a 2-core host, p50 through HTTP 1.36 ms there against 1.25 ms here and 1.20 ms
+        for raw ``tritonclient``, through gRPC 1.30, 1.18 and 1.06 ms (``scripts/tune/lone_request.py``,
+        docs/benchmarks-lone-request.md). A single stream's latency is what a planner reads for low load;
+        the loop has nothing else to do at this level."""
         t = self.target
         started = (time.perf_counter(), self.cpu_clock())
         self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
         self.completed = 0
         goal = window.count
         while not stopped():
+            payload = inputs[self.drawn % len(inputs)]
+            self.drawn += 1
             self.sent += 1
             self.in_flight = 1
             start = time.perf_counter_ns()
             try:
-                client.infer(t.model, inputs[(self.sent - 1) % len(inputs)], version=t.version or None,
-                             timeout=t.timeout_s)  # fmt: skip
+                client.infer(t.model, payload, version=t.version or None, timeout=t.timeout_s)
             except Exception as exc:  # counted, kept as the window's first message, never timed
                 self.failures += 1
                 self.error = self.error or " ".join(str(exc).split())[:200]
