@@ -17,11 +17,13 @@ Prints one line per measurement and a JSON summary (each phase's figures and med
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,27 +96,26 @@ def main() -> int:
     def rounds(phase: str, api: RepositoryApi, target: Target, measurer: Measurer) -> None:
         phases[phase] = [measure(phase, api, target, measurer, chosen) for _ in range(args.rounds)]
 
-    with endpoint(repo=repo, load=(), exit_timeout=1) as where:
-        api = RepositoryApi(where.http, where.headers)
-        target = Target(where.url(args.protocol), model, args.protocol, headers=where.headers)
-        try:
-            with Measurer(target, options) as aged:
-                rounds("A", api, target, aged)
-                for i in range(args.reloads):
-                    measure("B", api, target, aged, others[i % len(others)])
-                rounds("C", api, target, aged)
-            with Measurer(target, options) as fresh:
-                rounds("D", api, target, fresh)
-        finally:
-            api.close()
-    with endpoint(repo=repo, load=(), exit_timeout=1) as where:
-        api = RepositoryApi(where.http, where.headers)
-        target = Target(where.url(args.protocol), model, args.protocol, headers=where.headers)
-        try:
-            with Measurer(target, options) as fresh:
-                rounds("E", api, target, fresh)
-        finally:
-            api.close()
+    @contextlib.contextmanager
+    def served() -> Iterator[tuple[RepositoryApi, Target]]:
+        """A new embedded server on the repository (nothing loaded), its repository API and target."""
+        with endpoint(repo=repo, load=(), exit_timeout=1) as where:
+            api = RepositoryApi(where.http, where.headers)
+            try:
+                yield api, Target(where.url(args.protocol), model, args.protocol, headers=where.headers)
+            finally:
+                api.close()
+
+    with served() as (api, target):
+        with Measurer(target, options) as aged:
+            rounds("A", api, target, aged)
+            for i in range(args.reloads):
+                measure("B", api, target, aged, others[i % len(others)])
+            rounds("C", api, target, aged)
+        with Measurer(target, options) as fresh:
+            rounds("D", api, target, fresh)
+    with served() as (api, target), Measurer(target, options) as fresh:
+        rounds("E", api, target, fresh)
     summary = {
         p: {"figures": [round(f) for f in fs], "median": round(statistics.median(fs))}
         for p, fs in phases.items()

@@ -7,12 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.support.lone_levels import lone_levels
 from tests.support.python_models import model_source
 
 from tritonkit.cli import main
@@ -21,6 +21,7 @@ from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.input_data import requests
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune.loadgen import Target, WindowSpec
 
 FAST = ["--window-s", "0.15", "--stability-pct", "60", "--max-windows", "3", "--timeout-s", "10"]
 
@@ -165,27 +166,8 @@ def test_loadtest_sends_the_file_s_requests(
 def test_each_window_goes_on_through_the_file(strict: EmbeddedServer, tmp_path: Path) -> None:
     """The requests of a level cycle through the file's entries across windows: a window does not start
     again at the first entry (windows of one answer each would then all send it)."""
-    import asyncio  # noqa: PLC0415 (only this test drives a loop itself)
-
-    from tritonkit.tune.loadgen import Level, RawWindow, Target, WindowSpec, _Loop, _Session  # noqa: PLC0415
-
     rows = _file(tmp_path, {"data": [{"X": [1, 2, 3, 4]}, {"X": [9, 9, 9, 9]}, {"X": [5, 6, 7, 8]}]})
     target = Target(strict.http_url, "strict", headers=strict.admin_headers, input_data=str(rows))
-    loop, session = _Loop(target, time.process_time), _Session(target)
-    windows: list[RawWindow] = []
-
-    async def level() -> None:
-        try:
-            await loop.run(
-                session,
-                Level("concurrency", 1),
-                WindowSpec(count=1),
-                windows.append,
-                lambda: len(windows) >= 6,
-            )
-        finally:
-            await session.close()
-
-    asyncio.run(level())
+    _, windows, _ = lone_levels(target, [(WindowSpec(count=1), 6)])
     # entries 0, 1, 2, 0, 1, 2: the second of every three is refused by the model
     assert [w.failures for w in windows] == [0, 1, 0, 0, 1, 0]

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.support.lone_levels import lone_levels
 
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
@@ -169,22 +170,8 @@ def test_one_request_in_flight_runs_on_blocking_calls_cut_between_requests(
     and cuts its windows between requests: every request a window sent is answered in it, failures
     are counted apart and never timed, and a window by count holds exactly that many answers."""
     target = Target(_url(server, protocol), "flaky", protocol, headers=server.admin_headers)
-    loop, session = _Loop(target, time.process_time), _Session(target)
-    windows: list[RawWindow] = []
-
-    async def levels() -> None:
-        try:
-            for spec, until in ((WindowSpec(count=10), 3), (WindowSpec(0.1), 5)):
-                await loop.run(
-                    session, Level("concurrency", 1), spec, windows.append, lambda n=until: len(windows) >= n
-                )
-            used.append(session._blocking is not None)  # the level ran on the blocking client
-        finally:
-            await session.close()
-
-    used: list[bool] = []
-    asyncio.run(levels())
-    assert used == [True] and session._blocking is None and not session.opened  # closed with the session
+    loop, windows, blocking = lone_levels(target, [(WindowSpec(count=10), 3), (WindowSpec(0.1), 5)])
+    assert blocking  # the levels ran on the blocking client
     assert all(w.wall_s >= 0.1 for w in windows[3:])  # a time window ends at its first answer past 0.1 s
     assert len(windows) == 5 and all(w.sent == len(w.latencies_ns) + w.failures == 10 for w in windows[:3])
     for w in windows:
@@ -198,28 +185,13 @@ def test_the_lone_request_client_is_warmed_before_any_window(server: EmbeddedSer
     """The blocking client of a one-request level opens its connection with a request no window times
     (as the session's own client does), so a window's first latency is not a connection's set-up."""
     target = Target(server.http_url, "work", headers=server.admin_headers)
-    loop, session = _Loop(target, time.process_time), _Session(target)
-    windows: list[RawWindow] = []
     stats = grpcclient.InferenceServerClient(server.grpc_url)
 
     def answered() -> int:
         return int(stats.get_inference_statistics("work").model_stats[0].inference_stats.success.count)
 
     before = answered()
-
-    async def level() -> None:
-        try:
-            await loop.run(
-                session,
-                Level("concurrency", 1),
-                WindowSpec(count=5),
-                windows.append,
-                lambda: len(windows) >= 2,
-            )
-        finally:
-            await session.close()
-
-    asyncio.run(level())
+    _, windows, _ = lone_levels(target, [(WindowSpec(count=5), 2)])
     # the session's warm-up, the blocking client's warm-up, then the windows' requests (Triton may count
     # the last one a moment after its answer left)
     deadline = time.monotonic() + 5
