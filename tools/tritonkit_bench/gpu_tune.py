@@ -51,10 +51,12 @@ class TuneSettings:
     #: more tune flags (tests narrow the grid with them; the benchmark passes none)
     extra: tuple[str, ...] = ()
 
-    def flags(self) -> list[str]:
+    def flags(self, window_s: float | None = None, max_windows: int | None = None) -> list[str]:
+        """The measurement flags (tune's windows, or those given: the profile's)."""
+        window, windows = window_s or self.window_s, max_windows or self.max_windows
         return [
-            "--protocol", "grpc", "--workers", str(self.workers), "--window-s", str(self.window_s),
-            "--max-windows", str(self.max_windows), "--stability-pct", str(self.stability_pct),
+            "--protocol", "grpc", "--workers", str(self.workers), "--window-s", str(window),
+            "--max-windows", str(windows), "--stability-pct", str(self.stability_pct),
         ]  # fmt: skip
 
 
@@ -169,7 +171,7 @@ def _profile(
     out = work / f"profile-{part}.json"
     args = [
         "profile", "--model", spec.model, "--repo", str(repo), "--concurrency", str(chosen["concurrency"]),
-        "--json", str(out), *settings.flags(), "--window-s", str(settings.profile_window_s), "--max-windows", "6",
+        "--json", str(out), *settings.flags(settings.profile_window_s, 6),
     ]  # fmt: skip
     rc, seconds = _command(args, log, work / f"profile-{part}.log", 120.0)
     result: dict[str, Any] = {

@@ -32,9 +32,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from tritonkit.client import AsyncClient, Client
+from tritonkit.client.ops import ClientOps
 from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
@@ -43,6 +44,7 @@ from tritonkit.tune import eventloop
 __all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
 
 MODES = ("concurrency", "rate", "poisson")
+C = TypeVar("C", bound=ClientOps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,11 +156,21 @@ class _Loop:
         self.error = ""
         return window, now
 
-    async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
-        t = self.target
+    def _draw(self, payloads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        """The next request's inputs (the pool in turn across windows), counted as sent."""
         inputs = payloads[self.drawn % len(payloads)]
         self.drawn += 1
         self.sent += 1
+        return inputs
+
+    def _failed(self, exc: Exception) -> None:
+        """A failure: counted, kept as the window's first message, never timed."""
+        self.failures += 1
+        self.error = self.error or " ".join(str(exc).split())[:200]
+
+    async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
+        t = self.target
+        inputs = self._draw(payloads)
         self.in_flight += 1
         start = time.perf_counter_ns()
         try:
@@ -166,9 +178,8 @@ class _Loop:
         except asyncio.CancelledError:
             self.abandoned += 1
             raise
-        except Exception as exc:  # any failure is counted, kept as the window's first message, never timed
-            self.failures += 1
-            self.error = self.error or " ".join(str(exc).split())[:200]
+        except Exception as exc:  # any failure
+            self._failed(exc)
         else:
             self.latencies.append(time.perf_counter_ns() - start)
         finally:
@@ -235,8 +246,13 @@ class _Loop:
     ) -> None:
         client, inputs = await session.ready()
         self.draining = False
-        if self.target.blocking_single and level.mode == "concurrency" and int(level.value) == 1:
-            self._single(session.blocking(inputs), inputs, window, emit, stopped)
+        single = self.target.blocking_single and level.mode == "concurrency" and int(level.value) == 1
+        blocking = session.blocking(inputs) if single else None  # warmed before the level's clock starts
+        started = (time.perf_counter(), self.cpu_clock())
+        self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
+        self.completed = 0
+        if blocking is not None:
+            self._single(blocking, inputs, window, emit, stopped, started)
             return
         sender = (
             self._closed(client, inputs, int(level.value))
@@ -245,9 +261,6 @@ class _Loop:
         )
         task = asyncio.ensure_future(sender)
         try:
-            started = (time.perf_counter(), self.cpu_clock())
-            self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
-            self.completed = 0
             while not stopped():
                 if window.count:
                     goal = self.completed + window.count
@@ -279,6 +292,7 @@ class _Loop:
         window: WindowSpec,
         emit: Callable[[RawWindow], None],
         stopped: Callable[[], bool],
+        started: tuple[float, float],
     ) -> None:
         """One request in flight: blocking calls on this loop's thread, windows cut between requests.
 
@@ -288,21 +302,15 @@ class _Loop:
         docs/benchmarks-lone-request.md). A single stream's latency is what a planner reads for low load;
         the loop has nothing else to do at this level."""
         t = self.target
-        started = (time.perf_counter(), self.cpu_clock())
-        self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
-        self.completed = 0
         goal = window.count
         while not stopped():
-            payload = inputs[self.drawn % len(inputs)]
-            self.drawn += 1
-            self.sent += 1
+            payload = self._draw(inputs)
             self.in_flight = 1
             start = time.perf_counter_ns()
             try:
                 client.infer(t.model, payload, version=t.version or None, timeout=t.timeout_s)
-            except Exception as exc:  # counted, kept as the window's first message, never timed
-                self.failures += 1
-                self.error = self.error or " ".join(str(exc).split())[:200]
+            except Exception as exc:  # any failure
+                self._failed(exc)
             else:
                 self.latencies.append(time.perf_counter_ns() - start)
             finally:
@@ -327,13 +335,16 @@ class _Session:
         self._blocking: Client | None = None
         self._inputs: list[dict[str, Any]] | None = None
 
+    def _new(self, kind: type[C]) -> C:
+        """A client of ``kind`` (both are made alike) on the target's server, protocol, headers and transport."""
+        t = self.target
+        return kind(t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
+                    shared_memory=t.shared_memory)  # fmt: skip
+
     async def ready(self) -> tuple[AsyncClient, list[dict[str, Any]]]:
         t = self.target
         if self._client is None:
-            self._client = AsyncClient(
-                t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
-                shared_memory=t.shared_memory,
-            )  # fmt: skip
+            self._client = self._new(AsyncClient)
         if self._inputs is None:
             version = t.version or None
             spec = ModelSpec(
@@ -355,10 +366,7 @@ class _Session:
         warmed as the session's is: its connection (and shared-memory regions) made before any timing."""
         t = self.target
         if self._blocking is None:
-            self._blocking = Client(
-                t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
-                shared_memory=t.shared_memory,
-            )  # fmt: skip
+            self._blocking = self._new(Client)
             with contextlib.suppress(Exception):  # a failure shows in the windows
                 self._blocking.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
         return self._blocking
