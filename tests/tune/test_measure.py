@@ -4,7 +4,11 @@ open loop, both protocols, shared memory, worker processes."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -12,6 +16,7 @@ from tests.support.lone_levels import lone_levels
 
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune import eventloop
 from tritonkit.tune.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
 from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
 from tritonkit.tune.stats import StabilityRule
@@ -200,3 +205,27 @@ def test_the_lone_request_client_is_warmed_before_any_window(server: EmbeddedSer
     time.sleep(0.2)
     assert answered() - before == 2 + sum(w.sent for w in windows) == 12
     stats.close()
+
+
+def test_closing_a_lone_level_client_on_a_stalled_server_leaves_the_load_loop_free(repo: Path) -> None:
+    """The blocking client of one request in flight unregisters its shared-memory regions at close; on
+    a server that stopped answering that waits for the client's timeout. It waits off the load loop: the
+    close's own deadline passes and the loop runs the next coroutine at once."""
+    with EmbeddedServer(repo, exit_timeout=1) as private:
+        target = Target(
+            private.http_url, "add", shared_memory="system", headers=private.admin_headers, timeout_s=4
+        )
+        session = _Session(target)
+        _, inputs = eventloop.run(session.ready(), timeout=30)
+        session.blocking(inputs)
+        assert private.pid is not None
+        os.kill(private.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(concurrent.futures.TimeoutError):
+                eventloop.run(session.close(), timeout=1)
+            started = time.monotonic()
+            eventloop.run(asyncio.sleep(0), timeout=2)
+            assert time.monotonic() - started < 0.5, "the load loop waited for the blocking close"
+        finally:
+            os.kill(private.pid, signal.SIGCONT)
+        time.sleep(target.timeout_s)  # the close left running in its thread ends with the client's timeout

@@ -376,14 +376,19 @@ class _Session:
         return self._client is not None or self._blocking is not None
 
     async def close(self) -> None:
+        """Close both clients. A close can wait (shared-memory regions unregistered on a server that
+        stopped answering wait for the client's timeout): the blocking one runs off the load loop, and
+        both run to their end even when the caller stops waiting, so the loop stays free and no client
+        is left half closed."""
+        closing: list[Any] = []
         if self._blocking is not None:
             blocking, self._blocking = self._blocking, None
-            with contextlib.suppress(Exception):
-                blocking.close()
+            closing.append(asyncio.to_thread(blocking.close))
         if self._client is not None:
             client, self._client = self._client, None
-            with contextlib.suppress(Exception):
-                await client.close()
+            closing.append(client.close())
+        if closing:
+            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
 
 
 _STOP = "stop"
