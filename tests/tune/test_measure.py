@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tests.support.lone_levels import lone_levels
 
+from tritonkit.client import Client
 from tritonkit.commands.measure_args import cuda_missing
+from tritonkit.errors import ClientError
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune import eventloop
 from tritonkit.tune.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
@@ -207,25 +214,74 @@ def test_the_lone_request_client_is_warmed_before_any_window(server: EmbeddedSer
     stats.close()
 
 
-def test_closing_a_lone_level_client_on_a_stalled_server_leaves_the_load_loop_free(repo: Path) -> None:
+@pytest.fixture(scope="module")
+def stallable(repo: Path) -> Iterator[EmbeddedServer]:
+    """A server of this module's own, to be stopped (SIGSTOP) and resumed."""
+    with EmbeddedServer(repo, exit_timeout=1) as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def stopped(server: EmbeddedServer) -> Iterator[None]:
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+def _regions(server: EmbeddedServer) -> list[str]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        return [r["name"] for r in client.get_system_shared_memory_status(headers=server.admin_headers)]
+    finally:
+        client.close()
+
+
+def test_closing_a_lone_level_client_on_a_stalled_server_leaves_the_load_loop_free(
+    stallable: EmbeddedServer,
+) -> None:
     """The blocking client of one request in flight unregisters its shared-memory regions at close; on
-    a server that stopped answering that waits for the client's timeout. It waits off the load loop: the
-    close's own deadline passes and the loop runs the next coroutine at once."""
-    with EmbeddedServer(repo, exit_timeout=1) as private:
-        target = Target(
-            private.http_url, "add", shared_memory="system", headers=private.admin_headers, timeout_s=4
-        )
-        session = _Session(target)
-        _, inputs = eventloop.run(session.ready(), timeout=30)
-        session.blocking(inputs)
-        assert private.pid is not None
-        os.kill(private.pid, signal.SIGSTOP)
+    a server that stopped answering that waits. It waits off the load loop: the close's own deadline
+    passes, the loop runs the next coroutine at once, and the close still ends once the server answers."""
+    target = Target(
+        stallable.http_url, "add", shared_memory="system", headers=stallable.admin_headers, timeout_s=4
+    )
+    session = _Session(target)
+    _, inputs = eventloop.run(session.ready(), timeout=30)
+    session.blocking(inputs)
+    assert len(_regions(stallable)) >= 4  # both clients' input and output regions
+    with stopped(stallable):
+        with pytest.raises(concurrent.futures.TimeoutError):
+            eventloop.run(session.close(), timeout=1, cancel=False)
+        started = time.monotonic()
+        eventloop.run(asyncio.sleep(0), timeout=2)
+        assert time.monotonic() - started < 0.5, "the load loop waited for the blocking close"
+    deadline = time.monotonic() + 10
+    while _regions(stallable) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _regions(stallable) == [], "the close stopped half way: regions left registered"
+
+
+def test_a_grpc_clients_close_on_a_stalled_server_ends_within_its_timeouts(stallable: EmbeddedServer) -> None:
+    """Unregistering a region is a call like any other: within the client's timeout (gRPC had none)."""
+    client = Client(
+        stallable.grpc_url, "grpc", timeout=1, shared_memory="system", headers=stallable.admin_headers
+    )
+    client.infer("add", {"X": np.ones((1, 4), dtype=np.float32)})
+    failures: list[Exception] = []
+
+    def close() -> None:
         try:
-            with pytest.raises(concurrent.futures.TimeoutError):
-                eventloop.run(session.close(), timeout=1)
-            started = time.monotonic()
-            eventloop.run(asyncio.sleep(0), timeout=2)
-            assert time.monotonic() - started < 0.5, "the load loop waited for the blocking close"
-        finally:
-            os.kill(private.pid, signal.SIGCONT)
-        time.sleep(target.timeout_s)  # the close left running in its thread ends with the client's timeout
+            client.close()
+        except Exception as exc:
+            failures.append(exc)
+
+    closing = threading.Thread(target=close, daemon=True)
+    with stopped(stallable):
+        closing.start()
+        closing.join(8)  # two regions, one timeout each, and room
+        assert not closing.is_alive(), "the close waited on the stopped server past its timeouts"
+    assert len(failures) == 1 and isinstance(failures[0], ClientError)
+    assert "could not release 2 shared-memory region(s)" in str(failures[0])

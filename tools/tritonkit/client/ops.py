@@ -102,7 +102,7 @@ class ClientOps:
         self._transport = (http if protocol == "http" else grpc)(core.url, headers, timeout)
         self._shm: Any = None
         if shared_memory != "none":
-            self._shm = ShmPool(shared_memory, self._transport)
+            self._shm = ShmPool(shared_memory, self._transport, timeout)
         self._closed = False
 
     @staticmethod

@@ -74,15 +74,20 @@ class _Region:
             self.key = ""
             self.handle = cudashm.create_shared_memory_region(name, size, 0)
 
-    def register(self, transport: Transport) -> Step:
-        """The step that registers the region with the server."""
+    def register(self, transport: Transport, timeout: float | None) -> Step:
+        """The step that registers the region with the server (within the client's ``timeout``)."""
         if self.kind == "system":
-            return transport.call, ("register_system_shared_memory", (self.name, self.key, self.size))
+            return transport.call, (
+                "register_system_shared_memory",
+                (self.name, self.key, self.size),
+                timeout,
+            )
         handle = self._lib.get_raw_handle(self.handle)
-        return transport.call, ("register_cuda_shared_memory", (self.name, handle, 0, self.size))
+        return transport.call, ("register_cuda_shared_memory", (self.name, handle, 0, self.size), timeout)
 
-    def unregister(self, transport: Transport) -> Step:
-        return transport.call, (f"unregister_{self.kind}_shared_memory", (self.name,))
+    def unregister(self, transport: Transport, timeout: float | None) -> Step:
+        """The step that unregisters it: within ``timeout``, so a stalled server cannot hold a close."""
+        return transport.call, (f"unregister_{self.kind}_shared_memory", (self.name,), timeout)
 
     def write(self, value: NDArray[Any]) -> None:
         self._lib.set_shared_memory_region(self.handle, [value])
@@ -109,7 +114,7 @@ class _Request:
 class ShmPool:
     """Region sets of one client; see the module docstring."""
 
-    def __init__(self, kind: str, transport: Transport) -> None:
+    def __init__(self, kind: str, transport: Transport, timeout: float | None = None) -> None:
         if kind not in KINDS:
             raise ClientError(f"unknown shared_memory {kind!r}; expected one of none, {', '.join(KINDS)}")
         if kind == "cuda":
@@ -121,6 +126,8 @@ class ShmPool:
                 ) from None
         self.kind = kind
         self._transport = transport
+        #: each register / unregister call's timeout: the client's
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._free: list[dict[str, _Region]] = []
         self._sets: list[dict[str, _Region]] = []
@@ -232,7 +239,7 @@ class ShmPool:
             for region in req.drop:
                 yield from self._release(region)
             for region in req.new:
-                yield region.register(t)
+                yield region.register(t, self.timeout)
                 region.registered = True
             args = (
                 model,
@@ -256,7 +263,7 @@ class ShmPool:
     def _release(self, region: _Region) -> Op[None]:
         try:
             if region.registered:
-                yield region.unregister(self._transport)
+                yield region.unregister(self._transport, self.timeout)
         finally:
             region.destroy()
 

@@ -54,11 +54,13 @@ def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
     return asyncio.run_coroutine_threadsafe(coro, host_loop())
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` on the load loop and wait for its result (cancelled when ``timeout`` passes first)."""
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None, *, cancel: bool = True) -> T:
+    """Run ``coro`` on the load loop and wait for its result up to ``timeout``; then it is cancelled,
+    or with ``cancel=False`` left to run (a close that must still happen when the loop gets to it)."""
     future = submit(coro)
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
-        future.cancel()
+        if cancel:
+            future.cancel()
         raise

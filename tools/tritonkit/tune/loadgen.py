@@ -376,19 +376,41 @@ class _Session:
         return self._client is not None or self._blocking is not None
 
     async def close(self) -> None:
-        """Close both clients. A close can wait (shared-memory regions unregistered on a server that
-        stopped answering wait for the client's timeout): the blocking one runs off the load loop, and
-        both run to their end even when the caller stops waiting, so the loop stays free and no client
-        is left half closed."""
+        """Close both clients, concurrently. A close can wait on a server that stopped answering (each
+        shared-memory region's unregister up to the client's timeout): the blocking client closes on a
+        daemon thread, off the load loop, and both run to their end under a shield when the caller stops
+        waiting (``eventloop.run(..., cancel=False)``), so neither the loop nor the process's exit waits
+        for them."""
         closing: list[Any] = []
         if self._blocking is not None:
             blocking, self._blocking = self._blocking, None
-            closing.append(asyncio.to_thread(blocking.close))
+            closing.append(_off_loop(blocking.close))
         if self._client is not None:
             client, self._client = self._client, None
             closing.append(client.close())
         if closing:
             await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
+
+
+def _off_loop(fn: Callable[[], object]) -> asyncio.Future[None]:
+    """``fn()`` on a daemon thread (an executor's thread would hold the interpreter's exit); its outcome
+    as a future of the running loop (a failure is swallowed: closing is best effort)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def body() -> None:
+        try:
+            with contextlib.suppress(Exception):  # best effort: the client is gone either way
+                fn()
+        finally:
+            loop.call_soon_threadsafe(settle)
+
+    threading.Thread(target=body, name="tritonkit-close", daemon=True).start()
+    return done
 
 
 _STOP = "stop"
@@ -431,7 +453,7 @@ def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs
     finally:
         if session.opened:
             with contextlib.suppress(Exception):
-                eventloop.run(session.close(), timeout=10)
+                eventloop.run(session.close(), timeout=10, cancel=False)
 
 
 class LoadGenerator:
@@ -463,7 +485,7 @@ class LoadGenerator:
         self.stop()
         if self._session.opened:
             with contextlib.suppress(Exception):
-                eventloop.run(self._session.close(), timeout=10)
+                eventloop.run(self._session.close(), timeout=10, cancel=False)
         for proc, conn in self._procs:
             with contextlib.suppress(OSError):
                 conn.send(None)
