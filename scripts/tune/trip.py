@@ -2,13 +2,17 @@
 
 Builds (once, under --work) three native-backend versions that do almost nothing (the first 1,000 input
 values doubled), taking a 2 KB row (FP32 [512]), 301 KB (FP32 [3, 112, 224], the bytes of an FP16 image;
-an FP16 version needs the GPU) and an FP32 image [3, 224, 224] (602 KB), serves them with the embedded tritonserver on the CPU, and measures one request in flight
-through: raw tritonclient HTTP and gRPC (the tensor built once), and HTTP through the standard library's
-``http.client`` with the body tritonclient generates (``generate_request_body`` once,
-``parse_response_body`` per reply), which leaves out tritonclient's own send and receive path. For each it
-takes Triton's own per-request split from the statistics extension over the same requests (success time,
-queue, compute input / infer / output) and reports the trip: the client's p50 minus Triton's mean request
-time. The trip is the part of a lone request no model config, runner or backend changes.
+an FP16 version needs the GPU) and an FP32 image [3, 224, 224] (602 KB), serves them with the embedded
+tritonserver on the CPU, and measures one request in flight through five clients: tritonclient's HTTP
+and gRPC clients (the tensor built once); HTTP through the standard library's ``http.client`` with the
+body tritonclient generates (``generate_request_body`` once, ``parse_response_body`` per reply);
+tritonclient's HTTP client with the input and output in system shared memory (the bytes off the
+socket); and a socket writing the whole request built once and reading the answer by its length (the
+GPU bench's HTTP client, which decodes nothing: the least a client can do). For each it takes Triton's
+own per-request split from the statistics extension over the same timed requests (success time, queue,
+compute input / infer / output) and reports the trip: the client's mean time minus Triton's mean request
+time (p50 shown beside). The trip is the part of a lone request no model config, runner or backend
+changes.
 
     .venv/bin/python scripts/tune/trip.py [--seconds 2] [--rounds 3] [--out docs/benchmarks-trip.md]
 """
@@ -103,10 +107,13 @@ def _shared_memory(
         shm.get_contents_as_numpy(regions["out"], np.float32, [1, out_bytes // 4]).copy()
 
     def close() -> None:
-        web.unregister_system_shared_memory(headers=headers)
-        for region in regions.values():
-            shm.destroy_shared_memory_region(region)
-        web.close()
+        try:
+            for name in (f"trip_in_{model}", f"trip_out_{model}"):
+                web.unregister_system_shared_memory(name, headers=headers)
+        finally:
+            for region in regions.values():
+                shm.destroy_shared_memory_region(region)
+            web.close()
 
     return call, close
 
@@ -131,11 +138,17 @@ def _socket(url: str, model: str, x: np.ndarray, triton_dtype: str) -> tuple[Any
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def read() -> bytes:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        return chunk
+
     def call() -> None:
         sock.sendall(request)
         raw = b""
         while b"\r\n\r\n" not in raw:
-            raw += sock.recv(65536)
+            raw += read()
         top, rest = raw.split(b"\r\n\r\n", 1)
         if not top.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(top.decode(errors="replace"))
@@ -144,14 +157,13 @@ def _socket(url: str, model: str, x: np.ndarray, triton_dtype: str) -> tuple[Any
             int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")
         )
         while len(rest) < length:
-            rest += sock.recv(65536)
+            rest += read()
 
     return call, sock.close
 
 
-def lone(
-    client: str, urls: dict[str, str], model: str, seconds: float, headers: dict[str, str]
-) -> list[float]:
+def client_for(client: str, urls: dict[str, str], model: str, headers: dict[str, str]) -> tuple[Any, Any]:
+    """``client``'s (one request, close) for ``model``."""
     import tritonclient.grpc as grpcclient  # noqa: PLC0415
     import tritonclient.http as httpclient  # noqa: PLC0415
 
@@ -188,13 +200,13 @@ def lone(
         body, json_size = httpclient.InferenceServerClient.generate_request_body([h_in], outputs=h_out)
         parsed = urlparse(f"http://{urls['http']}")
         conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port)
-        headers = {
+        request_headers = {
             "Inference-Header-Content-Length": str(json_size),
             "Content-Type": "application/octet-stream",
         }
 
         def call() -> None:
-            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=request_headers)
             reply = conn.getresponse()
             data = reply.read()
             length = reply.getheader("Inference-Header-Content-Length")
@@ -204,13 +216,15 @@ def lone(
             result.as_numpy("y")
 
         close = conn.close
-    call()
+    return call, close
+
+
+def lone(call: Any, seconds: float) -> list[float]:
     latencies, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end:
         t = time.perf_counter()
         call()
         latencies.append(time.perf_counter() - t)
-    close()
     return latencies
 
 
@@ -231,12 +245,18 @@ def main() -> int:
         for _ in range(args.rounds):
             for model in SIZES:
                 for client in CLIENTS:
-                    before = statistics_of(server.http_url, model, server.admin_headers)
-                    latencies = lone(client, urls, model, args.seconds, server.admin_headers)
-                    after = statistics_of(server.http_url, model, server.admin_headers)
+                    call, close = client_for(client, urls, model, server.admin_headers)
+                    try:
+                        call()  # its connection made, untimed and outside the statistics below
+                        before = statistics_of(server.http_url, model, server.admin_headers)
+                        latencies = lone(call, args.seconds)
+                        after = statistics_of(server.http_url, model, server.admin_headers)
+                    finally:
+                        close()
                     count = after["count"] - before["count"]
                     p50s.setdefault((model, client), []).append(statistics.median(latencies) * 1e3)
                     means = {k: (after[k] - before[k]) / count / 1e6 for k in ("success", *SPLIT)}
+                    means["client"] = statistics.fmean(latencies) * 1e3
                     for k, v in means.items():
                         split.setdefault((model, client), {}).setdefault(k, 0.0)
                         split[(model, client)][k] += v / args.rounds
@@ -247,11 +267,12 @@ def main() -> int:
         f"`scripts/tune/trip.py --rounds {args.rounds} --seconds {args.seconds:g}`: native-backend versions",
         "that double the first 1,000 input values on the CPU, the embedded tritonserver, one request in",
         f"flight for {args.seconds:g} s per figure, clients and sizes interleaved round after round. Triton's",
-        "split is the mean per request from its statistics over the same requests; the trip is the client's",
-        "p50 (median of rounds) minus Triton's mean request time: the front end's and the client's share.",
+        "split is the mean per request from its statistics over the same timed requests; the trip is the",
+        "client's mean time minus Triton's mean request time (means over the rounds): the front end's and",
+        "the client's share. p50: the median of the rounds' medians.",
         "",
-        "| request | client | p50 ms | Triton request ms | queue / input / infer / output µs | trip ms |",
-        "|---|---|---:|---:|---|---:|",
+        "| request | client | p50 ms | mean ms | Triton request ms | queue / input / infer / output µs | trip ms |",
+        "|---|---|---:|---:|---:|---|---:|",
     ]
     for (model, client), values in p50s.items():
         s = split[(model, client)]
@@ -260,8 +281,8 @@ def main() -> int:
         size = int(np.prod(shape)) * np.dtype(dtype).itemsize / 1e3
         parts = " / ".join(f"{s[k] * 1e3:.0f}" for k in SPLIT)
         lines.append(
-            f"| {triton_dtype} {list(shape)} ({size:.0f} KB) | {client} | {p50:.3f} | {s['success']:.3f} | "
-            f"{parts} | {p50 - s['success']:.3f} |"
+            f"| {triton_dtype} {list(shape)} ({size:.0f} KB) | {client} | {p50:.3f} | {s['client']:.3f} | "
+            f"{s['success']:.3f} | {parts} | {s['client'] - s['success']:.3f} |"
         )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
