@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tests.support.lone_levels import lone_levels
 
-from tritonkit.client import Client
+from tritonkit.client import AsyncClient, Client
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.errors import ClientError
 from tritonkit.serve.embedded import EmbeddedServer
@@ -285,3 +285,20 @@ def test_a_grpc_clients_close_on_a_stalled_server_ends_within_its_timeouts(stall
         assert not closing.is_alive(), "the close waited on the stopped server past its timeouts"
     assert len(failures) == 1 and isinstance(failures[0], ClientError)
     assert "could not release 2 shared-memory region(s)" in str(failures[0])
+
+
+def test_an_async_http_clients_close_on_a_stalled_server_names_its_timeout(stallable: EmbeddedServer) -> None:
+    """The same through the asyncio HTTP client, whose timeout error has no text of its own."""
+
+    async def close_on_stopped() -> str:
+        client = AsyncClient(
+            stallable.http_url, "http", timeout=1, shared_memory="system", headers=stallable.admin_headers
+        )
+        await client.infer("add", {"X": np.ones((1, 4), dtype=np.float32)})
+        with stopped(stallable), pytest.raises(ClientError) as err:
+            await asyncio.wait_for(client.close(), 8)
+        return str(err.value)
+
+    assert asyncio.run(close_on_stopped()).endswith(
+        "could not release 2 shared-memory region(s): TimeoutError"
+    )

@@ -281,7 +281,10 @@ class ShmPool:
                 except Exception as exc:  # keep releasing the others; report after
                     errors.append(exc)
         if errors:
-            raise ClientError(f"could not release {len(errors)} shared-memory region(s): {errors[0]}")
+            first = errors[0]  # a timeout's text can be empty (asyncio's): name its type then
+            raise ClientError(
+                f"could not release {len(errors)} shared-memory region(s): {str(first) or type(first).__name__}"
+            )
 
 
 def _raise_local(exc: BaseException) -> None:
