@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import signal
 import socket
 import threading
@@ -195,3 +196,11 @@ def test_unreadable_model_directory_names_the_directory(tmp_path: Path) -> None:
     (tmp_path / "stray").mkdir()  # a folder without config.pbtxt: Triton cannot poll it
     with pytest.raises(ServerError, match="model directory `stray` could not be read by Triton"):
         EmbeddedServer(tmp_path, exit_timeout=1).start()  # add_one loaded: not waited for on the way out
+
+
+def test_a_generated_admin_key_passes_as_an_option_value(tmp_path: Path) -> None:
+    """The key printed at start is given back as `--admin-key KEY`: it never starts with '-' (argparse
+    would read it as an option; a urlsafe token did one time in 64)."""
+    keys = [EmbeddedServer(tmp_path).admin_key for _ in range(64)]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", key) for key in keys)
+    assert len(set(keys)) == len(keys)

@@ -158,7 +158,9 @@ class EmbeddedServer:
         self.strict_readiness = strict_readiness
         self.exit_on_error = exit_on_error
         self.restricted_apis = tuple(restricted_apis)
-        self.admin_key = admin_key or secrets.token_urlsafe(16)
+        # hex, 128 bits: a urlsafe token starts with '-' one time in 64, and `--admin-key -...` is then
+        # read as an option by argparse (the key is printed for users to pass exactly that way)
+        self.admin_key = admin_key or secrets.token_hex(16)
         self.response_cache_bytes = response_cache_bytes
         self.metrics = metrics
         self.extra_args = tuple(extra_args)
