@@ -105,6 +105,11 @@ class ServingSpec:
     #: 15,176 / 15,335). The cost is at load: compiling the fused kernels per bucket and instance took
     #: BERT-base's loads from 3-6 s to 7-16 s and a quick tune past 5 minutes; so it is opt-in.
     jit_optimize: bool = False
+    #: edges per dynamic non-batch axis (by its ``dynamic_axes`` name), ascending; the last is the
+    #: longest length the model takes (see ``convert.buckets``, ``serve/runners/shape_buckets.py``)
+    shape_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the value each input is padded with up to its bucket (0 where absent)
+    pad_values: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ServingSpec:
@@ -120,6 +125,8 @@ class ServingSpec:
             "jit_optimize",
             "pipeline",
             "runner",
+            "shape_buckets",
+            "pad_values",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -166,6 +173,13 @@ class ServingSpec:
             isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
         ):
             raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {gpus!r}")
+        shape_buckets = _shape_buckets(data.get("shape_buckets", {}))
+        pad_values = data.get("pad_values", {}) or {}
+        if not isinstance(pad_values, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            for k, v in pad_values.items()
+        ):
+            raise SpecError(f"serving.pad_values must map input names to numbers; got {pad_values!r:.200}")
         return cls(
             device=str(data.get("device", "auto")),
             engine=str(data.get("engine", "auto")),
@@ -176,6 +190,8 @@ class ServingSpec:
             pipeline=pipeline,
             runner=runner,
             jit_optimize=jit_optimize,
+            shape_buckets=shape_buckets,
+            pad_values=dict(pad_values),
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -193,7 +209,31 @@ class ServingSpec:
             "pipeline": self.pipeline,
             "runner": self.runner,
             "jit_optimize": self.jit_optimize,
+            "shape_buckets": {k: list(v) for k, v in self.shape_buckets.items()},
+            "pad_values": dict(self.pad_values),
         }
+
+
+def _shape_buckets(value: object) -> dict[str, tuple[int, ...]]:
+    """``serving.shape_buckets``: axis name -> ascending edges >= 1 (a one-line SpecError otherwise)."""
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            f"serving.shape_buckets must map axis names to lists of lengths, e.g. {{seq: [32, 64, 128]}}; "
+            f"got {value!r:.200}"
+        )
+    out: dict[str, tuple[int, ...]] = {}
+    for axis, edges in value.items():
+        if (
+            not isinstance(axis, str)
+            or not isinstance(edges, list)
+            or not edges
+            or not all(_positive(e) for e in edges)
+        ):
+            raise SpecError(
+                f"serving.shape_buckets.{axis} must be a non-empty list of lengths >= 1; got {edges!r:.200}"
+            )
+        out[axis] = tuple(sorted(set(edges)))
+    return out
 
 
 def _positive(value: object) -> bool:

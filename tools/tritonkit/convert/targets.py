@@ -18,6 +18,8 @@ from typing import Any
 
 from tritonkit.config import ModelConfig
 from tritonkit.convert import accuracy, tensorrt, tensorrt_loaders
+from tritonkit.convert.buckets import apply_buckets, resolve_buckets
+from tritonkit.convert.buckets import manifest as buckets_manifest
 from tritonkit.convert.buildspec import apply_queue_policy
 from tritonkit.convert.conversion import Converted
 from tritonkit.convert.datasets import Datasets
@@ -31,6 +33,8 @@ from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import ensemble_config, text_ensemble, tokenizer_config
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
+from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = ["Files", "Made", "Targets", "Tokenizer", "make_targets"]
 
@@ -149,8 +153,18 @@ def _made(
     else:
         config, files, extra = _portable(plan, source, item, name, mbs)
     apply_queue_policy(config, spec.batching)
+    if spec.preprocessing.kind != "text" or text_ensemble(spec):  # the text runner tokenizes itself
+        shapes = resolve_buckets(spec, source)
+        files = {**files, **apply_buckets(config, shapes)}
+        extra.update(buckets_manifest(_as_written(config, shapes)))
     ensemble = ensemble_config(spec, source, name, mbs) if text_ensemble(spec) else None
     return Made(name, item, config, files, extra, served, ensemble)
+
+
+def _as_written(config: ModelConfig, shapes: Buckets | None) -> Buckets | None:
+    """The buckets as ``apply_buckets`` wrote them into ``config`` (where they are padded)."""
+    written = config.parameters.get(SHAPE_PARAMETER)
+    return Buckets.parse(written) if written else shapes
 
 
 def _tokenizer(plan: BuildPlan, source: Source, mbs: int) -> Tokenizer | None:

@@ -32,6 +32,10 @@ from tritonkit.repository.store import CONFIG_FILE, ModelRepository
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.serve.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
+from tritonkit.serve.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
+from tritonkit.serve.runners.shape_buckets import BucketError, Buckets
+
+SHAPE_BUCKETS = "shape_buckets"
 
 __all__ = [
     "CHECK_TARGETS",
@@ -195,6 +199,11 @@ def _python_problems(config: ModelConfig, version_dir: Path) -> list[str]:
     for helper in (GPU_REQUESTS, TORCH_PIPELINE):
         if f"from {helper} import".encode() in source and not (version_dir / f"{helper}.py").is_file():
             return [f"`{model_py.name}` imports `{helper}.py`, which its version folder lacks (rebuild it)"]
+    if _pads_on_server(config) and not (version_dir / f"{SHAPE_BUCKETS}.py").is_file():
+        return [
+            f"config names shape buckets padded on the server, and the version folder lacks "
+            f"`{SHAPE_BUCKETS}.py` (rebuild it)"
+        ]
     try:
         compile(source, str(model_py), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
@@ -202,6 +211,31 @@ def _python_problems(config: ModelConfig, version_dir: Path) -> list[str]:
         where = f" line {line}" if line else ""
         msg = getattr(exc, "msg", None) or str(exc)
         return [f"`{model_py.name}`{where} does not compile ({msg})"]
+    return []
+
+
+def _pads_on_server(config: ModelConfig) -> bool:
+    text = config.parameters.get(SHAPE_PARAMETER, "")
+    try:
+        buckets = Buckets.parse(text)
+    except BucketError:
+        return False  # reported by _bucket_problems
+    return buckets is not None and buckets.pad_at == "server"
+
+
+def _bucket_problems(config: ModelConfig) -> list[str]:
+    """A ``shape_buckets`` parameter that does not parse or names tensors the config lacks."""
+    text = config.parameters.get(SHAPE_PARAMETER, "")
+    try:
+        buckets = Buckets.parse(text)
+    except BucketError as exc:
+        return [str(exc)]
+    if buckets is None:
+        return []
+    names = {t.name for t in config.inputs} | {t.name for t in config.outputs}
+    missing = sorted(set(buckets.inputs) - names) + sorted(set(buckets.outputs) - names)
+    if missing:
+        return [f"parameter `{SHAPE_PARAMETER}` names tensors the config lacks: {', '.join(missing)}"]
     return []
 
 
@@ -248,6 +282,7 @@ def _check_version(config: ModelConfig, version_dir: Path) -> list[str]:
         return [f"{prefix}version directory is empty"]
     problems.extend(prefix + p for p in _python_problems(config, version_dir))
     problems.extend(prefix + p for p in _text_problems(config, version_dir))
+    problems.extend(prefix + p for p in _bucket_problems(config))
     for artifact in expected_artifacts(config):
         if not (version_dir / artifact).is_file():
             problems.append(f"{prefix}artifact `{artifact}` is missing")
@@ -476,4 +511,19 @@ def executions(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
             record = manifest.extra.get("execution")
             if isinstance(record, dict):
                 lines.append(_execution_line(entry.name, version_dir.name, record))
+            shapes = manifest.extra.get("shape_buckets")
+            if isinstance(shapes, dict) and isinstance(shapes.get("axes"), dict):
+                lines.append(_buckets_line(entry.name, version_dir.name, shapes))
     return lines
+
+
+def _buckets_line(model: str, version: str, record: dict[str, object]) -> str:
+    recorded = record["axes"]
+    assert isinstance(recorded, dict)
+    axes = "; ".join(
+        f"{axis} {list(edges)} (longest {edges[-1]})"
+        for axis, edges in recorded.items()
+        if isinstance(edges, list) and edges
+    )
+    where = record.get("pad_at", "server")
+    return f"{model} version {version} shape buckets: {axes}, padded on the {where}"

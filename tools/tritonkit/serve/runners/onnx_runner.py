@@ -26,6 +26,7 @@ whose element count does not fit). Its message names the inputs' shapes as given
 runtime itself (memory, device) stays INTERNAL.
 """
 
+import importlib
 import json
 import os
 import re
@@ -146,6 +147,18 @@ class TritonPythonModel:
         self.output_names = [n for n, _ in self.outputs]
         self.bytes_outputs = {n for n, dt in self.outputs if dt == "TYPE_STRING"}
         self.bytes_inputs = {n for n, dt in self.inputs if dt == "TYPE_STRING"}
+        # Shape buckets (``shape_buckets.py``, copied beside this file when the config names them):
+        # each request padded to its bucket, so requests of different lengths batch together.
+        self.buckets: Any = None
+        buckets = _param(params, "shape_buckets", "")
+        if buckets and self.max_batch_size > 0:
+            # the copy beside model.py (the stub puts the version folder on sys.path)
+            shape_buckets = importlib.import_module("shape_buckets")
+            self.shape_buckets: Any = shape_buckets
+            self.buckets = shape_buckets.Buckets.parse(buckets)
+            # On the CPU a run costs about its tokens; a run of its own costs a few rows more.
+            first = min(edges[0] for edges in self.buckets.axes.values())
+            self.bucket_cost = shape_buckets.token_cost(4.0 * first)
 
     @staticmethod
     def _providers(ort: Any, args: dict[str, str], params: dict[str, Any]) -> list[Any]:
@@ -233,7 +246,70 @@ class TritonPythonModel:
         per_output = [np.split(value, cuts, axis=0) for value in outputs]
         return [[parts[i] for parts in per_output] for i in range(len(members))]
 
+    def _execute_bucketed(self, requests: list[Any]) -> list[Any]:
+        """Every request padded to its shape bucket, runs grouped by bucket (``plan_groups``), each
+        output carrying a bucketed axis cut back to the request's own length."""
+        sb, buckets = self.shape_buckets, self.buckets
+        responses: list[Any] = [None] * len(requests)
+        members: list[tuple[int, Feeds, dict[str, int], tuple[int, ...]]] = []
+        for index, request in enumerate(requests):
+            try:
+                feeds = self._read_inputs(request)
+                lengths = buckets.lengths({name: value.shape for name, value in feeds.items()})
+            except Exception as exc:  # a missing input, a length above the last bucket: that request only
+                responses[index] = self._error(
+                    BadInputError(str(exc)) if isinstance(exc, ValueError) else exc
+                )
+                continue
+            members.append((index, feeds, lengths, buckets.edges_for(lengths)))
+        plan = sb.plan_groups(
+            [(int(next(iter(m[1].values())).shape[0]), m[3]) for m in members], self.bucket_cost
+        )
+        for edges, positions in plan:
+            group = [members[p] for p in positions]
+            padded = [(index, self._padded(feeds, edges)) for index, feeds, _, _ in group]
+            try:
+                results = self._run_group(padded)
+            except Exception as exc:
+                if len(padded) == 1:
+                    responses[padded[0][0]] = self._error(exc, group[0][1])
+                    continue
+                results = []
+                for (index, feeds), member in zip(padded, group, strict=True):
+                    try:
+                        results.append(self._run(feeds))
+                    except Exception as inner:
+                        responses[index] = self._error(inner, member[1])
+                        results.append([])
+            for (index, _, lengths, _), outputs in zip(group, results, strict=True):
+                if responses[index] is None:
+                    responses[index] = self._make_response(self._cut(outputs, lengths))
+        return responses
+
+    def _padded(self, feeds: Feeds, edges: tuple[int, ...]) -> Feeds:
+        out: Feeds = {}
+        for name, value in feeds.items():
+            shape = self.buckets.padded_shape(name, value.shape, edges)
+            if tuple(shape) == tuple(value.shape):
+                out[name] = value
+                continue
+            padded = np.full(shape, self.buckets.pad_value(name), dtype=value.dtype)
+            padded[tuple(slice(0, n) for n in value.shape)] = value
+            out[name] = padded
+        return out
+
+    def _cut(self, outputs: list[NDArray[Any]], lengths: dict[str, int]) -> list[NDArray[Any]]:
+        cut = []
+        for name, value in zip(self.output_names, outputs, strict=True):
+            index: list[slice] = [slice(None)] * value.ndim
+            for axis, length in self.buckets.cut(name, lengths):
+                index[axis] = slice(0, length)
+            cut.append(value[tuple(index)])
+        return cut
+
     def execute(self, requests: list[Any]) -> list[Any]:
+        if self.buckets is not None:
+            return self._execute_bucketed(requests)
         responses: list[Any] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[tuple[int, Feeds]]] = {}
         for index, request in enumerate(requests):

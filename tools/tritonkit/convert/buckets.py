@@ -1,0 +1,138 @@
+"""Shape buckets of a build: a model's dynamic non-batch axes, the edges each is padded to, where.
+
+Owns turning the spec's ``serving.shape_buckets`` / ``serving.pad_values`` and the source's dynamic
+axes (``TorchSource.dynamic_axes`` names, or the ONNX graph's ``dim_param`` names) into the one
+description the runners, the client and the TensorRT target read
+(:class:`~tritonkit.serve.runners.shape_buckets.Buckets`), and writing it into a version's config:
+the parameter ``shape_buckets``, ``allow_ragged_batch`` on the inputs that carry an axis where the
+server pads (python-backend runners: Triton 2.51's dynamic batcher then hands requests of different
+lengths to one execute), the runners' helper file beside ``model.py``.
+
+Defaults follow from the model: an axis the spec does not name gets powers of two from 16 up to the
+longest length the model takes (``max_position_embeddings`` of a transformers-style ``config`` on the
+module, else ``preprocessing.max_seq_length``). ``tritonkit tune --input-data`` chooses edges from a
+traffic file's length histogram.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tritonkit.config import ModelConfig
+from tritonkit.errors import SpecError
+from tritonkit.serve.runners import runner_path
+from tritonkit.serve.runners.shape_buckets import PARAMETER, Buckets, default_edges
+
+if TYPE_CHECKING:
+    from tritonkit.convert.buildspec import BuildSpec
+    from tritonkit.convert.source import Source
+
+#: the runners' helper, copied beside ``model.py`` in every version whose server pads
+HELPER = "shape_buckets"
+
+
+def dynamic_axes(source: Source) -> dict[str, dict[int, str]]:
+    """tensor -> {axis index: axis name} for every dynamic axis past the batch axis, inputs and outputs."""
+    names = {t.name for t in (*source.graph.inputs, *source.graph.outputs)}
+    if source.torch is not None:
+        found = {
+            tensor: {int(a): str(n) for a, n in axes.items() if int(a) != 0}
+            for tensor, axes in source.torch.axes().items()
+            if tensor in names
+        }
+        return {t: a for t, a in found.items() if a}
+    return _onnx_axes(source.onnx, names)
+
+
+def _onnx_axes(path: Path, names: set[str]) -> dict[str, dict[int, str]]:
+    import onnx  # noqa: PLC0415 (heavy; only a build reads it)
+
+    model = onnx.load(str(path), load_external_data=False)
+    out: dict[str, dict[int, str]] = {}
+    for value in (*model.graph.input, *model.graph.output):
+        if value.name not in names:
+            continue
+        axes: dict[int, str] = {}
+        for index, dim in enumerate(value.type.tensor_type.shape.dim):
+            if index > 0 and not dim.HasField("dim_value"):
+                axes[index] = dim.dim_param or f"{value.name}_{index}"
+        if axes:
+            out[value.name] = axes
+    return out
+
+
+def longest_length(source: Source, spec: BuildSpec) -> int:
+    """The longest length the model takes on a dynamic axis when the spec names none: the module's
+    ``config.max_position_embeddings`` (transformers), else ``preprocessing.max_seq_length``."""
+    module = getattr(source.torch, "module", None)
+    config = getattr(module, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        return positions
+    return int(spec.preprocessing.max_seq_length)
+
+
+def resolve_buckets(spec: BuildSpec, source: Source) -> Buckets | None:
+    """The model's buckets, or None when it has no dynamic axis past the batch; a SpecError when the
+    spec names an axis the model lacks or pads an input it does not have."""
+    axes = dynamic_axes(source)
+    inputs = {t.name for t in source.graph.inputs}
+    carried = {t: a for t, a in axes.items() if t in inputs}
+    wanted = spec.serving.shape_buckets
+    known = sorted({name for a in carried.values() for name in a.values()})
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        have = f"its dynamic input axes are {', '.join(known)}" if known else "it has no dynamic input axis"
+        raise SpecError(f"serving.shape_buckets names axis {', '.join(unknown)}; {have}")
+    bad_pad = sorted(set(spec.serving.pad_values) - inputs)
+    if bad_pad:
+        raise SpecError(
+            f"serving.pad_values names {', '.join(bad_pad)}; the model's inputs are {', '.join(sorted(inputs))}"
+        )
+    if not carried:
+        return None
+    edges = {axis: tuple(wanted.get(axis) or default_edges(longest_length(source, spec))) for axis in known}
+    outputs = {t: {i: n for i, n in a.items() if n in edges} for t, a in axes.items() if t not in inputs}
+    return Buckets(
+        axes=edges,
+        inputs=carried,
+        outputs={t: a for t, a in outputs.items() if a},
+        pad={k: float(v) for k, v in spec.serving.pad_values.items()},
+    )
+
+
+def apply_buckets(config: ModelConfig, buckets: Buckets | None) -> dict[str, Path]:
+    """Write ``buckets`` into ``config`` (in place); return the files the version needs beside it.
+
+    A python-backend runner pads on the server: the inputs carrying an axis take ragged batches and
+    the helper travels with ``model.py``. Any other backend (TensorRT, ONNX Runtime's) takes no ragged
+    input, so the config names ``pad_at: client`` and clients pad each request to its edge."""
+    if buckets is None or config.max_batch_size <= 0:
+        return {}
+    server = config.backend == "python"
+    chosen = Buckets(
+        buckets.axes, buckets.inputs, buckets.outputs, buckets.pad, "server" if server else "client"
+    )
+    config.parameters[PARAMETER] = chosen.to_json()
+    if not server:
+        return {}
+    for tensor in config.inputs:
+        if tensor.name in chosen.inputs:
+            tensor.allow_ragged_batch = True
+    return {f"{HELPER}.py": runner_path(HELPER)}
+
+
+def manifest(buckets: Buckets | None) -> dict[str, Any]:
+    """What ``build.json`` records under ``shape_buckets`` (empty without buckets)."""
+    if buckets is None:
+        return {}
+    return {
+        "shape_buckets": {
+            "axes": {k: list(v) for k, v in buckets.axes.items()},
+            "inputs": {t: {str(i): n for i, n in a.items()} for t, a in buckets.inputs.items()},
+            "outputs": {t: {str(i): n for i, n in a.items()} for t, a in buckets.outputs.items()},
+            "pad": dict(buckets.pad),
+            "pad_at": buckets.pad_at,
+        }
+    }
