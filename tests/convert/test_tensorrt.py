@@ -120,7 +120,7 @@ def test_shapes_must_cover_dynamic_dims() -> None:
     plan = plan_for_spec(_spec(batching={"max_batch_size": 32}), T4)
     with pytest.raises(
         SpecError,
-        match=re.escape("input `ids` has dynamic dims [-1]; give `tensorrt.profiles[0].shapes.ids`"),
+        match=re.escape("input `ids` has dynamic dims [-1]; give its lengths as `serving.shape_buckets`"),
     ):
         check_shapes(plan, IO)
     fixed = GraphIO(inputs=(TensorSpec("img", "FP32", (-1, 3, 64, 64)),), outputs=IO.outputs, opset=17)

@@ -33,6 +33,12 @@ PYTHON_STUB = """#!/bin/sh
 echo "$STUB_TRT_VERSION"
 """
 
+#: A torch entry point with no dynamic axis past the batch (``k8s package`` calls it to learn its axes).
+STATIC_MODULE = (
+    "import torch\nfrom tritonkit.convert.export import TorchSource\n\n\ndef build():\n"
+    "    return TorchSource(torch.nn.Linear(4, 4), [torch.zeros(1, 4)], ['x'], ['y'])\n"
+)
+
 
 def _job(objects: list[Obj], component: str) -> tuple[str, dict[str, str]]:
     for obj in objects:
@@ -128,7 +134,7 @@ def _package_user_model(root: Path) -> Path:
     """A user's spec with a torch module package, a weights file it reads, and calibration data."""
     (root / "mynet").mkdir(parents=True)
     (root / "mynet" / "__init__.py").write_text("")
-    (root / "mynet" / "model.py").write_text("def build():\n    raise NotImplementedError\n")
+    (root / "mynet" / "model.py").write_text(STATIC_MODULE)  # called by package's TensorRT checks
     (root / "weights.bin").write_bytes(b"\0" * 16)
     (root / "cal.txt").write_text("a sentence\n")
     (root / "mynet.yaml").write_text(

@@ -23,11 +23,17 @@ from tritonkit.cli import main
 from tritonkit.convert.buildspec import load_spec
 from tritonkit.errors import DeployError
 
+#: A torch entry point with no dynamic axis past the batch (``k8s package`` calls it to learn its axes).
+STATIC_MODULE = (
+    "import torch\nfrom tritonkit.convert.export import TorchSource\n\n\ndef build():\n"
+    "    return TorchSource(torch.nn.Linear(4, 4), [torch.zeros(1, 4)], ['x'], ['y'])\n"
+)
+
 
 def _user(root: Path, source: str = "torch: mynet.model:build", data: str = "data/cal.npz") -> Path:
     (root / "mynet").mkdir(parents=True)
     (root / "mynet" / "__init__.py").write_text("")
-    (root / "mynet" / "model.py").write_text("def build():\n    raise NotImplementedError\n")
+    (root / "mynet" / "model.py").write_text(STATIC_MODULE)  # called by package's TensorRT checks
     (root / "mynet" / "__pycache__").mkdir()
     (root / "mynet" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"x")
     (root / "weights").mkdir()

@@ -80,6 +80,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--output", "-o", type=Path, required=True, help="folder to write inputs/<model>/ into"
     )
     package.add_argument("--force", action="store_true", help="replace an already packed model of that name")
+    package.add_argument(
+        "--target",
+        choices=deploy.package.TARGETS,
+        default="tensorrt",
+        help="what the build Job builds, whose checks run before packing: tensorrt (the t4 overlay's, "
+        "default) or onnxruntime (the dev overlay's)",
+    )
     package.set_defaults(func=run_package)
 
     parser.set_defaults(func=lambda _args: _usage(parser))
@@ -141,7 +148,9 @@ def run_package(args: argparse.Namespace) -> int:
             raise DeployError(
                 f"tritonkit k8s package: {', '.join(given)} go with --onnx; a spec names its own"
             )
-        folder = deploy.package_spec(args.spec, args.output, include=args.include, force=args.force)
+        folder = deploy.package_spec(
+            args.spec, args.output, include=args.include, force=args.force, target=args.target
+        )
     else:
         if args.include:
             raise DeployError("tritonkit k8s package: --include goes with a spec (for its torch module)")
@@ -154,6 +163,7 @@ def run_package(args: argparse.Namespace) -> int:
             eval_data=args.eval_data,
             force=args.force,
             dynamic_batch=args.dynamic_batch,
+            target=args.target,
         )
     files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
     print(f"packed {folder} ({len(files)} files: {', '.join(files)})")

@@ -24,7 +24,17 @@ from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 
-__all__ = ["add_measure_args", "connect", "cuda_missing", "measure_options", "parse_levels", "target"]
+__all__ = [
+    "GENERATORS",
+    "add_generator_arg",
+    "add_measure_args",
+    "connect",
+    "cuda_missing",
+    "generator_problem",
+    "measure_options",
+    "parse_levels",
+    "target",
+]
 
 SHARED_MEMORY = ("none", "system", "cuda")
 
@@ -135,3 +145,30 @@ def target(where: Endpoint, model: str, args: argparse.Namespace, version: str =
         shared_memory=args.shared_memory, batch_size=args.batch_size, timeout_s=args.timeout_s,
         input_data=args.input_data,
     )  # fmt: skip
+
+
+# --generator: whose load measures a level (profile; tritonkit.tune.perf_analyzer owns the other one)
+GENERATORS = ("tritonkit", "perf_analyzer")
+
+
+def add_generator_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--generator",
+        default="tritonkit",
+        choices=GENERATORS,
+        help="load generator of record: tritonkit's own, or NVIDIA's perf_analyzer binary where installed "
+        "(same windows and stability flags; $TRITONKIT_PERF_ANALYZER names it; default tritonkit)",
+    )
+
+
+def generator_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--generator perf_analyzer`` cannot measure as the other flags ask (None: it can)."""
+    if args.generator != "perf_analyzer":
+        return None
+    if args.stability_windows != 3:
+        return f"--stability-windows {args.stability_windows}: perf_analyzer's rule is fixed at 3 windows"
+    if args.shared_memory != "none":
+        return f"--shared-memory {args.shared_memory}: perf_analyzer would need the admin key in its argv"
+    if args.workers != 1:
+        return f"--workers {args.workers}: perf_analyzer sizes its own threads (leave --workers out)"
+    return None

@@ -5,28 +5,55 @@ Each level is measured in windows until ``--stability-windows`` of them agree wi
 runner that pads batches to buckets (the torch GPU runner) each level also says what share of the rows it
 computed were padding, from the batches Triton formed. Exit code 0, or 3 with ``--find-max`` when no
 level met the budget.
+
+``--generator perf_analyzer`` measures every level with NVIDIA's perf_analyzer instead
+(:mod:`tritonkit.tune.perf_analyzer`: one process per level, the same window and stability flags), read
+into the same table, CSV and JSON. With tritonkit's generator, every report carries perf_analyzer's
+figure beside each level's (each level of a sweep, the best of ``--find-max``: a ``perf_analyzer`` line,
+``pa_*`` CSV columns, ``cross_check`` by level in the JSON) when the binary is installed, and says
+``perf_analyzer: not installed`` (with the reason) when it is not; ``--no-cross-check`` leaves it out.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tritonkit.client import Client
-from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, parse_levels, target
+from tritonkit.commands.measure_args import (
+    add_generator_arg,
+    add_measure_args,
+    connect,
+    generator_problem,
+    measure_options,
+    parse_levels,
+    target,
+)
 from tritonkit.config import from_proto
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.export import table, write_csv, write_json
-from tritonkit.tune.measure import Measurer, find_max, sweep
+from tritonkit.tune.loadgen import Target
+from tritonkit.tune.measure import (
+    LevelResult,
+    MeasureOptions,
+    Measurer,
+    find_max,
+)
+from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="NAME[:VERSION]")
     add_measure_args(parser)
+    add_generator_arg(parser)
+    parser.add_argument(
+        "--no-cross-check", action="store_true", help="leave out perf_analyzer's figure beside tritonkit's"
+    )
     parser.add_argument(
         "--concurrency", help="closed-loop levels: 1,2,4 or 1:32 (powers of two; default 1:16)"
     )
@@ -43,6 +70,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     options = measure_options(args)
+    if problem := generator_problem(args):
+        raise TritonKitError(f"--generator perf_analyzer: {problem}")
+    binary = locate() if args.generator == "perf_analyzer" or not args.no_cross_check else None
+    if args.generator == "perf_analyzer" and not isinstance(binary, Binary):
+        raise TritonKitError(f"--generator perf_analyzer: {binary}")
     if args.concurrency and args.request_rate:
         raise TritonKitError("--concurrency and --request-rate: expected one of them")
     mode = ("poisson" if args.poisson else "rate") if args.request_rate else "concurrency"
@@ -53,12 +85,18 @@ def run(args: argparse.Namespace) -> int:
     results: list[Any] = []
     best = None
     padding: dict[str, float] = {}
-    with connect(args, [model]) as conn, Measurer(target(conn, model, args, version), options) as measurer:
+    checks: dict[str, dict[str, Any]] = {}
+    with (
+        connect(args, [model]) as conn,
+        _measurer(args, target(conn, model, args, version), options) as measurer,
+    ):
         provenance = collect(
             conn.url(args.protocol), args.protocol, [(model, version)],
             repo=args.repo if conn.server is not None else None,
         )  # fmt: skip
         print(markdown_lines(provenance)[0], flush=True)
+        cross = _cross_checker(args, binary, target(conn, model, args, version), options)
+        print(_generator_line(args, binary), flush=True)
         with Client(
             conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None
         ) as client:
@@ -69,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
+            if cross is not None and not args.find_max:
+                checks[result.level.label()] = record = cross(result)
+                print(cross_check_line(record), flush=True)
             share = padded_share(result.server.batches, buckets)
             if share is not None:
                 padding[result.level.label()] = round(share, 4)
@@ -89,14 +130,24 @@ def run(args: argparse.Namespace) -> int:
                 on_result=show,
             )
         else:
-            for result in sweep(measurer, levels):
+            for level in levels:
+                result = measurer.measure(level)
                 show(result)
                 results.append(result)
+        if cross is not None and args.find_max and best is not None:
+            checks[best.level.label()] = record = cross(best)
+            print(cross_check_line(record), flush=True)
     extra: dict[str, Any] = {
         "model": args.model,
         "protocol": args.protocol,
         "shared_memory": args.shared_memory,
         "provenance": provenance.as_dict(),
+        "generator": args.generator,
+        "perf_analyzer": (
+            {"installed": True, "path": binary.path, "version": binary.version}
+            if isinstance(binary, Binary)
+            else {"installed": False, "reason": binary or "cross-check left out"}
+        ),
     }
     if buckets:
         extra.update(buckets=buckets, padded_share=padding)
@@ -105,8 +156,10 @@ def run(args: argparse.Namespace) -> int:
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None
+    if args.generator == "tritonkit" and checks:
+        extra["cross_check"] = checks
     if args.csv:
-        write_csv(args.csv, results)
+        write_csv(args.csv, results, [_pa_cells(checks.get(r.level.label())) for r in results])
     if args.json:
         write_json(args.json, results, extra)
     if args.find_max:
@@ -118,3 +171,54 @@ def run(args: argparse.Namespace) -> int:
             f"{best.throughput:.1f} req/s, p99 {best.p99_ms:.3f} ms"
         )
     return 0
+
+
+def _measurer(
+    args: argparse.Namespace, where: Target, options: MeasureOptions
+) -> Measurer | PerfAnalyzerMeasurer:
+    if args.generator == "perf_analyzer":
+        return PerfAnalyzerMeasurer(where, options)
+    return Measurer(where, options)
+
+
+def _generator_line(args: argparse.Namespace, binary: Binary | str | None) -> str:
+    if args.generator == "perf_analyzer":
+        return f"generator: perf_analyzer ({binary.version if isinstance(binary, Binary) else binary})"
+    if binary is None:
+        return "generator: tritonkit (perf_analyzer cross-check left out)"
+    if isinstance(binary, Binary):
+        return f"generator: tritonkit; cross-check: perf_analyzer ({binary.version})"
+    return f"generator: tritonkit; perf_analyzer: {binary}"  # "not installed (...)" or why it does not run
+
+
+def _cross_checker(
+    args: argparse.Namespace, binary: Binary | str | None, where: Target, options: MeasureOptions
+) -> Callable[[LevelResult], dict[str, Any]] | None:
+    """perf_analyzer at a level tritonkit just measured, as a record (None: no cross-check)."""
+    if args.generator != "tritonkit" or not isinstance(binary, Binary):
+        return None
+    as_pa = argparse.Namespace(**{**vars(args), "generator": "perf_analyzer", "workers": 1})
+    if problem := generator_problem(as_pa):  # perf_analyzer sizes its own threads: --workers is tritonkit's
+        return lambda result: cross_check(result, f"left out: {problem}")
+
+    def check(result: LevelResult) -> dict[str, Any]:
+        try:
+            with PerfAnalyzerMeasurer(where, options, binary, export=False) as pa:
+                return cross_check(result, pa.measure(result.level))
+        except TritonKitError as exc:
+            return cross_check(result, str(exc))
+
+    return check
+
+
+def _pa_cells(record: dict[str, Any] | None) -> dict[str, Any]:
+    if record is None:
+        return {}
+    return {
+        "pa_throughput": record.get("throughput", ""),
+        "pa_p50_ms": record.get("p50_ms", ""),
+        "pa_p99_ms": record.get("p99_ms", ""),
+        "pa_stable": record.get("stable", ""),
+        "tritonkit_over_pa": record.get("tritonkit_over_pa", ""),
+        **({"pa_error": record["error"]} if record.get("error") else {}),
+    }

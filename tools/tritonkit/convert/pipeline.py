@@ -32,6 +32,7 @@ module as a GPU version, for benchmarks) goes through the same gate and writer.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from tritonkit.convert.plan import Log, plan_build, quiet
 from tritonkit.convert.preflight import check_build
 from tritonkit.convert.source import prepare_source
 from tritonkit.convert.targets import make_targets
+from tritonkit.convert.tensorrt_buckets import bucketed_plan, check_spec
 from tritonkit.convert.versions import version_writes
 from tritonkit.repository import ModelRepository
 
@@ -82,6 +84,8 @@ def build_from_spec(
     checked = check_build(spec)  # shapes, batch axis, data files: one line each, before any build work
     for warning in checked.warnings:
         log(f"warning: {warning}")
+    if spec.target == "tensorrt":  # profiles and longest lengths, before anything is exported
+        check_spec(spec, checked.torch)
     # Native steps (export, clean-up, precisions, gates, engines) run in one child worker per build.
     with isolate.session(spec.name), tempfile.TemporaryDirectory(prefix="tritonkit-build-") as tmp:
         workdir = Path(tmp)
@@ -91,6 +95,8 @@ def build_from_spec(
             else f"exporting and sanitizing the {spec.name} source"
         )
         source = prepare_source(spec, workdir, checked.torch)
+        if plan.engine is not None:  # the engine's profiles follow the model's shape buckets
+            plan = dataclasses.replace(plan, engine=bucketed_plan(plan.engine, spec, source))
         converts = set(spec.precisions) - {"fp32"}
         sets = prepare_data(spec, source, "int8" in spec.precisions) if converts else Datasets()
         converted = convert_precisions(plan, source, sets, workdir, log)

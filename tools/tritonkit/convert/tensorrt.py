@@ -39,6 +39,7 @@ from typing import Any
 from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.gpu_profiles import GIB, GpuProfile, check_precision
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
+from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = [
     "TENSORRT_DROPPED",
@@ -106,6 +107,9 @@ class EnginePlan:
     gpu: str
     strongly_typed: str  # "auto" | "on" | "off"; resolved per TensorRT version by builder_flags
     legacy_calibrator: bool
+    #: The model's shape buckets once the source is known (:mod:`tritonkit.convert.tensorrt_buckets`:
+    #: one profile per bucket where the spec gives no ``tensorrt.profiles``); None: no dynamic axis.
+    buckets: Buckets | None = None
 
 
 def resolve_profiles(spec: BuildSpec, max_batch: int) -> tuple[EngineProfile, ...]:
@@ -268,7 +272,8 @@ def check_shapes(plan: EnginePlan, io: Any) -> None:
                         )
             elif any(d < 0 for d in rest):
                 raise SpecError(
-                    f"input `{tensor.name}` has dynamic dims {list(rest)}; give "
+                    f"input `{tensor.name}` has dynamic dims {list(rest)}; give its lengths as "
+                    f"`serving.shape_buckets` (one profile per bucket) or "
                     f"`tensorrt.profiles[{index}].shapes.{tensor.name}` min/opt/max"
                 )
 
@@ -354,7 +359,7 @@ def evaluation_profiles(plan: EnginePlan, io: Any, feeds: Sequence[Mapping[str, 
             given = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())
             raise SpecError(
                 f"evaluation batch {number} has shapes {given}, which no TensorRT profile covers ({ranges}); "
-                "lower `evaluation.batch_size` or widen `tensorrt.profiles`"
+                "lower `evaluation.batch_size` or widen `tensorrt.profiles` (or `serving.shape_buckets`)"
             )
         chosen.append(index)
     return chosen

@@ -15,8 +15,15 @@ docs/deploy.md); the Job builds each ``inputs/*/spec.yaml``. Every path a spec n
 spec's folder (no ``..``, no absolute path elsewhere, no symlink leading out) and exist; each refusal is
 one line. The build's own preflight (:func:`tritonkit.convert.preflight.check_build`: the graph's batch
 axis, every data file against the model's inputs, calibration/evaluation overlap) runs here too, so
-what the Job would refuse is refused before anything is packed. A packed folder is written under a
-temporary name and renamed: never half there.
+what the Job would refuse is refused before anything is packed, and so do the TensorRT target's own
+checks (:func:`tritonkit.convert.tensorrt_buckets.check_spec`: the given profiles, the longest length of
+every dynamic axis, the shape buckets' profiles), since the T4 overlay's Job builds ``--target
+tensorrt``: a model with a dynamic non-batch axis and nothing that gives its longest length
+(``serving.shape_buckets``, ``tensorrt.profiles``, the module's ``config.max_position_embeddings``, a
+text model's ``preprocessing.max_seq_length``) is refused here in one line. To learn a ``source.torch``
+model's dynamic axes, its entry point is called (as the Job will) when the spec gives no
+``tensorrt.profiles``; ``target="onnxruntime"`` (the dev overlay's) skips these checks. A packed
+folder is written under a temporary name and renamed: never half there.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +39,11 @@ from typing import Any
 import yaml
 
 from tritonkit.atomic import make_dir, replace_dir
-from tritonkit.convert.buildspec import load_spec, parse_spec
+from tritonkit.convert.buildspec import BuildSpec, load_spec, parse_spec
+from tritonkit.convert.export import TorchSource, load_torch_source
 from tritonkit.convert.preflight import check_build
+from tritonkit.convert.source import spec_folder_importable
+from tritonkit.convert.tensorrt_buckets import check_spec
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.repository.onnx_io import external_data_files, load_model
 from tritonkit.repository.store import validate_model_name
@@ -131,6 +142,46 @@ def _module_root(spec_dir: Path, torch: str) -> Path:
     )
 
 
+#: The targets the cluster's build Jobs build: the T4 overlay's and the dev overlay's.
+TARGETS = ("tensorrt", "onnxruntime")
+
+
+def _entry_point(spec: BuildSpec) -> TorchSource:
+    """Call ``source.torch`` (the spec's folder importable) and forget the modules it imported, so a
+    later spec's module of the same name is its own."""
+    assert spec.source.torch is not None
+    top = spec.source.torch.partition(":")[0].split(".")[0]
+    before = set(sys.modules)
+    try:
+        with spec_folder_importable(spec):
+            return load_torch_source(spec.source.torch)
+    except TritonKitError as exc:
+        raise DeployError(f"spec key `source.torch`: {exc}") from None
+    except Exception as exc:  # the user's code: any failure is one line
+        raise DeployError(
+            f"spec key `source.torch`: `{spec.source.torch}` raised {type(exc).__name__}: {exc} while k8s "
+            "package read its inputs for the TensorRT build's checks (give `tensorrt.profiles` to skip "
+            "calling it)"
+        ) from None
+    finally:
+        for name in set(sys.modules) - before:
+            if name == top or name.startswith(f"{top}."):  # the user's own modules only (never torch's)
+                sys.modules.pop(name, None)
+
+
+def _check_target(spec: BuildSpec, target: str) -> None:
+    """The target's checks before packing (module docstring); one line, naming the target."""
+    if target not in TARGETS:
+        raise DeployError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
+    if target != "tensorrt" or spec.as_is:
+        return
+    torch = _entry_point(spec) if spec.source.torch is not None and not spec.tensorrt.profiles else None
+    try:
+        check_spec(spec, torch)
+    except TritonKitError as exc:
+        raise DeployError(f"{spec.name}: the TensorRT build would refuse it: {exc}") from None
+
+
 def _finish(staging: Path, output: Path, name: str, force: bool) -> Path:
     """Check the packed spec from its new place, then rename the staging folder into ``inputs/<name>``."""
 
@@ -167,11 +218,13 @@ def package_spec(
     *,
     include: Sequence[str] = (),
     force: bool = False,
+    target: str = "tensorrt",
 ) -> Path:
     """Pack a build spec and every file it names into ``<output>/inputs/<name>/``; returns that folder.
 
     ``include``: further files or folders (relative to the spec's folder) the torch module reads, copied
-    into ``modules/`` at the same relative place.
+    into ``modules/`` at the same relative place. ``target``: what the Job builds (the T4 overlay's
+    ``tensorrt``, whose checks run here; the dev overlay's ``onnxruntime``).
     """
 
     spec_file = Path(spec_path)
@@ -183,7 +236,7 @@ def package_spec(
     if spec.source.onnx is not None:
         onnx = _inside(spec_dir, spec.source.onnx, "source.onnx")
         copies += [
-            (path, target, "source.onnx") for path, target in _onnx_copies(onnx, "spec key `source.onnx`")
+            (path, where, "source.onnx") for path, where in _onnx_copies(onnx, "spec key `source.onnx`")
         ]
         source["onnx"] = ONNX_FILE
     if spec.source.torch is not None:
@@ -210,8 +263,9 @@ def package_spec(
     out = Path(output)
     staging = _staging(out, spec.name)
     try:
-        for path, target, key in copies:
-            _copy(path, staging / target, spec_dir, key)
+        for path, where, key in copies:
+            _copy(path, staging / where, spec_dir, key)
+        _check_target(spec, target)  # after the paths' checks: it may call the spec's entry point
         _write_spec(staging, data)
         return _finish(staging, out, spec.name, force)
     finally:
@@ -229,6 +283,7 @@ def package_onnx(
     eval_data: str | os.PathLike[str] | None = None,
     force: bool = False,
     dynamic_batch: bool = False,
+    target: str = "tensorrt",
 ) -> Path:
     """Pack an ONNX file and its build flags (as a generated spec) into ``<output>/inputs/<name>/``.
 
@@ -260,19 +315,21 @@ def package_onnx(
         path = Path(value)
         if not path.is_file():
             raise DeployError(f"{flag} {path} not found; expected a .npz file of input arrays")
-        target = f"{DATA_DIR}/{key}{path.suffix}"
-        files.append((path, target))
-        data[key] = {"data": target}
+        packed = f"{DATA_DIR}/{key}{path.suffix}"
+        files.append((path, packed))
+        data[key] = {"data": packed}
     here = {**data, "source": {**data["source"], "onnx": str(onnx_path.absolute())}}
     for key, value in (("calibration", calibration_data), ("evaluation", eval_data)):
         if value is not None:
             here[key] = {"data": str(Path(value).absolute())}
-    check_build(parse_spec(here))  # one line per bad flag value or data file, before anything is copied
+    checked = parse_spec(here)
+    check_build(checked)  # one line per bad flag value or data file, before anything is copied
+    _check_target(checked, target)
     out = Path(output)
     staging = _staging(out, model)
     try:
-        for path, target in files:
-            _copy(path, staging / target, path.parent, target)
+        for path, where in files:
+            _copy(path, staging / where, path.parent, where)
         _write_spec(staging, data)
         return _finish(staging, out, model, force)
     finally:

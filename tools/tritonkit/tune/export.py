@@ -40,13 +40,21 @@ def _ci(ci: Sequence[float | None]) -> str:
     return f"[{'<min' if low is None else f'{low:.3f}'}, {'>max' if high is None else f'{high:.3f}'}]"
 
 
-def write_csv(path: str | os.PathLike[str], results: Sequence[LevelResult]) -> Path:
+def write_csv(
+    path: str | os.PathLike[str],
+    results: Sequence[LevelResult],
+    extra: Sequence[Mapping[str, Any]] | None = None,
+) -> Path:
+    """One row per level; ``extra``: more cells per level (``profile``'s perf_analyzer cross-check),
+    appended as columns in the order they first appear."""
+    more = list(extra or [])
+    added = list(dict.fromkeys(k for cells in more for k in cells))
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(COLUMNS)
-    for r in results:
-        row = r.summary()
-        writer.writerow([_cell(row.get(c, "")) for c in COLUMNS])
+    writer.writerow((*COLUMNS, *added))
+    for i, r in enumerate(results):
+        row = {**r.summary(), **(more[i] if i < len(more) else {})}
+        writer.writerow([_cell(row.get(c, "")) for c in (*COLUMNS, *added)])
     write_text(path, buffer.getvalue())
     return Path(path)
 

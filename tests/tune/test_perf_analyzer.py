@@ -1,0 +1,182 @@
+"""perf_analyzer as tritonkit's generator of record and cross-check: the real binary against the real
+embedded tritonserver.
+
+The binary is NVIDIA's perf_analyzer 2.60.0 from its PyPI wheel (manylinux_2_38). On Debian 12 (glibc
+2.36) ``scripts/perf_analyzer/setup.sh`` (``make perf-analyzer``, a prerequisite of ``make test``) runs it
+through Debian trixie's C library, confined to ``.cache/perf_analyzer``; ``$TRITONKIT_PERF_ANALYZER``
+names another. Without one, the tests that run it skip with the reason the script wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tritonkit.cli import main
+from tritonkit.errors import TritonKitError
+from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune import perf_analyzer as pa
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.stats import StabilityRule
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / ".cache" / "perf_analyzer"
+#: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
+LOOSE = MeasureOptions(window=WindowSpec(0.3), stability=StabilityRule(3, 0.6), max_windows=6)
+FAST = ["--window-s", "0.3", "--stability-pct", "60", "--max-windows", "6", "--timeout-s", "10"]
+
+
+def _binary() -> pa.Binary | str:
+    named = os.environ.get(pa.ENV) or str(SETUP / "bin" / "perf_analyzer")
+    if not Path(named).exists():
+        why = (SETUP / "UNAVAILABLE").read_text().strip() if (SETUP / "UNAVAILABLE").is_file() else ""
+        return why or f"{named} missing: run `make perf-analyzer` (scripts/perf_analyzer/setup.sh)"
+    os.environ[pa.ENV] = named
+    try:
+        return pa.locate()
+    finally:
+        del os.environ[pa.ENV]
+
+
+@pytest.fixture(scope="module")
+def binary() -> pa.Binary:
+    found = _binary()
+    if isinstance(found, str):
+        pytest.skip(f"perf_analyzer: {found}")
+    return found
+
+
+@pytest.fixture
+def on_path(binary: pa.Binary, monkeypatch: pytest.MonkeyPatch) -> Iterator[pa.Binary]:
+    monkeypatch.setenv(pa.ENV, binary.path)
+    yield binary
+
+
+def test_one_level_read_into_the_level_record(server: EmbeddedServer, binary: pa.Binary, tmp_path: Path) -> None:
+    target = Target(server.grpc_url, "add", "grpc")
+    with pa.PerfAnalyzerMeasurer(target, LOOSE, binary, keep=tmp_path) as measurer:
+        result = measurer.measure(Level("concurrency", 2))
+    assert result.stable and result.error == "" and result.throughput > 0
+    # the figures are perf_analyzer's own CSV row, the windows its export's requests
+    row = pa.parse_csv((tmp_path / "c2.csv").read_text())[0]
+    assert row["Concurrency"] == 2 and result.throughput == row["Inferences/Second"]
+    assert result.percentiles["p99_us"] == row["p99 latency"] and result.percentiles["p50_us"] == row["p50 latency"]
+    assert result.server.queue_us == row["Server Queue"] and result.server.compute_infer_us == row["Server Compute Infer"]
+    stdout = pa.parse_stdout((tmp_path / "c2.log").read_text())
+    assert len(result.windows) == len(stdout.passes) >= 3
+    # each window rebuilt from the export is perf_analyzer's pass: same throughput (to its 6 digits)
+    for window, (throughput, _) in zip(result.windows, stdout.passes, strict=True):
+        assert window.throughput == pytest.approx(throughput, rel=1e-4)
+    # the level's requests are its last 3 windows', as its summary counts them
+    assert result.successes == stdout.request_count == sum(w.successes for w in result.windows[-3:])
+    low, high = result.p99_ci_us
+    assert low is not None and low <= result.percentiles["p99_us"] and (high is None or high >= low)
+    assert result.server.inference_count == stdout.inference_count > 0
+    assert 0 < result.server.average_batch <= 8
+    assert result.summary()["p99_samples"] == result.successes
+
+
+def test_an_unstable_level_is_never_an_answer(server: EmbeddedServer, binary: pa.Binary) -> None:
+    strict = MeasureOptions(window=WindowSpec(0.1), stability=StabilityRule(3, 0.0), max_windows=3)
+    with pa.PerfAnalyzerMeasurer(Target(server.http_url, "work"), strict, binary) as measurer:
+        result = measurer.measure(Level("concurrency", 1))
+    # 0 % agreement of three real windows: perf_analyzer reports no level (exit 2) and its passes remain
+    assert not result.stable and result.successes == 0 and len(result.windows) == 3
+    assert result.throughput > 0 and "stable" in result.error
+    assert not result.within(None, require_stable=False)
+
+
+def test_a_refused_request_is_one_error(server: EmbeddedServer, binary: pa.Binary) -> None:
+    absent = Target(server.http_url, "no_such_model")
+    failed = pytest.raises(pa.PerfAnalyzerError, match=r"perf_analyzer at c1 failed: .+")
+    with pa.PerfAnalyzerMeasurer(absent, LOOSE, binary) as measurer, failed as caught:
+        measurer.measure(Level("concurrency", 1))
+    assert "\n" not in str(caught.value)
+
+
+def test_profile_with_perf_analyzer_as_the_generator(
+    server: EmbeddedServer, on_path: pa.Binary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["profile", "--model", "work", "--url", server.http_url, "--generator", "perf_analyzer",
+         "--concurrency", "1,2", *FAST, "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
+    )  # fmt: skip
+    assert code == 0
+    with (tmp_path / "p.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["level"] for r in rows] == ["1", "2"] and all(float(r["throughput"]) > 0 for r in rows)
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["generator"] == "perf_analyzer" and data["perf_analyzer"]["installed"]
+    assert all(level["stable"] and level["p99_samples"] > 0 for level in data["levels"])
+    assert "cross_check" not in data
+    out = capsys.readouterr().out
+    assert "generator: perf_analyzer (Perf Analyzer Version" in out and " c2 " in out
+
+
+def test_every_profile_shows_perf_analyzer_beside_tritonkit(
+    server: EmbeddedServer, on_path: pa.Binary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["profile", "--model", "add", "--url", server.grpc_url, "--protocol", "grpc", "--concurrency", "1",
+         *FAST, "--accept-unstable", "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "cross-check: perf_analyzer" in out and "  perf_analyzer c1: " in out and "tritonkit/PA" in out
+    with (tmp_path / "p.csv").open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    data = json.loads((tmp_path / "p.json").read_text())
+    check = data["cross_check"]["c1"]
+    assert "error" not in check, check
+    assert float(row["pa_throughput"]) == check["throughput"] > 0
+    ours = data["levels"][0]["throughput"]
+    assert check["tritonkit_over_pa"] == pytest.approx(ours / check["throughput"], rel=1e-2)
+
+
+def test_profile_says_perf_analyzer_is_not_installed(
+    server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(pa.ENV, str(tmp_path / "absent"))
+    code = main(
+        ["profile", "--model", "add", "--url", server.http_url, "--concurrency", "1", *FAST, "--accept-unstable",
+         "--json", str(tmp_path / "p.json")]
+    )  # fmt: skip
+    assert code == 0
+    assert "perf_analyzer: not installed" in capsys.readouterr().out
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["perf_analyzer"]["installed"] is False and "not installed" in data["perf_analyzer"]["reason"]
+    # as the generator of record it is one line and a non-zero exit, before any level is measured
+    code = main(["profile", "--model", "add", "--url", server.http_url, "--generator", "perf_analyzer", *FAST])
+    err = capsys.readouterr().err
+    assert code != 0 and "--generator perf_analyzer: not installed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_wheel_binary_as_is_on_an_older_c_library() -> None:
+    """On Debian 12 the wheel's binary itself does not start (glibc 2.36 < 2.38): a reason, not a crash."""
+    raw = SETUP / "pa" / "perf_analyzer"
+    if not raw.is_file():
+        pytest.skip("perf_analyzer: no unpacked wheel binary (scripts/perf_analyzer/setup.sh)")
+    found = pa._probe(str(raw))
+    if isinstance(found, pa.Binary):
+        pytest.skip(f"perf_analyzer: this C library runs the wheel's binary as is ({found.version})")
+    assert "GLIBC_2.38" in found and found.startswith("not installed here")
+
+
+def test_flags_perf_analyzer_cannot_honour_are_refused() -> None:
+    target = Target("127.0.0.1:1", "m")
+    four = MeasureOptions(stability=StabilityRule(4, 0.1))
+    with pytest.raises(TritonKitError, match="stability over 4 windows: expected 3"):
+        pa.command("pa", target, Level("concurrency", 1), four, "x.csv")
+    shm = Target("127.0.0.1:1", "m", shared_memory="system")
+    with pytest.raises(TritonKitError, match="shared memory 'system': expected none"):
+        pa.command("pa", shm, Level("concurrency", 1), MeasureOptions(), "x.csv")
+    args = pa.command("pa", target, Level("poisson", 50), MeasureOptions(window=WindowSpec(1.0, 200)), "x.csv")
+    assert args[args.index("--request-rate-range") + 1] == "50:50"
+    assert args[args.index("--request-distribution") + 1] == "poisson"
+    assert args[args.index("--measurement-request-count") + 1] == "200"
