@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tritonkit.config import InstanceGroup, ModelConfig
+from tritonkit.convert.buckets import dynamic_axes, resolve_buckets
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import Converted
 from tritonkit.convert.datasets import Datasets
@@ -49,6 +50,10 @@ __all__ = [
     "program_check",
 ]
 
+#: why ``serving.runner: auto`` serves a model with dynamic non-batch axes by the python runner
+NATIVE_FIXED_SHAPES = (
+    "it serves fixed non-batch shapes; the python runner pads to the model's shape buckets"
+)
 #: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
 GPU_PRECISIONS = ("fp32", "fp16")
 
@@ -68,8 +73,6 @@ def _torch_unusable(source: Source) -> str | None:
     """Why the torch engine cannot serve this model anywhere (None: it can)."""
     if source.torch is None:
         return "torch needs a `source.torch` module"
-    if any(axis != 0 for axes in source.torch.dynamic_axes.values() for axis in axes):
-        return "torch.export would fix the module's dynamic non-batch axes"
     return None
 
 
@@ -142,6 +145,11 @@ def plan_version(
             f"serving.precision {serving.precision} does not match version `{spec.model_name(precision)}` "
             f"({precision}): each version runs at its `precisions` entry; leave serving.precision auto"
         )
+    if serving.runner == "native" and dynamic_axes(source):
+        raise SpecError(
+            f"serving.runner native serves fixed non-batch shapes; `{spec.model_name(precision)}` has dynamic "
+            "axes (its shape buckets are served by serving.runner: python, or auto)"
+        )
     why = _cpu_only(spec, source, precision, mbs)
     device, reason = choose_device(serving.device, gpus, why)
     if device == "cpu":
@@ -155,7 +163,7 @@ def plan_version(
         gpus=gpus,
         profile=profile,
         engines=engines,
-        native_problem=native.unavailable(cuda=True)
+        native_problem=(NATIVE_FIXED_SHAPES if dynamic_axes(source) else native.unavailable(cuda=True))
         if serving.runner == "auto" and "torch" in engines
         else None,
     )
@@ -218,6 +226,7 @@ def gpu_version(
             program,
             max_batch_size=mbs,
             half_io=precision == "fp16" and not spec.fp16.keep_io_types,
+            buckets=resolve_buckets(spec, source),
             max_queue_delay_us=delay,
         )
 

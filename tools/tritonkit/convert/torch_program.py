@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.convert import torch_io
+from tritonkit.convert.buckets import apply_buckets
 from tritonkit.convert.buildspec import AccuracySpec
 from tritonkit.convert.execution import ExecutionPlan, method_buckets, preferred_sizes
 from tritonkit.convert.gates import Comparison, gate_all
@@ -48,6 +49,7 @@ from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.serve.native import export_program as export_native
 from tritonkit.serve.native import trace_device
 from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, load_runner, runner_path
+from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = [
     "FAST_FILE",
@@ -100,12 +102,15 @@ def export_program(
     precision: str = "fp32",
     max_batch_size: int = 64,
     output_names: Sequence[str] | None = None,
+    dynamic_axes: Mapping[str, Mapping[int, tuple[str, int]]] | None = None,
 ) -> list[tuple[str, str, list[int]]]:
     """Export ``module`` (called with ``example_inputs`` as positional arguments, batch axis first) to a
     program at ``precision`` whose batch axis is dynamic up to ``max_batch_size``; return the outputs
     as (triton dtype, name placeholder, non-batch dims) read from running it once.
 
-    The examples' batch should be >= 2 (torch.export specialises size-1 axes).
+    The examples' batch should be >= 2 (torch.export specialises size-1 axes). ``dynamic_axes``:
+    input name -> {axis: (axis name, longest length)}, axes past the batch kept dynamic up to their
+    longest (a model's shape buckets: one program serves every bucket).
     """
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
@@ -120,7 +125,15 @@ def export_program(
     batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
     # Positional, in the order given: the runner feeds the config's inputs in that order.
     args = tuple(inputs.values())
-    dynamic = torch_io.dynamic_shapes(module, [{0: batch} for _ in args])
+    dims: dict[str, Any] = {}
+    per_input = []
+    for name in inputs:
+        axes: dict[int, Any] = {0: batch}
+        for axis, (axis_name, longest) in (dynamic_axes or {}).get(name, {}).items():
+            dims.setdefault(axis_name, torch.export.Dim(axis_name, min=1, max=max(longest, 2)))
+            axes[axis] = dims[axis_name]
+        per_input.append(axes)
+    dynamic = torch_io.dynamic_shapes(module, per_input)
     try:
         with warnings.catch_warnings():  # tracing warnings (nn.LSTM's) must not turn into failures
             warnings.simplefilter("ignore")
@@ -193,6 +206,8 @@ class VersionOptions(Batching, total=False):
     version: int | None
     force: bool
     half_io: bool
+    #: a torch version's shape buckets (its dynamic non-batch axes, see ``convert.buckets``)
+    buckets: Buckets | None
 
 
 def _batching(options: VersionOptions) -> Batching:
@@ -255,6 +270,11 @@ def native_program(program: Path, config: ModelConfig, max_batch_size: int) -> P
         raise NativeExportError(f"tracing the program for the native runner failed: {line}") from exc
 
 
+def _dims(shape: Sequence[int], dynamic: Mapping[int, str]) -> list[int]:
+    """Config dims (batch axis dropped) of a tensor of ``shape``, -1 on its ``dynamic`` axes."""
+    return [-1 if axis in dynamic else int(d) for axis, d in enumerate(shape) if axis > 0]
+
+
 def torch_version(
     name: str,
     module: Any,
@@ -265,6 +285,7 @@ def torch_version(
     *,
     max_batch_size: int,
     half_io: bool = False,
+    buckets: Buckets | None = None,
     **batching: Unpack[Batching],
 ) -> tuple[ModelConfig, dict[str, Path | bytes]]:
     """Export ``module`` to ``program`` (a path outside the repository) and return the config and the
@@ -279,8 +300,9 @@ def torch_version(
         raise BuildError(f"a torch-runner version needs a plan with engine torch; got {plan.engine}")
     if half_io and plan.precision != "fp16":
         raise BuildError(f"FP16 inputs and outputs need an fp16 program; got precision {plan.precision}")
+    carried = buckets.inputs if buckets is not None else {}
     inputs = [
-        TensorConfig(n, _wire(_triton_dtype(t.dtype), half_io), [int(d) for d in t.shape[1:]])
+        TensorConfig(n, _wire(_triton_dtype(t.dtype), half_io), _dims(t.shape, carried.get(n, {})))
         for n, t in example_inputs.items()
     ]
     outs = export_program(
@@ -290,11 +312,18 @@ def torch_version(
         precision=plan.precision,
         max_batch_size=max_batch_size,
         output_names=output_names,
+        dynamic_axes={
+            n: {a: (axis, buckets.longest(axis)) for a, axis in m.items()} for n, m in carried.items()
+        }
+        if buckets is not None
+        else None,
     )
     if len(outs) != len(output_names):
         raise BuildError(f"module returns {len(outs)} outputs; {len(output_names)} output names given")
+    cut = buckets.outputs if buckets is not None else {}
     outputs = [
-        TensorConfig(n, _wire(dt, half_io), dims) for n, (dt, _, dims) in zip(output_names, outs, strict=True)
+        TensorConfig(n, _wire(dt, half_io), _dims((0, *dims), cut.get(n, {})))
+        for n, (dt, _, dims) in zip(output_names, outs, strict=True)
     ]
     config = gpu_config(
         name,
@@ -408,8 +437,10 @@ def write_torch_version(
             program,
             max_batch_size=max_batch_size,
             half_io=options.get("half_io", False),
+            buckets=options.get("buckets"),
             **_batching(options),
         )
+        files = {**files, **apply_buckets(config, options.get("buckets"))}
         checks = (
             []
             if plan.precision == "fp32"

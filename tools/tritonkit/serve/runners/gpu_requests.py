@@ -93,3 +93,114 @@ class GeneralPath:
                     except Exception as inner:
                         responses[member[0]] = self.error_response(inner)
         return responses
+
+
+class BucketedPath:
+    """Mixin of a GPU runner whose config names shape buckets (``shape_buckets.py``, copied beside
+    it): each request's inputs are copied into a staging buffer padded to its bucket, requests are
+    grouped by bucket (a group padded up into a longer one where the cost table says that is
+    cheaper), each group launched once, and every output that carries a bucketed axis cut back to
+    its request's own length. The runner sets ``bucketing`` (a ``Buckets``), ``bucket_module`` (the
+    module), ``bucket_cost``, ``torch``, ``device``, ``inputs``, ``outputs``, ``max_batch_size`` and
+    ``dlpack``, and defines ``_bucket_launch(staged, rows, slot)`` (output views valid after
+    ``_bucket_wait()``), ``_respond`` and ``error_response`` (:class:`GeneralPath`'s)."""
+
+    bucketing: Any
+    bucket_module: Any
+    bucket_cost: Any
+    torch: Any
+    device: Any
+    inputs: list[str]
+    outputs: list[str]
+    max_batch_size: int
+    dlpack: Any
+
+    def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
+        raise NotImplementedError
+
+    def _bucket_wait(self) -> None:
+        raise NotImplementedError
+
+    def _respond(self, outputs: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def error_response(self, exc: BaseException) -> Any:
+        raise NotImplementedError
+
+    def _bucket_buffer(self, slot: int, position: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        held: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_bucket_buffers", {})
+        key = (slot, position, shape[1:], dtype)
+        buffer = held.get(key)
+        if buffer is None or int(buffer.shape[0]) < shape[0]:
+            capacity = max(shape[0], self.max_batch_size)
+            pinned = getattr(self.device, "type", "cpu") == "cuda"
+            buffer = self.torch.empty((capacity, *shape[1:]), dtype=dtype, pin_memory=pinned)
+            held[key] = buffer
+        return buffer[: shape[0]]
+
+    def _stage(
+        self, group: list[tuple[int, list[Any], dict[str, int]]], edges: tuple[int, ...], slot: int
+    ) -> tuple[list[Any], list[int], int]:
+        sizes = [int(feeds[0].shape[0]) for _, feeds, _ in group]
+        rows = sum(sizes)
+        staged = []
+        for position, name in enumerate(self.inputs):
+            like = group[0][1][position]
+            shape = self.bucketing.padded_shape(name, (rows, *like.shape[1:]), edges)
+            buffer = self._bucket_buffer(slot, position, tuple(shape), like.dtype)
+            if any(tuple(feeds[position].shape[1:]) != tuple(shape[1:]) for _, feeds, _ in group):
+                buffer.fill_(self.bucketing.pad_value(name))
+            start = 0
+            for (_, feeds, _), size in zip(group, sizes, strict=True):
+                value = feeds[position]
+                buffer[(slice(start, start + size), *(slice(0, n) for n in value.shape[1:]))].copy_(value)
+                start += size
+            staged.append(buffer)
+        return staged, sizes, rows
+
+    def execute_bucketed(self, requests: list[Any]) -> list[Any]:
+        """One response per request (errors included): padded, grouped, launched, waited once, cut."""
+        responses: list[Any] = [None] * len(requests)
+        members: list[tuple[int, list[Any], dict[str, int]]] = []
+        edges_of: list[tuple[int, ...]] = []
+        for index, request in enumerate(requests):
+            try:
+                feeds = []
+                for name in self.inputs:
+                    tensor = pb_utils.get_input_tensor_by_name(request, name)
+                    if tensor is None:
+                        raise ValueError(f"request lacks input `{name}`")
+                    feeds.append(self.dlpack.from_dlpack(tensor.to_dlpack()))
+                lengths = self.bucketing.lengths(
+                    {n: tuple(t.shape) for n, t in zip(self.inputs, feeds, strict=True)}
+                )
+            except Exception as exc:  # a missing input, a length above the last bucket: that request only
+                responses[index] = self.error_response(exc)
+                continue
+            members.append((index, feeds, lengths))
+            edges_of.append(self.bucketing.edges_for(lengths))
+        plan = self.bucket_module.plan_groups(
+            [(int(m[1][0].shape[0]), e) for m, e in zip(members, edges_of, strict=True)], self.bucket_cost
+        )
+        launched = []
+        for slot, (edges, positions) in enumerate(plan):
+            group = [members[p] for p in positions]
+            try:
+                staged, sizes, rows = self._stage(group, edges, slot)
+                launched.append((group, sizes, self._bucket_launch(staged, rows, slot)))
+            except Exception as exc:  # the group's requests fail together, each with the one line
+                for index, _, _ in group:
+                    responses[index] = self.error_response(exc)
+        self._bucket_wait()
+        for group, sizes, outs in launched:
+            start = 0
+            for (index, _, lengths), size in zip(group, sizes, strict=True):
+                parts = []
+                for name, out in zip(self.outputs, outs, strict=True):
+                    cut = [slice(start, start + size)] + [slice(None)] * (out.dim() - 1)
+                    for axis, length in self.bucketing.cut(name, lengths):
+                        cut[axis] = slice(0, length)
+                    parts.append(out[tuple(cut)])
+                responses[index] = self._respond(parts)
+                start += size
+        return responses

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - exercised only inside the stub
     pb_utils = None
 
 if TYPE_CHECKING:
-    from tritonkit.serve.runners.gpu_requests import GeneralPath, Member
+    from tritonkit.serve.runners.gpu_requests import BucketedPath, GeneralPath, Member
     from tritonkit.serve.runners.torch_pipeline import (
         PIPELINE_PHASES,
         SYNC_PHASES,
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         profile_step,
     )
 else:  # the copies beside this file: the stub puts the version folder on sys.path
-    from gpu_requests import GeneralPath
+    from gpu_requests import BucketedPath, GeneralPath
     from torch_pipeline import PIPELINE_PHASES, SYNC_PHASES, HostStats, Pipeline, log, profile_step
 
 _TORCH_DTYPES = {
@@ -309,7 +309,7 @@ def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
     return program.module(), [getattr(v, "dtype", None) for v in vals]
 
 
-class TritonPythonModel(GeneralPath):
+class TritonPythonModel(GeneralPath, BucketedPath):
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -380,8 +380,12 @@ class TritonPythonModel(GeneralPath):
         self.staging: dict[tuple[int, int], tuple[Any, Any, Any, dict[int, Any]]] = {}
         shapes = [tuple(int(d) for d in t["dims"]) for t in config.get("input", [])]
         fixed = all(d >= 0 for shape in shapes for d in shape)
-        if self.max_batch_size > 0 and fixed and _param(params, "capture_at_load", "true") == "true":
+        capture = self.max_batch_size > 0 and _param(params, "capture_at_load", "true") == "true"
+        if capture and fixed:
             self.engine.warm(shapes, in_dtypes_config)
+        self.bucketing: Any = None
+        if _param(params, "shape_buckets", "") and self.max_batch_size > 0:
+            self._load_buckets(_param(params, "shape_buckets", ""), shapes, in_dtypes_config, capture)
         self.padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
         pipelined = _param(params, "pipeline", "off")
         if pipelined not in ("on", "off"):
@@ -406,6 +410,63 @@ class TritonPythonModel(GeneralPath):
             f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange, "
             f"pipeline {self.pipeline.describe() if self.pipeline is not None else 'off'})"
         )
+
+    # --- shape buckets: every (batch bucket, shape bucket) captured, timed, the grouping's cost -----
+
+    def _load_buckets(self, text: str, dims: list[tuple[int, ...]], dtypes: list[Any], capture: bool) -> None:
+        import importlib  # noqa: PLC0415 (only a model with shape buckets needs its helper)
+
+        self.bucket_module = importlib.import_module("shape_buckets")  # the copy beside model.py
+        self.bucketing = self.bucket_module.Buckets.parse(text)
+        combos: list[tuple[int, ...]] = [()]
+        for edges in self.bucketing.axes.values():
+            combos = [(*c, e) for c in combos for e in edges]
+        times: dict[tuple[Any, ...], float] = {}
+        if capture and self.engine.use_graphs:
+            torch, before = self.torch, self.torch.cuda.memory_reserved(self.device)
+            self.engine.max_graphs = max(self.engine.max_graphs, len(combos) * len(self.buckets))
+            for combo in combos:
+                padded = [
+                    self.bucketing.padded_shape(n, (1, *d), combo)[1:]
+                    for n, d in zip(self.inputs, dims, strict=True)
+                ]
+                self.engine.warm(padded, dtypes)
+            for key, (graph, _, _) in self.engine.graphs.items():  # each graph's replay, timed
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(3):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                times[key] = start.elapsed_time(end) / 3
+            log(
+                f"tritonkit torch_runner: {len(self.engine.graphs)} graphs for {len(self.buckets)} batch x "
+                f"{len(combos)} shape buckets, {(torch.cuda.memory_reserved(self.device) - before) / 2**20:.0f} "
+                "MiB reserved by their capture"
+            )
+        proxy = self.bucket_module.token_cost(float(min(e[0] for e in self.bucketing.axes.values())) * 4)
+
+        def cost(rows: int, edges: tuple[int, ...]) -> float:
+            total = 0.0
+            for _, bucket in plan_chunks(rows, self.buckets):
+                shapes = tuple(
+                    (self.bucketing.padded_shape(n, (1, *d), edges)[1:], t)
+                    for n, d, t in zip(self.inputs, dims, dtypes, strict=True)
+                )
+                took = times.get((bucket, *shapes))
+                if took is None:
+                    return float(proxy(rows, edges))
+                total += took + 0.02  # ms: a launch's host work beside its replay
+            return total
+
+        self.bucket_cost = cost
+
+    def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
+        return self.engine.launch(staged, rows, host=True, slot=slot)
+
+    def _bucket_wait(self) -> None:
+        self.engine.wait()
 
     # --- the fast path: host inputs of every request into one pinned buffer per input -------------
 
@@ -497,6 +558,8 @@ class TritonPythonModel(GeneralPath):
         self.executes += 1
         if self.profile_dir:
             profile_step(self)
+        if self.bucketing is not None:  # padded to shape buckets (the pipeline serves fixed shapes)
+            return self.execute_bucketed(requests)
         if self.pipeline is not None:  # None: the pipeline's worker sends every answer
             return self.pipeline.execute(requests)
         marks = [time.perf_counter()]
