@@ -8,8 +8,11 @@ line per finished trial: ``--resume`` goes on from it), ``tune.json``, ``report.
 the model's own config is measured as the baseline (in the finals rounds too) and the winner replaces the
 model's ``config.pbtxt`` atomically only when it beats the baseline beyond the spread of their repeated
 measurements (``--write none`` keeps it, ``--write model:NAME`` writes a new model beside it, ``--write
-spec[:PATH]`` also writes the build spec) and the diff is printed. Exit code 0, 3 when no config met the
-budget.
+spec[:PATH]`` also writes the build spec) and the diff is printed. ``--time-budget SECONDS`` bounds the whole
+tune: once spent nothing more is measured and the tune is partial (said on stderr, in ``tune.json`` and the
+report; nothing written). ``--resume`` replays the log from the config it began with, so ``--resume
+--write spec:FILE`` after a tune that wrote ``config.pbtxt`` measures nothing and writes the same winner
+into the spec. Exit code 0, 3 when no config met the budget.
 """
 
 from __future__ import annotations
@@ -82,6 +85,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="config (default), none, model:NAME, or spec / spec:PATH (config.pbtxt and the build spec's "
         "batching and instances); only a winner that beats the model's own config beyond the spread is written",
     )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock seconds for the whole tune: once spent nothing more is measured, the report says "
+        "what was (a partial tune, nothing written); --resume goes on from the log",
+    )
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)
     parser.set_defaults(func=run)
@@ -104,14 +114,25 @@ def run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         require_stable=not args.accept_unstable,
         warm_start=not args.no_warm_start,
+        time_budget_s=args.time_budget,
     )
     try:
         result = tune(options)
     except OptionError as exc:  # the library names the option; the user typed its flag
-        raise TritonKitError(exc.naming("--" + exc.option.replace("_", "-"))) from None
+        flag = {"time_budget_s": "time_budget"}.get(exc.option, exc.option)
+        raise TritonKitError(exc.naming("--" + flag.replace("_", "-"))) from None
     print(
         f"tritonkit tune: {result.evaluations} configs, {result.measurements} load levels; report in {args.report}"
     )
+    if result.partial is not None:
+        p = result.partial
+        print(
+            f"tritonkit tune: PARTIAL: the time budget ({p['time_budget_s']:g} s) ended the tune in its "
+            f"{p['stopped']} after {p['configs_measured']} config(s) measured"
+            + ("" if p["baseline_measured"] else " (the model's own config not measured)")
+            + "; nothing written",
+            file=sys.stderr,
+        )
     if result.winner is None:
         print(f"tritonkit tune: no config met p99 <= {args.latency_budget_ms:g} ms", file=sys.stderr)
         return 3

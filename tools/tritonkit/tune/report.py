@@ -65,6 +65,15 @@ def markdown(data: Mapping[str, Any]) -> str:
         "(stable over 3 windows).",
         "",
     ]
+    partial = data.get("partial")
+    if partial:
+        lines += [
+            f"**PARTIAL TUNE**: the time budget ({partial['time_budget_s']:g} s) ended it in its "
+            f"{partial['stopped']} after {partial['configs_measured']} config(s) measured"
+            + ("" if partial.get("baseline_measured") else ", before the model's own config was measured")
+            + ": the figures below are what was measured by then, and nothing was written.",
+            "",
+        ]
     lines += _headline(data)
     if winner is not None:
         lines += _finals(data.get("finals") or [], winner)
@@ -98,7 +107,13 @@ def _headline(data: Mapping[str, Any]) -> list[str]:
         where = "on the grid" if baseline.get("on_grid") else "not on the grid: measured on its own"
         lines += [
             f"**Baseline**: the model's own config as it stood, `{baseline['key']}` ({where}): "
-            + (_figure(baseline) if baseline.get("feasible") else "no load level within the budget")
+            + (
+                _figure(baseline)
+                if baseline.get("feasible")
+                else "not measured (the time budget was spent)"
+                if baseline.get("unmeasured")
+                else "no load level within the budget"
+            )
             + ".",
             "",
         ]

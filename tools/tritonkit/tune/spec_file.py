@@ -10,17 +10,21 @@ made where the spec had none), false only where the spec said true) and :func:`w
 key order stay (block-style mappings; a spec in flow style is rewritten whole, and then says so), the
 result checked to load as exactly the intended data and to parse as a build spec, then written through
 a temporary file and a rename. A spec has no way to say "no dynamic batcher": a config without one is
-refused with one line, before anything is written.
+refused with one line, before anything is written. Also the tune's write-back itself (:func:`write_back`:
+``config.pbtxt``, a new model beside it, and the spec) and the spec ``--write spec[:PATH]`` names
+(:func:`spec_to_write`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -29,9 +33,10 @@ from tritonkit.config import ModelConfig
 from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
-from tritonkit.tune.space import jit_on
+from tritonkit.tune.apply import write_as_model, write_config
+from tritonkit.tune.space import apply_point, jit_on
 
-__all__ = ["find_spec", "spec_values", "write_spec"]
+__all__ = ["Written", "find_spec", "spec_to_write", "spec_values", "write_back", "write_spec"]
 
 Path_ = tuple[str, ...]
 
@@ -205,3 +210,63 @@ def write_spec(path: Path, cfg: ModelConfig) -> tuple[str, str]:
         )
     )
     return diff, note
+
+
+def spec_to_write(write: str, repo: Path | None, model: str) -> Path | None:
+    """The build spec ``--write spec[:PATH]`` names (found beside the repository's models), or None."""
+    if not (write == "spec" or write.startswith("spec:")):
+        return None
+    given = write.split(":", 1)[1] if ":" in write else None
+    return find_spec(Path(repo or "."), model, given)
+
+
+@dataclasses.dataclass
+class Written:
+    """What the tune wrote: ``where`` (``config.pbtxt``, a new model's folder, or nothing), the diffs."""
+
+    where: str = ""
+    diff: str = ""
+    spec: str | None = None
+    spec_diff: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+class _WriteOptions(Protocol):
+    model: str
+    repo: Path | None
+    write: str
+
+
+def write_back(
+    options: _WriteOptions,
+    base: ModelConfig,
+    winner: dict[str, Any] | None,
+    verdict_writes: bool,
+    spec_path: Path | None,
+) -> Written:
+    """The winner written only when the verdict says so (and ``--write`` is not ``none``)."""
+    if winner is None or not verdict_writes or options.write == "none" or options.repo is None:
+        return Written()
+    model_dir = Path(options.repo) / options.model
+    if not (model_dir / "config.pbtxt").exists():
+        print(
+            f"tritonkit tune: {model_dir}/config.pbtxt not found; the winner is in the report only",
+            file=sys.stderr,
+        )
+        return Written()
+    cfg = apply_point(base, winner["point"])
+    if options.write.startswith("model:"):
+        folder, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
+        return Written(str(folder), diff)
+    out = Written(str(model_dir / "config.pbtxt"))
+    if spec_path is not None:
+        out.spec_diff, note = write_spec(spec_path, cfg)
+        out.spec = str(spec_path)
+        out.notes += [note] if note else []
+        if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
+            out.notes.append(
+                "target tensorrt: the build takes max_batch_size from the engine's optimization profiles, "
+                "not from batching.max_batch_size; narrow tensorrt.profiles[].batch to change it"
+            )
+    out.diff = write_config(model_dir, cfg)
+    return out

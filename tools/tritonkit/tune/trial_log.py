@@ -5,15 +5,35 @@ measurement, appended and flushed as it finishes (``kind: trial`` for a config o
 for the model's own config when the grid does not hold it, ``final`` for one finals round of one config),
 so an interrupted tune keeps every finished measurement and ``--resume`` replays them instead of
 measuring again. A line cut off by an interruption is dropped when read.
+
+The header records the model's own config as it stood when the log began (``base_config``; ``base``: its
+point): a resumed tune replays the search from that config (:func:`logged_base`), not from the
+``config.pbtxt`` the first run may since have replaced with its winner, so the same trials and finals
+rounds are found in the log, nothing is measured again, and the finals' medians stay the headline.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOG", "append", "load_baselines", "load_finals", "load_rows", "load_trials"]
+from tritonkit.config import ModelConfig, from_dict, to_dict
+from tritonkit.errors import TritonKitError
+from tritonkit.tune.space import apply_point, base_point
+
+__all__ = [
+    "LOG",
+    "append",
+    "header_row",
+    "load_baselines",
+    "load_finals",
+    "load_rows",
+    "load_trials",
+    "logged_base",
+    "logged_figures",
+]
 
 LOG = "trials.jsonl"
 
@@ -60,3 +80,37 @@ def append(path: Path, row: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(row, sort_keys=True) + "\n")
         handle.flush()
+
+
+def header_row(wanted: Mapping[str, Any], search: str, base: ModelConfig) -> dict[str, Any]:
+    """The log's first line: what was asked (model, budget, grid), the search, and the own config."""
+    return {
+        "kind": "header", **wanted, "search": search, "base": base_point(base),
+        "base_config": json.loads(json.dumps(to_dict(base))),
+    }  # fmt: skip
+
+
+def logged_base(header: Mapping[str, Any] | None, current: ModelConfig) -> tuple[ModelConfig, bool]:
+    """(the model's own config a resumed log was measured against, whether ``current`` differs from it).
+
+    ``base_config`` when the header has it; a header from before it has only the point (``base``), set
+    onto ``current``; no header: ``current``."""
+    if header is None:
+        return current, False
+    logged = current
+    if isinstance(header.get("base_config"), dict):
+        try:
+            logged = from_dict(dict(header["base_config"]))
+        except (TritonKitError, ValueError, KeyError, TypeError):
+            logged = current
+    elif isinstance(header.get("base"), dict) and header["base"] != base_point(current):
+        logged = apply_point(current, header["base"])
+    return logged, to_dict(logged) != to_dict(current)
+
+
+def logged_figures(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """One config's finals figures as the log holds them (by round; a round that broke the budget: 0)."""
+    mine = sorted(
+        (r for r in rows if r.get("kind") == "final" and r.get("key") == key), key=lambda r: r["round"]
+    )
+    return [float(r["throughput"]) if r.get("feasible") else 0.0 for r in mine]

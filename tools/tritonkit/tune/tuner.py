@@ -8,7 +8,13 @@ point), measure the configs near the top again in alternating rounds with the ba
 crown the best median (finals), judge whether that winner beats the baseline beyond the spread of their
 repeated measurements (:mod:`.verdict`), write the report, write the winner back atomically only when it
 does (config.pbtxt, and with ``--write spec`` the build spec too: :mod:`.spec_file`), and load the model
-again from its ``config.pbtxt``. The trial log that makes it resumable is :mod:`.trial_log`'s.
+again from its ``config.pbtxt``. The trial log that makes it resumable is :mod:`.trial_log`'s: a resumed
+tune replays the search from the own config the log began with (a first run's written winner is not the
+baseline of the second), so finished trials and finals rounds are read back, never measured again, and
+the finals' medians are never replaced by a search figure. ``time_budget_s`` bounds the whole tune's wall
+clock: checked before each measurement, once spent nothing more is measured (the search stops at what
+it measured; the baseline and the finals only from the log), the tune is *partial* (``tune.json``'s
+``partial``), and nothing is written.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import dataclasses
 import json
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -28,7 +35,7 @@ from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
-from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
+from tritonkit.tune.apply import RepositoryApi, read_config
 from tritonkit.tune.finals import crowned, finals_summary
 from tritonkit.tune.loadgen import Target
 from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
@@ -44,10 +51,19 @@ from tritonkit.tune.space import (
     pipelined,
     same_config,
 )
-from tritonkit.tune.spec_file import find_spec, write_spec
+from tritonkit.tune.spec_file import Written, spec_to_write, write_back
 from tritonkit.tune.trial import measure_config, progress_line, start_level
-from tritonkit.tune.trial_log import LOG, append, load_baselines, load_finals, load_trials
-from tritonkit.tune.verdict import Verdict, decide
+from tritonkit.tune.trial_log import (
+    LOG,
+    append,
+    header_row,
+    load_baselines,
+    load_finals,
+    load_trials,
+    logged_base,
+    logged_figures,
+)
+from tritonkit.tune.verdict import Verdict, decide, spread
 
 __all__ = ["TuneOptions", "TuneResult", "load_finals", "load_trials", "tune"]
 
@@ -99,6 +115,8 @@ class TuneOptions:
     stream: IO[str] | None = None
     #: a perf_analyzer ``--input-data`` JSON file of real requests (default: generated data)
     input_data: str | None = None
+    #: wall-clock seconds for the whole tune (None: no limit); checked before each measurement
+    time_budget_s: float | None = None
 
     @property
     def writes_spec(self) -> bool:
@@ -153,6 +171,8 @@ class TuneOptions:
         for name in ("finalists", "final_rounds"):
             if getattr(self, name) < 0:
                 raise OptionError(name, getattr(self, name), "a whole number >= 0")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise OptionError("time_budget_s", self.time_budget_s, "a positive number of seconds")
         if not 0 <= self.finals_within <= 1:
             raise OptionError("finals_within", self.finals_within, "a share between 0 and 1")
         if self.url is not None and not self.admin_key:
@@ -178,6 +198,8 @@ class TuneResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     #: where the winner was written ("" when it was not)
     written_to: str = ""
+    #: the time budget ended the tune: what it stopped (``stopped``) and what was measured (None: whole)
+    partial: dict[str, Any] | None = None
 
 
 #: The embedded server's log, in the report folder (kept: a server that dies mid-tune says why there).
@@ -198,6 +220,10 @@ def _say(options: TuneOptions, text: str) -> None:
     print(text, file=options.stream or sys.stderr, flush=True)
 
 
+class _BudgetSpentError(Exception):
+    """The tune's time budget is spent: nothing more is measured (caught inside :func:`tune`)."""
+
+
 class _Run:
     """One tune's live state: the configs measured so far (cached by key, logged as they finish), the
     finals' rounds, and the model's own config; ``evaluate``/``remeasure`` are the search's callbacks."""
@@ -216,6 +242,10 @@ class _Run:
         self.measurer = measurer  # one load generator for every config (its workers start once)
         self.log = report / LOG
         self.interrupt_after = interrupt_after
+        budget = options.time_budget_s
+        self.deadline = time.monotonic() + budget if budget is not None else None
+        #: what the spent time budget stopped (``search``, ``baseline``, ``finals``), None: nothing
+        self.stopped: str | None = None
         done = load_trials(report)[1] if options.resume else []
         self.cached: dict[str, dict[str, Any]] = {t["key"]: t for t in done}
         self.trials: list[dict[str, Any]] = list(done)
@@ -232,6 +262,8 @@ class _Run:
     def _tick(self) -> None:
         if self.interrupt_after is not None and self.new >= self.interrupt_after:
             raise KeyboardInterrupt
+        if self.stopped is not None or (self.deadline is not None and time.monotonic() >= self.deadline):
+            raise _BudgetSpentError
 
     def _measured(self, row: dict[str, Any]) -> None:
         self.new += 1
@@ -265,12 +297,18 @@ class _Run:
         ) == to_dict(self.base)
         if on_grid:
             self.own, self.own_key = projected, describe(projected)
-            self.evaluate(self.own)
+            try:
+                self.evaluate(self.own)
+            except _BudgetSpentError:
+                return self._unmeasured(True)
             self.baseline = {**self.cached[self.own_key], "on_grid": True}
         else:
             row = self.old_baseline
             if row is None:
-                self._tick()
+                try:
+                    self._tick()
+                except _BudgetSpentError:
+                    return self._unmeasured(False)
                 row = measure_config(
                     self.options,
                     self.api,
@@ -286,6 +324,15 @@ class _Run:
                 _say(self.options, "the model's own config: " + progress_line(row, 0).split(": ", 1)[1])
             self.baseline = {**row, "on_grid": False}
         self.baseline["own_config"] = True
+        return self.baseline
+
+    def _unmeasured(self, on_grid: bool) -> dict[str, Any]:
+        """The own config when the time budget ran out before it was measured (no figure at all)."""
+        self.stopped = self.stopped or "baseline"
+        self.baseline = {
+            "key": self.own_key, "point": self.own, "on_grid": on_grid, "own_config": True, "unmeasured": True,
+            "feasible": False, "throughput": 0.0, "p99_ms": None, "concurrency": None, "levels": [],
+        }  # fmt: skip
         return self.baseline
 
     def remeasure(self, point: dict[str, Any], round_: int) -> Outcome:
@@ -321,7 +368,9 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     """Run the search; ``interrupt_after`` (tests) stops with KeyboardInterrupt after that many new
     measurements (trials, the baseline and finals rounds alike)."""
     options.validate()
-    spec_path = _spec_path(options)  # refused before anything is written or measured
+    spec_path = spec_to_write(
+        options.write, options.repo, options.model
+    )  # refused before anything is measured
     report = Path(options.report_dir)
     header = load_trials(report)[0] if options.resume else None
     _check_header(options, header, None)
@@ -335,14 +384,17 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             if server is not None:
                 api.load(options.model)
             wait_ready(url, options.protocol, options.model, headers)
-            base = _base_config(options, url, headers)
+            current = _base_config(options, url, headers)
+            base, moved = logged_base(header, current)  # a resume replays from the log's own config
+            if moved:
+                _say(options, f"tritonkit tune: --resume: config.pbtxt is not the config {LOG} began with "
+                              "(a tune wrote its winner, or it was edited); the log's own config is the baseline")  # fmt: skip
             provenance = collect(url, options.protocol, [(options.model, "")], repo=options.repo).as_dict()
             axes = _axes(options, base)
             _check_header(options, header, axes)
             if header is None:
                 grid = {a.name: list(a.values) for a in axes}
-                append(report / LOG, {"kind": "header", **_wanted(options, grid), "search": options.search,
-                                      "base": base_point(base)})  # fmt: skip
+                append(report / LOG, header_row(_wanted(options, grid), options.search, base))
             target = Target(
                 url, options.model, options.protocol, headers=headers,
                 shared_memory=options.shared_memory, batch_size=options.batch_size,
@@ -353,19 +405,20 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
             result = _search(options, run, axes)
             baseline = run.measure_baseline(axes)
             winner, final_list, verdict = _finals_and_verdict(options, run, result)
-            written = _write_back(options, base, winner, verdict, spec_path)
+            written = write_back(options, base, winner, verdict.write if verdict else False, spec_path)
             if server is not None or written.where or winner is not None:
                 api.load(options.model)  # back to what config.pbtxt says (the winner, once written)
         finally:
             api.close()
     summary = _summary(options, run, result, winner, baseline, final_list, verdict, provenance, written)
+    partial = summary["partial"]
     if pipelined(base):  # the report's server split must not pass the hand-over off as GPU work
         summary["compute_infer_is"] = PIPELINED_NOTE
     write_report(report, summary, plots=options.plots)
     return TuneResult(
         winner, baseline, summary["trials"], result.evaluations, summary["measurements"], written.diff,
         verdict.as_dict() if verdict is not None else None, written.spec_diff, written.spec, written.notes,
-        written.where,
+        written.where, partial,
     )  # fmt: skip
 
 
@@ -403,9 +456,16 @@ def _axes(options: TuneOptions, base: ModelConfig) -> list[Axis]:
 
 def _search(options: TuneOptions, run: _Run, axes: Sequence[Axis]) -> SearchResult:
     same = partial(same_config, run.base)
-    if options.search == "brute":
-        return brute(axes, run.evaluate, same=same)
-    return quick(axes, run.evaluate, base_point(run.base), min_gain=options.min_gain, same=same)
+    try:
+        if options.search == "brute":
+            return brute(axes, run.evaluate, same=same)
+        return quick(axes, run.evaluate, base_point(run.base), min_gain=options.min_gain, same=same)
+    except _BudgetSpentError:  # the search stops at what it measured
+        run.stopped = "search"
+        done = [(t["point"], Outcome(t["throughput"], t["p99_ms"] or 0.0, t["feasible"])) for t in run.trials]
+        feasible = [(p, o) for p, o in done if o.feasible]
+        best = max(feasible, key=lambda po: po[1].throughput, default=None)
+        return SearchResult(best[0] if best else None, best[1] if best else None, done)
 
 
 def _finals_and_verdict(
@@ -422,13 +482,19 @@ def _finals_and_verdict(
     )
     among = baseline["on_grid"] and run.own_key in leaders
     reference = own if baseline["feasible"] and not among else None
-    best, final_list = finals(
-        result, run.remeasure, top=options.finalists, within=options.finals_within, rounds=options.final_rounds,
-        reference=reference,
-    )  # fmt: skip
+    try:
+        best, final_list = finals(
+            result, run.remeasure, top=options.finalists, within=options.finals_within,
+            rounds=options.final_rounds, reference=reference,
+        )  # fmt: skip
+    except _BudgetSpentError:
+        run.stopped = run.stopped or "finals"
+        best, final_list = result.best, []
     if best is None:
         return None, final_list, None
-    winner = crowned(run.cached[describe(best)], final_list, run.final_rows)
+    winner = _from_log(run, crowned(run.cached[describe(best)], final_list, run.final_rows), describe(best))
+    if run.stopped is not None:
+        return winner, final_list, _partial_verdict(options, run, winner, baseline)
     mine = next((f for f in final_list if among and describe(f.point) == run.own_key), None)
     own_figures = own.figures if reference is not None else (mine.figures if mine is not None else [])
     if own_figures:
@@ -442,6 +508,31 @@ def _finals_and_verdict(
         ours, theirs, method = _window_figures(winner, count), _window_figures(baseline, count), "windows"
     verdict = decide(ours, theirs, same=same, method=method, baseline_feasible=baseline["feasible"])
     return winner, final_list, verdict
+
+
+def _from_log(run: _Run, winner: dict[str, Any], key: str) -> dict[str, Any]:
+    """The winner with the finals figures its rounds in the log hold, when this run's finals gave it none
+    (a search figure never stands in for a finals median the tune measured)."""
+    if "final_figures" in winner:
+        return winner
+    figures = logged_figures(list(run.finals_cached.values()), key)
+    if len(figures) < 2:
+        return winner
+    return {**winner, "final_figures": figures, "confirmed_throughput": round(statistics.median(figures), 3)}
+
+
+def _partial_verdict(
+    options: TuneOptions, run: _Run, winner: dict[str, Any], baseline: dict[str, Any]
+) -> Verdict:
+    """Nothing is written by a tune its time budget ended: its figures are not the whole comparison."""
+    figures = list(winner.get("final_figures") or [winner["throughput"]])
+    own = list(baseline.get("final_figures") or ([baseline["throughput"]] if baseline["feasible"] else []))
+    reason = (
+        f"the time budget ({options.time_budget_s:g} s) ended the tune in its {run.stopped}, after "
+        f"{len(run.trials)} config(s) measured: a partial tune writes nothing (--resume with a larger "
+        "--time-budget goes on from the log)"
+    )
+    return Verdict(False, reason, "partial", spread(figures), spread(own))
 
 
 def _window_figures(trial: dict[str, Any], count: int) -> list[float]:
@@ -458,63 +549,6 @@ def _base_config(options: TuneOptions, url: str, headers: dict[str, str]) -> Mod
         return from_proto(client.config(options.model))
 
 
-def _spec_path(options: TuneOptions) -> Path | None:
-    """The build spec ``--write spec[:PATH]`` names (found beside the repository's models), or None."""
-    if not options.writes_spec:
-        return None
-    given = options.write.split(":", 1)[1] if ":" in options.write else None
-    return find_spec(Path(options.repo or "."), options.model, given)
-
-
-@dataclasses.dataclass
-class _Written:
-    """What the tune wrote: ``where`` (``config.pbtxt``, a new model's folder, or nothing), the diffs."""
-
-    where: str = ""
-    diff: str = ""
-    spec: str | None = None
-    spec_diff: str = ""
-    notes: list[str] = dataclasses.field(default_factory=list)
-
-
-def _write_back(
-    options: TuneOptions,
-    base: ModelConfig,
-    winner: dict[str, Any] | None,
-    verdict: Verdict | None,
-    spec_path: Path | None,
-) -> _Written:
-    """The winner written only when the verdict says so (and ``--write`` is not ``none``)."""
-    if (
-        winner is None
-        or verdict is None
-        or not verdict.write
-        or options.write == "none"
-        or options.repo is None
-    ):
-        return _Written()
-    model_dir = Path(options.repo) / options.model
-    if not (model_dir / "config.pbtxt").exists():
-        _say(options, f"tritonkit tune: {model_dir}/config.pbtxt not found; the winner is in the report only")
-        return _Written()
-    cfg = apply_point(base, winner["point"])
-    if options.write.startswith("model:"):
-        folder, diff = write_as_model(model_dir, options.write.split(":", 1)[1], cfg)
-        return _Written(str(folder), diff)
-    out = _Written(str(model_dir / "config.pbtxt"))
-    if spec_path is not None:
-        out.spec_diff, note = write_spec(spec_path, cfg)
-        out.spec = str(spec_path)
-        out.notes += [note] if note else []
-        if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
-            out.notes.append(
-                "target tensorrt: the build takes max_batch_size from the engine's optimization profiles, "
-                "not from batching.max_batch_size; narrow tensorrt.profiles[].batch to change it"
-            )
-    out.diff = write_config(model_dir, cfg)
-    return out
-
-
 def _summary(
     options: TuneOptions,
     run: _Run,
@@ -524,7 +558,7 @@ def _summary(
     final_list: Sequence[Final],
     verdict: Verdict | None,
     provenance: dict[str, Any],
-    written: _Written,
+    written: Written,
 ) -> dict[str, Any]:
     """What ``tune.json`` holds (``report.md`` is written from it)."""
     used = [t for t in run.trials if t["key"] in {describe(p) for p, _ in result.trials}]
@@ -552,6 +586,14 @@ def _summary(
         "chosen": {"key": chosen["key"], "own_config": chosen is baseline},
         "trials": used,
         "finals": finals_summary(final_list, run.final_rows, baseline),
+        "partial": None
+        if run.stopped is None
+        else {
+            "time_budget_s": options.time_budget_s,
+            "stopped": run.stopped,
+            "configs_measured": len(run.trials),
+            "baseline_measured": not baseline.get("unmeasured", False),
+        },
         "method": options.method(),
         "provenance": provenance,
     }
