@@ -82,27 +82,42 @@ def test_plan_arithmetic() -> None:
         make_plan(TUNE, target_rps=0.0, price_per_gpu_hour=1.0)
 
 
-def test_a_plan_from_a_cpu_measured_tune_refuses_a_t4_price_without_a_translation() -> None:
-    cpu = {
-        **TUNE,
-        "provenance": CPU_PROVENANCE,
-        "winner": {**TUNE["winner"], "point": {"instances": 2, "kind": "KIND_CPU"}},
-    }  # type: ignore[dict-item]
-    with pytest.raises(
-        TritonKitError, match=r"on CPU AMD EPYC 7B13, 2 cores, not on a T4; .*--capacity-ratio"
-    ):
-        make_plan(cpu, target_rps=1000.0, price_per_gpu_hour=0.526)
+CPU_TUNE = {
+    **TUNE,
+    "provenance": CPU_PROVENANCE,
+    "winner": {**TUNE["winner"], "point": {"instances": 2, "kind": "KIND_CPU"}},  # type: ignore[dict-item]
+}
+
+
+def test_a_kind_cpu_config_is_priced_as_cpu_pods_never_as_gpu_replicas() -> None:
+    # a GPU type or GPU price for a KIND_CPU config is refused, translated or not
+    for extra in ({"price_per_gpu_hour": 0.526}, {"gpu": "T4", "capacity_ratio": 0.5}, {}):
+        with pytest.raises(TritonKitError, match=r"runs KIND_CPU instances: its replicas are CPU pods"):
+            make_plan(CPU_TUNE, target_rps=1000.0, **extra)  # type: ignore[arg-type]
+    pods = make_plan(CPU_TUNE, target_rps=1000.0, price_per_pod_hour=0.2)
+    assert (pods.unit, pods.gpu, pods.per_replica_rps, pods.replicas) == ("pod", "", 124.5, 11)
+    text = pods.markdown()
+    assert "**11 CPU pods**" in text and "$0.2/pod-hour" in text and "One replica (CPU pod)" in text
+    assert "GPU-hour" not in text and "T4" not in text
+    assert pods.cost_per_million == pytest.approx(11 * 0.2 / 3.6, rel=1e-4)
+    translated = make_plan(CPU_TUNE, target_rps=1000.0, price_per_pod_hour=0.2, capacity_ratio=0.5)
+    assert translated.per_replica_rps == pytest.approx(124.5 * 0.5) and translated.measured_rps == 124.5
+    assert translated.replicas == 21  # ceil(1300 / 62.25)
+    first = translated.markdown().splitlines()[0]
+    assert (
+        first.startswith("> **Translated, not measured**: one CPU pod replica") and "0.5 x the 124.5" in first
+    )
+    assert "CPU AMD EPYC 7B13, 2 cores" in first
+    with pytest.raises(TritonKitError, match=r"--pod-hour-price: the priced config .* runs KIND_GPU"):
+        make_plan(TUNE, target_rps=1000.0, price_per_pod_hour=0.2)
+
+
+def test_gpu_plans_refuse_a_device_the_tune_did_not_measure() -> None:
     old = {k: v for k, v in TUNE.items() if k != "provenance"}  # a tune.json from before provenance
     with pytest.raises(TritonKitError, match="did not record"):
         make_plan(old, target_rps=1000.0, price_per_gpu_hour=0.526)
     with pytest.raises(TritonKitError, match="not on a L4"):  # measured on a T4, priced as L4s
         make_plan(TUNE, target_rps=1000.0, price_per_gpu_hour=0.7, gpu="L4")
-    translated = make_plan(cpu, target_rps=1000.0, price_per_gpu_hour=0.526, capacity_ratio=0.5)
-    assert translated.per_replica_rps == pytest.approx(124.5 * 0.5) and translated.measured_rps == 124.5
-    assert translated.replicas == 21  # ceil(1300 / 62.25)
-    first = translated.markdown().splitlines()[0]
-    assert first.startswith("> **Translated, not measured**") and "0.5 x the 124.5 req/s" in first
-    assert "CPU AMD EPYC 7B13, 2 cores" in first
     assert (
         make_plan(TUNE, target_rps=1000.0, price_per_gpu_hour=0.526).markdown().startswith("# Capacity plan")
     )
@@ -210,23 +225,70 @@ def test_the_knee_check_measures_the_planned_config_as_the_tune_did(
     assert result["ok"] == (result["knee_concurrency"] is not None and abs(result["ratio"] - 1) <= 0.15)
 
 
-def test_plan_command_refuses_a_t4_price_from_cpu_measurements_in_one_line(
+def test_plan_command_prices_a_cpu_config_as_pods_and_names_the_priced_config_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cpu = {
-        **TUNE,
-        "provenance": CPU_PROVENANCE,
-        "winner": {**TUNE["winner"], "point": {"instances": 2, "kind": "KIND_CPU"}},
-    }  # type: ignore[dict-item]
-    (tmp_path / "tune.json").write_text(json.dumps(cpu))
+    # the tune began with the model's own config (1 instance); the config it chose has 2
+    began = _provenance([], "KIND_CPU")
+    began["models"][0]["instances"] = 1  # type: ignore[index]
+    (tmp_path / "tune.json").write_text(json.dumps({**CPU_TUNE, "provenance": began}))
     args = ["plan", "--tune-report", str(tmp_path), "--target-rps", "500"]
-    assert main(args) == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "not on a T4" in err and "Traceback" not in err
+    for extra in ([], ["--gpu", "T4", "--capacity-ratio", "0.25"], ["--gpu-hour-price", "0.5"]):
+        assert main([*args, *extra]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "its replicas are CPU pods" in err and "Traceback" not in err
     assert not (tmp_path / "plan.md").exists() and not (tmp_path / "plan.json").exists()
-    assert main([*args, "--capacity-ratio", "0.25"]) == 0
+    assert main([*args, "--pod-hour-price", "0.1", "--capacity-ratio", "0.25"]) == 0
     text = (tmp_path / "plan.md").read_text()
-    assert text.splitlines()[0].startswith("> **Translated, not measured**: one T4 replica")
+    assert text.splitlines()[0].startswith("> **Translated, not measured**: one CPU pod replica")
     saved = json.loads((tmp_path / "plan.json").read_text())
-    assert saved["capacity_ratio"] == 0.25 and saved["provenance"] == CPU_PROVENANCE
+    assert saved["capacity_ratio"] == 0.25 and saved["unit"] == "pod"
     assert saved["made"]["tritonkit_version"] and "Measured on: CPU AMD EPYC 7B13 (2 cores), no GPU" in text
+    # the header describes the config priced: 2 instances, not the 1 the tune began with
+    assert "2 x CPU instance(s)" in text and "1 x CPU instance(s)" not in text
+    assert saved["provenance"]["models"][0]["instances"] == 2
+
+
+CURVE_TUNE = {
+    **TUNE,
+    "winner": {
+        **TUNE["winner"],  # type: ignore[dict-item]
+        "confirmed_throughput": 120.0,
+        "levels": [
+            {"level": 4, "throughput": 60.0, "p99_ms": 8.0, "queue_us": 100.0, "failures": 0},
+            {"level": 8, "throughput": 110.0, "p99_ms": 20.0, "queue_us": 3000.0, "failures": 0},
+            {"level": 16, "throughput": 124.5, "p99_ms": 45.0, "queue_us": 9000.0, "failures": 0},
+            {"level": 32, "throughput": 130.0, "p99_ms": 90.0, "queue_us": 20000.0, "failures": 0},
+        ],
+    },
+}
+
+
+def test_p99_ms_re_plans_from_the_tuned_curve_and_says_what_lies_outside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    same = make_plan(CURVE_TUNE, target_rps=1000.0, p99_ms=50.0)  # the tune's own budget: the finals median
+    assert same.per_replica_rps == 120.0 and same.figure_source == "the finals median"
+    tight = make_plan(CURVE_TUNE, target_rps=1000.0, p99_ms=25.0)
+    assert (tight.per_replica_rps, tight.concurrency, tight.budget_ms) == (110.0, 8, 25.0)
+    assert "single search measurement at concurrency 8" in tight.figure_source
+    assert tight.replicas == 12 and "p99 <= 25 ms" in tight.markdown()  # ceil(1300 / 110)
+    # the HPA target at 83 req/s per replica lies between the measured 60 and 110 req/s: not flagged
+    assert tight.outside_measured == ()
+    with pytest.raises(
+        TritonKitError, match=r"--p99-ms 5: no level the tune measured .* lowest measured p99"
+    ):
+        make_plan(CURVE_TUNE, target_rps=1000.0, p99_ms=5.0)
+    loose = make_plan(CURVE_TUNE, target_rps=1000.0, p99_ms=200.0)  # every measured level fits
+    assert loose.per_replica_rps == 130.0 and any("lower bound" in line for line in loose.outside_measured)
+    # a small target: each of the two replicas carries 10 req/s, below the lowest level measured
+    small = make_plan(CURVE_TUNE, target_rps=20.0)
+    assert any("outside the 60.0-124.5 req/s" in line for line in small.outside_measured)
+    assert "**Outside what the tune measured**" in small.markdown()
+    (tmp_path / "tune.json").write_text(json.dumps(CURVE_TUNE))
+    args = ["plan", "--tune-report", str(tmp_path), "--target-rps", "20"]
+    assert main([*args, "--p99-ms", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected a budget the tune's curve reaches" in err[0]
+    assert main(args) == 0
+    assert "outside what the tune measured: the HPA target is read off" in capsys.readouterr().err

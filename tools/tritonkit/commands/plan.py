@@ -4,7 +4,10 @@ or, with ``--fleet FLEET.yaml``, the plan of a fleet of many models (:mod:`trito
 One model: reads ``tune.json`` from ``--tune-report``, writes ``plan.md``, ``plan.json`` and
 ``capacity-plan.yaml`` (a kustomize patch of the t4 overlay) next to it; prices ``--gpu`` replicas (T4) only
 from a tune measured on that GPU, unless ``--capacity-ratio`` says how one such replica compares with what
-was measured (the first line of ``plan.md`` then says so); ``--k8s-dir`` also adds the patch to that tree's
+was measured (the first line of ``plan.md`` then says so); a KIND_CPU config's replicas are CPU pods at
+``--pod-hour-price``, never GPUs; ``--p99-ms`` re-plans for another budget from the tune's curve, refused
+when no measured level fits it, and every figure read outside what the tune measured is said (stderr and
+``plan.md``); ``--k8s-dir`` also adds the patch to that tree's
 t4 overlay and renders and validates it; ``--check-knee`` measures the priced config again with the tune's
 own method and exits 3 when it is not within ``--knee-tolerance`` of the figure the tune measured.
 
@@ -43,9 +46,21 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune-report", type=Path, help="folder holding tune.json (one model)")
     parser.add_argument("--target-rps", type=float, help="traffic to serve (req/s; one model)")
     parser.add_argument(
-        "--gpu-hour-price", type=float, default=0.526, help="price per GPU-hour (default T4 on-demand 0.526)"
+        "--gpu-hour-price", type=float, help="price per GPU-hour (default T4 on-demand 0.526; GPU configs)"
     )
-    parser.add_argument("--gpu", default="T4", help="the GPU type the price is for (default T4)")
+    parser.add_argument("--gpu", help="the GPU type the price is for (default T4; GPU configs)")
+    parser.add_argument(
+        "--pod-hour-price",
+        type=float,
+        help="price per CPU pod-hour: required when the priced config runs KIND_CPU instances (its replicas "
+        "are CPU pods, never GPUs)",
+    )
+    parser.add_argument(
+        "--p99-ms",
+        type=float,
+        help="re-plan for this p99 budget from the tune's measured curve (refused when no measured level fits "
+        "it; flagged when the tune never reached its limit)",
+    )
     parser.add_argument(
         "--capacity-ratio",
         type=float,
@@ -90,7 +105,13 @@ def run(args: argparse.Namespace) -> int:
     source = args.tune_report / "tune.json"
     missing = f"{source} not found; expected the --report folder of `tritonkit tune`"
     data = read_json(source, TritonKitError, missing=missing, invalid=f"{source} is not valid JSON")
-    plan = options_from(make_plan, args, tune_result=data, price_per_gpu_hour=args.gpu_hour_price)
+    plan = options_from(
+        make_plan,
+        args,
+        tune_result=data,
+        price_per_gpu_hour=args.gpu_hour_price,
+        price_per_pod_hour=args.pod_hour_price,
+    )
     patch = kustomize_patch(plan)
     made = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -104,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     )
     write_text(args.tune_report / "plan.md", text)
     sys.stdout.write(text)
+    for line in plan.outside_measured:
+        print(f"tritonkit plan: outside what the tune measured: {line}", file=sys.stderr)
     code = 0
     if args.k8s_dir is not None:
         written = apply_patch(args.k8s_dir, patch)

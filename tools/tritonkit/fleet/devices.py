@@ -11,11 +11,21 @@ name the type it is filed under).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from tritonkit.convert.gpu_profiles import PROFILES, parse_nvidia_smi
 from tritonkit.machine import query_gpus
 
-__all__ = ["CPU", "TYPES", "canonical", "device_matches", "local_type", "memory_gib", "smi_rows"]
+__all__ = [
+    "CPU",
+    "TYPES",
+    "canonical",
+    "device_matches",
+    "local_type",
+    "memory_gib",
+    "replicas_word",
+    "smi_rows",
+]
 
 #: the type of a pod serving on this machine's CPU
 CPU = "cpu"
@@ -81,3 +91,11 @@ def device_matches(gpu_type: str, device: str) -> bool:
             return found in ("A100", "A100-40GB") and "80GB" not in device.upper().replace(" ", "")
         return found == gpu_type or (found == "A100" and gpu_type == "A100")
     return gpu_type.lower() in device.lower()
+
+
+def replicas_word(types: Iterable[object], count: int | None = None) -> str:
+    """What the replicas of these device types are called: ``GPUs``, ``CPU pods`` (type ``cpu``: a pod
+    serving on its CPU is no GPU), or ``pods (GPUs and CPU pods)`` for a mix; with ``count`` in front."""
+    kinds = {str(t) == CPU for t in types}
+    word = "CPU pods" if kinds == {True} else "pods (GPUs and CPU pods)" if kinds == {True, False} else "GPUs"
+    return word if count is None else f"{count} {word}"

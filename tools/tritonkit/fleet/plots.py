@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonkit.fleet.devices import replicas_word
+
 __all__ = ["cost_figure", "from_json", "packing_figure"]
 
 
@@ -56,7 +58,10 @@ def _panel(
     ax.set_ylim(0, 1.05)
     ax.set_xticks(range(x))
     ax.set_xticklabels([g["gpu_type"] for g in packing["groups"] for _ in range(g["replicas"])], fontsize=7)
-    ax.set_title(f"{packing['name']}: {packing['gpus']} GPUs", fontsize=9)
+    ax.set_title(
+        f"{packing['name']}: {replicas_word([g['gpu_type'] for g in packing['groups']], packing['gpus'])}",
+        fontsize=9,
+    )
 
 
 def packing_figure(
@@ -77,8 +82,9 @@ def packing_figure(
     fig, axes = plt.subplots(1, len(panels), figsize=(width, 4), sharey=True, squeeze=False)
     for ax, packing in zip(axes[0], panels, strict=True):
         _panel(ax, packing, weights, colors, headroom)
-    axes[0][0].set_ylabel("share of one GPU's measured capacity used")
-    fig.suptitle(f"Models as blocks on GPUs (dashed: headroom {headroom:.0%} kept)", fontsize=10)
+    word = replicas_word([g["gpu_type"] for p in panels for g in p["groups"]])
+    axes[0][0].set_ylabel("share of one pod's measured capacity used")
+    fig.suptitle(f"Models as blocks on {word} (dashed: headroom {headroom:.0%} kept)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -108,7 +114,7 @@ def cost_figure(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     left.bar([x + 0.2 for x in xs], single, width=0.4, label="one model per pod")
     left.set_xticks(list(xs))
     left.set_xticklabels(names)
-    left.set_ylabel("GPUs")
+    left.set_ylabel(replicas_word(names))
     left.legend(fontsize=8)
     costs = [r.get("packed_per_million") for r in rows]
     priced = [(n, float(c)) for n, c in zip(names, costs, strict=True) if isinstance(c, int | float)]

@@ -13,6 +13,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tritonkit.fleet.devices import replicas_word
 from tritonkit.fleet.planner import FleetPlan
 
 __all__ = ["markdown", "to_json", "type_rows"]
@@ -100,7 +101,7 @@ def _fleet_section(data: Mapping[str, Any]) -> list[str]:
     if cheapest is None:
         return ["No fleet serves every model within its budget and memory on the types given.", ""]
     lines = _table(
-        f"Cheapest fleet: {cheapest['gpus']} GPUs"
+        f"Cheapest fleet: {replicas_word([g['gpu_type'] for g in cheapest['groups']], cheapest['gpus'])}"
         + (
             f", {_money(cheapest['cost_per_hour'], 2)}/h, {_money(cheapest['cost_per_million'], 4)} per million inferences"
             if cheapest["cost_per_hour"] is not None
@@ -120,14 +121,19 @@ def _fleet_section(data: Mapping[str, Any]) -> list[str]:
 
 
 def _types_section(data: Mapping[str, Any]) -> list[str]:
+    word = replicas_word([r["type"] for r in data["types"]])
     lines = _table(
-        "GPUs and cost per type (whole fleet on one type)",
-        "type | price/h | usable memory | packed GPUs | packed $/h | packed $/M inf. | one model per pod GPUs | $/h | $/M inf. | note",
+        f"{word[0].upper()}{word[1:]} and cost per type (whole fleet on one type)",
+        "type | price/h | usable memory | packed replicas | packed $/h | packed $/M inf. | one model per pod replicas | "
+        "$/h | $/M inf. | note",
     )
     for r in data["types"]:
+        unit = " CPU pods" if r["type"] == "cpu" else " GPUs"
+        packed = f"{r['packed_gpus']}{unit}" if r["packed_gpus"] else "–"
+        single = f"{r['single_gpus']}{unit}" if r["single_gpus"] else "–"
         lines.append(
-            f"| {r['type']} | {_money(r['price_per_hour'])} | {r['usable_mb']:,.0f} MB | {r['packed_gpus'] or '–'} | "
-            f"{_money(r['packed_cost_per_hour'], 2)} | {_money(r['packed_per_million'], 4)} | {r['single_gpus'] or '–'} | "
+            f"| {r['type']} | {_money(r['price_per_hour'])} | {r['usable_mb']:,.0f} MB | {packed} | "
+            f"{_money(r['packed_cost_per_hour'], 2)} | {_money(r['packed_per_million'], 4)} | {single} | "
             f"{_money(r['single_cost_per_hour'], 2)} | {_money(r['single_per_million'], 4)} | {r['excluded'] or ''} |"
         )
     return [*lines, ""]

@@ -14,8 +14,17 @@ measures the priced config again with the tune's own method (generator, protocol
 and says whether its highest load within the budget lies where the plan says.
 
 A plan prices replicas of one GPU type; the tune's provenance says what it was measured on, and a plan
-for another device (T4 replicas from CPU measurements) is refused unless ``capacity_ratio`` translates
-it, which the first line of ``plan.md`` then says.
+for another device (L4 replicas from T4 measurements) is refused unless ``capacity_ratio`` translates
+it, which the first line of ``plan.md`` then says. A config of KIND_CPU instances is never a GPU
+replica: its replicas are CPU *pods*, priced per pod-hour (``price_per_pod_hour``), and a GPU type or
+price for it is refused.
+
+``p99_ms`` re-plans for another p99 budget from the tune's measured curve (the priced config's levels):
+one replica carries the highest measured throughput whose p99 fits the new budget (a single search
+measurement, said so), refused when no measured level fits it, flagged when every measured level fits it
+(the tune never reached that budget's limit: the figure is a lower bound). The HPA target read off the
+curve at a load outside the measured levels is flagged too (``outside_measured``), and the provenance
+header describes the config priced (its instances and kind), not the model's config the tune began with.
 """
 
 from __future__ import annotations
@@ -72,19 +81,30 @@ class Plan:
     config_key: str = ""
     own_config: bool = False
     provenance: Mapping[str, Any] | None = None
+    #: what one replica is: ``GPU`` (a GPU of type ``gpu``) or ``pod`` (a CPU pod: KIND_CPU instances)
+    unit: str = "GPU"
+    #: the p99 budget the plan is for (the tune's, or ``--p99-ms``) and where the figure came from
+    figure_source: str = ""
+    #: the plan's figures that stand outside what the tune measured (each a sentence)
+    outside_measured: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["provenance"] = dict(self.provenance) if self.provenance is not None else None
         return out
 
+    @property
+    def replica(self) -> str:
+        """What one replica is, in words (``T4 GPU``, ``CPU pod``)."""
+        return "CPU pod" if self.unit == "pod" else f"{self.gpu} GPU"
+
     def translation_line(self) -> str | None:
         """The first line of ``plan.md`` when the capacity was translated from another device."""
         if self.capacity_ratio is None:
             return None
         return (
-            f"> **Translated, not measured**: one {self.gpu} replica is taken to serve {self.capacity_ratio:g} x the "
-            f"{self.measured_rps:,.1f} req/s measured on {self.measured_on} (--capacity-ratio, the user's figure)."
+            f"> **Translated, not measured**: one {self.replica} replica is taken to serve {self.capacity_ratio:g} x "
+            f"the {self.measured_rps:,.1f} req/s measured on {self.measured_on} (--capacity-ratio, the user's figure)."
         )
 
     def markdown(self) -> str:
@@ -94,36 +114,86 @@ class Plan:
             else f"the tuned config `{self.config_key}`"
         )
         head = [line for line in (self.translation_line(),) if line]
+        unit = "pod" if self.unit == "pod" else "GPU"
+        replicas = "CPU pods" if self.unit == "pod" else f"{self.gpu} replicas"
         return "\n".join(
             [
                 *([*head, ""] if head else []),
                 f"# Capacity plan: `{self.model}` (p99 <= {self.budget_ms:g} ms)",
                 "",
                 *markdown_lines(self.provenance),
+                *[f"> **Outside what the tune measured**: {line}" for line in self.outside_measured],
+                *([""] if self.outside_measured else []),
                 f"- Priced: {which}.",
-                f"- One replica sustains {self.per_replica_rps:,.1f} req/s within the budget "
+                f"- One replica ({self.replica}) sustains {self.per_replica_rps:,.1f} req/s within the budget "
                 f"(concurrency {self.concurrency}, {self.instances} instance(s)"
                 + (f"; {self.measured_rps:,.1f} req/s measured on {self.measured_on}" if head else "")
+                + (f"; {self.figure_source}" if self.figure_source else "")
                 + ").",
-                f"- Target {self.target_rps:,.1f} req/s with {self.headroom:.0%} headroom: **{self.replicas} replicas** "
+                f"- Target {self.target_rps:,.1f} req/s with {self.headroom:.0%} headroom: **{self.replicas} {replicas}** "
                 f"({self.load_per_replica_rps:,.1f} req/s each); HPA min {self.min_replicas}, max {self.max_replicas}.",
                 f"- HPA target: {self.hpa_queue_us} µs queue time per request "
                 f"(`{HPA_METRIC}` at {self.load_per_replica_rps:,.1f} req/s per replica).",
-                f"- Cost at ${self.price_per_gpu_hour:g}/GPU-hour: ${self.cost_per_million:,.4f} per million inferences "
-                f"at the planned fleet, ${self.cost_per_million_at_capacity:,.4f} at full capacity.",
+                f"- Cost at ${self.price_per_gpu_hour:g}/{unit}-hour: ${self.cost_per_million:,.4f} per million "
+                f"inferences at the planned fleet, ${self.cost_per_million_at_capacity:,.4f} at full capacity.",
                 "",
             ]
         )
 
 
-def _curve(trial: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """(throughput, queue µs) of the winner's measured levels within the budget, by throughput."""
+def _within(level: Mapping[str, Any], budget_ms: float) -> bool:
+    """A measured level that served within ``budget_ms``: successes only, p99 inside, no failures, and
+    not limited by the generator (its figure is the generator's, not the server's)."""
+    return (
+        float(level.get("throughput") or 0) > 0
+        and level.get("p99_ms") is not None
+        and float(level["p99_ms"]) <= budget_ms
+        and not level.get("failures")
+        and not level.get("generator_limited")
+    )
+
+
+def _curve(trial: Mapping[str, Any], budget_ms: float | None = None) -> list[tuple[float, float]]:
+    """(throughput, queue µs) of the config's measured levels (within ``budget_ms`` when given), by
+    throughput."""
     points = [
         (float(level["throughput"]), float(level.get("queue_us", 0.0)))
         for level in trial.get("levels", [])
         if level.get("throughput", 0) > 0
+        and (budget_ms is None or level.get("p99_ms") is None or float(level["p99_ms"]) <= budget_ms)
     ]
     return sorted(points)
+
+
+def _at_budget(
+    row: Mapping[str, Any], p99_ms: float, tune_budget_ms: float
+) -> tuple[float, int, str, list[str]]:
+    """(one replica's figure, its concurrency, where it came from, what lies outside the measured) for a
+    re-plan at ``p99_ms`` from the priced config's measured levels; refused when none fits."""
+    levels = [lv for lv in row.get("levels") or [] if lv.get("p99_ms") is not None]
+    fits = [lv for lv in levels if _within(lv, p99_ms)]
+    if not fits:
+        lowest = min((float(lv["p99_ms"]) for lv in levels), default=None)
+        seen = f"its lowest measured p99 was {lowest:.2f} ms" if lowest is not None else "it has no levels"
+        raise TritonKitError(
+            f"--p99-ms {p99_ms:g}: no level the tune measured for `{row.get('key')}` served within it ({seen}); "
+            f"expected a budget the tune's curve reaches, or a tune with --latency-budget-ms {p99_ms:g}"
+        )
+    best = max(fits, key=lambda lv: float(lv["throughput"]))
+    source = (
+        f"re-planned for p99 {p99_ms:g} ms from the tune's curve (tuned for {tune_budget_ms:g} ms): a single "
+        f"search measurement at concurrency {best.get('level')}, p99 {float(best['p99_ms']):.2f} ms"
+    )
+    outside = []
+    if len(fits) == len(levels):
+        top = max(levels, key=lambda lv: float(lv["throughput"]))
+        outside.append(
+            f"every level the tune measured for this config fits p99 {p99_ms:g} ms (the highest, concurrency "
+            f"{top.get('level')}, p99 {float(top['p99_ms']):.2f} ms): the tune never reached this budget's limit, "
+            f"so {float(best['throughput']):,.1f} req/s per replica is a lower bound; tune with "
+            f"--latency-budget-ms {p99_ms:g} for the figure"
+        )
+    return float(best["throughput"]), int(best.get("level") or 0), source, outside
 
 
 def queue_at(curve: Sequence[tuple[float, float]], rps: float) -> float:
@@ -136,6 +206,33 @@ def queue_at(curve: Sequence[tuple[float, float]], rps: float) -> float:
         if x0 <= rps <= x1:
             return y0 + (y1 - y0) * ((rps - x0) / (x1 - x0) if x1 > x0 else 0.0)
     return curve[-1][1]
+
+
+def _kind(row: Mapping[str, Any]) -> str:
+    """The instance kind of the priced config: its point's, else its config's first instance group's."""
+    kind = (row.get("point") or {}).get("kind")
+    if not kind:
+        groups = (row.get("config") or {}).get("instance_group") or (row.get("config") or {}).get(
+            "instanceGroup"
+        )
+        kind = (groups or [{}])[0].get("kind") if groups else None
+    return str(kind or "KIND_GPU")
+
+
+def _priced_provenance(data: Mapping[str, Any] | None, model: str, row: Mapping[str, Any]) -> Any:
+    """The tune's provenance with the model's line describing the config priced (instances, kind): the
+    tune recorded the model as it stood when it began, not the config it chose."""
+    if not data:
+        return data
+    point = row.get("point") or {}
+    out = json.loads(json.dumps(data))
+    for entry in out.get("models") or []:
+        if entry.get("name") == model:
+            if "instances" in point:
+                entry["instances"] = int(point["instances"])
+            if point.get("kind"):
+                entry["instance_kind"] = str(point["kind"])
+    return out
 
 
 def _chosen(tune_result: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
@@ -162,17 +259,28 @@ def measured_device(tune_result: Mapping[str, Any], row: Mapping[str, Any]) -> t
 
 
 def _per_replica(
-    tune_result: Mapping[str, Any], row: Mapping[str, Any], gpu: str, capacity_ratio: float | None
+    tune_result: Mapping[str, Any],
+    row: Mapping[str, Any],
+    gpu: str,
+    capacity_ratio: float | None,
+    measured: float,
+    pods: bool = False,
 ) -> tuple[float, str]:
     """(one replica's capacity on ``gpu``, what it was measured on): the measured figure itself when the
-    tune ran on that GPU; else the user's translation, or a refusal naming both devices."""
-    # The finals' median when the tune had finals: the search's figure is the best of many noisy ones.
-    measured = float(row.get("confirmed_throughput") or row["throughput"])
+    tune ran on that GPU (a CPU pod: on a CPU); else the user's translation, or a refusal naming both
+    devices."""
     kind, name = measured_device(tune_result, row)
     if capacity_ratio is not None:
         if not capacity_ratio > 0:
             raise TritonKitError(f"--capacity-ratio {capacity_ratio}: expected a positive number")
         return measured * capacity_ratio, name
+    if pods and kind == "cpu":
+        return measured, name
+    if pods:
+        raise TritonKitError(
+            f"the tune measured `{tune_result.get('model')}` on {name}; pricing CPU pods needs --capacity-ratio R "
+            "(one pod serves R x the measured throughput; 1 assumes the same)"
+        )
     if kind == "gpu" and gpu.upper() in name.upper():
         return measured, name
     raise TritonKitError(
@@ -185,51 +293,107 @@ def make_plan(
     tune_result: Mapping[str, Any],
     *,
     target_rps: float,
-    price_per_gpu_hour: float,
+    price_per_gpu_hour: float | None = None,
     headroom: float = 0.3,
     peak_factor: float = 2.0,
-    gpu: str = "T4",
+    gpu: str | None = None,
     capacity_ratio: float | None = None,
+    price_per_pod_hour: float | None = None,
+    p99_ms: float | None = None,
 ) -> Plan:
     """The plan for ``target_rps`` from a ``tune.json`` (the config it chose and that config's curve), for
-    replicas on ``gpu``: refused when the tune measured another device, unless ``capacity_ratio`` says how
-    one ``gpu`` replica compares with what was measured."""
+    replicas on ``gpu`` (default T4 at $0.526/h): refused when the tune measured another device, unless
+    ``capacity_ratio`` says how one ``gpu`` replica compares with what was measured. A KIND_CPU config's
+    replicas are CPU pods at ``price_per_pod_hour`` (a GPU type or price for it is refused). ``p99_ms``:
+    the plan for another p99 budget, from the config's measured levels."""
     if not target_rps > 0:
         raise TritonKitError(f"target rate {target_rps}: expected requests/s > 0")
-    if price_per_gpu_hour < 0 or not 0 <= headroom < 10 or peak_factor < 1:
+    row, own = _chosen(tune_result)
+    pods = _kind(row) == "KIND_CPU"
+    key = row.get("key", "")
+    if pods and (gpu is not None or price_per_gpu_hour is not None):
         raise TritonKitError(
-            f"price {price_per_gpu_hour}, headroom {headroom}, peak factor {peak_factor}: "
+            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods, not "
+            f"{gpu or 'GPU'} replicas; expected --pod-hour-price PRICE and no --gpu/--gpu-hour-price"
+        )
+    if pods and price_per_pod_hour is None:
+        raise TritonKitError(
+            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods; expected "
+            "--pod-hour-price PRICE (the price of one such pod per hour)"
+        )
+    if not pods and price_per_pod_hour is not None:
+        raise TritonKitError(
+            f"--pod-hour-price: the priced config `{key}` runs {_kind(row)} instances (GPU replicas); "
+            "expected --gpu-hour-price PRICE"
+        )
+    price = price_per_pod_hour if pods else price_per_gpu_hour
+    price = 0.526 if price is None else price
+    gpu = gpu or "T4"
+    if price < 0 or not 0 <= headroom < 10 or peak_factor < 1:
+        raise TritonKitError(
+            f"price {price}, headroom {headroom}, peak factor {peak_factor}: "
             "expected price >= 0, 0 <= headroom < 10 and peak factor >= 1"
         )
-    row, own = _chosen(tune_result)
-    per_replica, measured_on = _per_replica(tune_result, row, gpu, capacity_ratio)
+    budget = float(tune_result.get("latency_budget_ms", 0.0))
+    if p99_ms is not None and not p99_ms > 0:
+        raise TritonKitError(f"--p99-ms {p99_ms}: expected a positive number of ms")
+    # The finals' median when the tune had finals: the search's figure is the best of many noisy ones.
+    measured = float(row.get("confirmed_throughput") or row["throughput"])
+    concurrency, source = int(row.get("concurrency") or 0), ""
+    outside: list[str] = []
+    if row.get("confirmed_throughput"):
+        source = "the finals median"
+    if p99_ms is not None and p99_ms != budget:
+        measured, concurrency, source, outside = _at_budget(row, p99_ms, budget)
+        budget = p99_ms
+    per_replica, measured_on = _per_replica(tune_result, row, gpu, capacity_ratio, measured, pods)
     replicas = max(2, math.ceil(target_rps * (1 + headroom) / per_replica))
     load = target_rps / replicas
     gpu_hours_per_s = replicas / 3600.0
     ratio = capacity_ratio or 1.0
+    curve = _curve(row, budget)
+    if curve and not curve[0][0] <= load / ratio <= curve[-1][0]:
+        outside.append(
+            f"the HPA target is read off the curve at {load / ratio:,.1f} req/s per replica, outside the "
+            f"{curve[0][0]:,.1f}-{curve[-1][0]:,.1f} req/s the tune measured within the budget: the nearest "
+            "measured level's queue time is taken"
+        )
+    elif not curve:
+        outside.append(
+            "the tune measured no level of this config within the budget: the HPA target is a guess"
+        )
+    partial = tune_result.get("partial")
+    if partial:
+        outside.append(
+            f"the tune was partial (its time budget ended it in its {partial.get('stopped')}): its figures are "
+            "what was measured by then"
+        )
     return Plan(
         model=str(tune_result.get("model", "")),
-        budget_ms=float(tune_result.get("latency_budget_ms", 0.0)),
+        budget_ms=budget,
         per_replica_rps=round(per_replica, 3),
-        concurrency=int(row.get("concurrency") or 0),
+        concurrency=concurrency,
         target_rps=target_rps,
         headroom=headroom,
         replicas=replicas,
         min_replicas=replicas,
         max_replicas=max(replicas + 1, math.ceil(replicas * peak_factor)),
         load_per_replica_rps=round(load, 3),
-        hpa_queue_us=max(1, round(queue_at(_curve(row), load / ratio))),
+        hpa_queue_us=max(1, round(queue_at(curve or _curve(row), load / ratio))),
         instances=int((row.get("point") or {}).get("instances", 1)),
-        price_per_gpu_hour=price_per_gpu_hour,
-        cost_per_million=round(price_per_gpu_hour * gpu_hours_per_s / target_rps * 1e6, 6),
-        cost_per_million_at_capacity=round(price_per_gpu_hour / 3600.0 / per_replica * 1e6, 6),
-        gpu=gpu,
-        measured_rps=round(float(row.get("confirmed_throughput") or row["throughput"]), 3),
+        price_per_gpu_hour=price,
+        cost_per_million=round(price * gpu_hours_per_s / target_rps * 1e6, 6),
+        cost_per_million_at_capacity=round(price / 3600.0 / per_replica * 1e6, 6),
+        gpu="" if pods else gpu,
+        measured_rps=round(measured, 3),
         measured_on=measured_on,
         capacity_ratio=capacity_ratio,
-        config_key=str(row.get("key", "")),
+        config_key=str(key),
         own_config=own,
-        provenance=tune_result.get("provenance"),
+        provenance=_priced_provenance(tune_result.get("provenance"), str(tune_result.get("model", "")), row),
+        unit="pod" if pods else "GPU",
+        figure_source=source,
+        outside_measured=tuple(outside),
     )
 
 
