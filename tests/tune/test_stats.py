@@ -6,7 +6,7 @@ import pytest
 
 from tritonkit.client import ModelStatistics
 from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import LevelResult, find_max
+from tritonkit.tune.measure import GeneratorLimitedError, LevelResult, find_max
 from tritonkit.tune.stats import ServerSplit, StabilityRule, latency_percentiles, merge_splits, server_split
 
 
@@ -106,24 +106,27 @@ def test_find_max_doubles_passes_unstable_levels_and_bisects() -> None:
     assert best is not None and best.level.value == 4 and [r.level.value for r in levels] == [1, 2, 4, 8, 16]
 
 
-def test_a_finals_round_keeps_its_level_when_only_the_generator_is_at_its_edge() -> None:
+def test_a_level_the_generator_limited_is_never_an_answer_nor_a_bound() -> None:
     # the generator's CPU is at its limit from c=8 on; p99 stays within the budget everywhere
     def measure(level: Level) -> LevelResult:
         return _level(level.value, 100.0 * level.value, 1.0, limited=level.value >= 8)
 
-    # a search treats a limited level as out of bounds: it halves away from it (8 -> 4, then bisects)
-    best, levels = find_max(measure, 13.0, start=8, limit=8, refine=1, require_stable=False)
-    assert best is not None and best.level.value == 6 and [r.level.value for r in levels] == [8, 4, 6]
-    # a finals round at the search's level keeps it, and the answer says it is generator-limited
-    best, levels = find_max(
-        measure, 13.0, start=8, limit=8, refine=1, require_stable=False, accept_limited=True
-    )
-    assert best is not None and best.level.value == 8 and best.generator_limited
-    assert [r.level.value for r in levels] == [8]
-    # the budget still rules: a limited level over it is halved away from, as before
-    over = find_max(lambda lv: _level(lv.value, 100.0, 20.0, limited=True), 13.0, start=8, limit=8,
-                    refine=0, require_stable=False, accept_limited=True)  # fmt: skip
-    assert over[0] is None
+    seen: list[float] = []
+    # a search that meets a limited level stops there, with one line naming it, the generator and the
+    # flag: halving away from it (as it once did) made a planner buy for the generator's ceiling
+    with pytest.raises(GeneratorLimitedError) as raised:
+        find_max(measure, 13.0, start=1, limit=64, refine=1, require_stable=False,
+                 on_result=lambda r: seen.append(r.level.value))  # fmt: skip
+    assert seen == [1, 2, 4, 8]  # the limited level was reported before the stop
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("the generator, not the server, limited concurrency 8 (1 process at 95 % CPU)")
+    assert "--workers" in message and "--url" in message
+    # a finals round at the search's level is no exception, and neither is a level over the budget
+    for start, p99 in ((8, 1.0), (8, 20.0)):
+        with pytest.raises(GeneratorLimitedError):
+            find_max(lambda lv, p=p99: _level(lv.value, 100.0, p, limited=True), 13.0, start=start,
+                     limit=start, refine=0, require_stable=False)  # fmt: skip
 
 
 def test_find_max_goes_on_past_one_flat_doubling() -> None:

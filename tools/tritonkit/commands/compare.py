@@ -17,7 +17,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import LevelResult, Measurer
+from tritonkit.tune.measure import LevelResult, Measurer, refuse_limited
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -56,11 +56,12 @@ def run(args: argparse.Namespace) -> int:
             with Measurer(target(conn, model, args, version), options) as measurer:
                 result = measurer.measure(lvl)
             print(
-                f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms",
+                f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms"
+                f" (generator: {result.capacity.describe()})",
                 file=sys.stderr,
                 flush=True,
             )
-            return result
+            return refuse_limited(result)  # a round the generator limited compares clients: one line
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
     summary["provenance"] = provenance.as_dict()

@@ -1,6 +1,6 @@
 """Arguments shared by ``tritonkit profile``, ``tune`` and ``compare``, and the server they measure.
 
-Owns the measurement flags (server, windows, stability, generator workers, transport, shared memory)
+Owns the measurement flags (server, windows, stability, generator workers: ``auto`` or N, transport, shared memory)
 and their checks (one line, expected vs given), and :func:`connect`: the server of ``--url`` or the
 embedded one on ``--repo`` with only the named models loaded (:func:`tritonkit.serve.endpoint.endpoint`),
 and the :class:`~tritonkit.tune.loadgen.Target` of a model on it.
@@ -20,6 +20,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.input_data import read_entries
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.options import ADMIN_HEADER
+from tritonkit.tune.capacity import AUTO, parse_workers
 from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
@@ -64,11 +65,39 @@ def add_measure_args(parser: argparse.ArgumentParser) -> None:
         "--stability-windows", type=int, default=3, help="windows that must agree (default 3)"
     )
     parser.add_argument("--max-windows", type=int, default=10, help="give up on stability after (default 10)")
-    parser.add_argument("--workers", type=int, default=1, help="generator processes (default 1: a thread)")
+    parser.add_argument(
+        "--workers",
+        type=_workers,
+        default=AUTO,
+        help="generator processes: auto (default: sized per level to this host's cores, leaving cores for "
+        "a server on it, and to the request; grown when a level limits the generator) or N for every level",
+    )
+    parser.add_argument(
+        "--max-generator-cpu",
+        type=float,
+        default=90.0,
+        help="a level whose generator process used more than this %% of a core measured the generator "
+        "(default 90): it is measured again with more processes, or refused",
+    )
+    parser.add_argument(
+        "--max-late-pct",
+        type=float,
+        default=5.0,
+        help="an open-loop level that sent more than this %% of its requests late or dropped them "
+        "measured the generator (default 5; 100: never)",
+    )
     parser.add_argument(
         "--accept-unstable", action="store_true", help="let an unstable level be the best (noisy hosts)"
     )
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (default 30)")
+
+
+def _workers(text: str) -> int:
+    """``--workers`` for argparse: its error as argparse's usage line."""
+    try:
+        return parse_workers(text)
+    except TritonKitError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--workers {text}: ")) from None
 
 
 def measure_options(args: argparse.Namespace) -> MeasureOptions:
@@ -81,8 +110,12 @@ def measure_options(args: argparse.Namespace) -> MeasureOptions:
             f"stability {args.stability_pct}% over {args.stability_windows} of at most {args.max_windows} windows: "
             "expected pct >= 0, windows >= 1 and --max-windows >= --stability-windows"
         )
-    if args.workers < 1:
-        raise TritonKitError(f"--workers {args.workers}: expected a whole number >= 1")
+    if not 0 < args.max_generator_cpu <= 100:
+        raise TritonKitError(
+            f"--max-generator-cpu {args.max_generator_cpu:g}: expected a percentage in (0, 100]"
+        )
+    if not 0 <= args.max_late_pct <= 100:
+        raise TritonKitError(f"--max-late-pct {args.max_late_pct:g}: expected a percentage in [0, 100]")
     if args.batch_size < 1:
         raise TritonKitError(f"--batch-size {args.batch_size}: expected a whole number >= 1")
     if args.input_data is not None:
@@ -96,6 +129,8 @@ def measure_options(args: argparse.Namespace) -> MeasureOptions:
         stability=StabilityRule(args.stability_windows, args.stability_pct / 100.0),
         max_windows=args.max_windows,
         workers=args.workers,
+        max_generator_cpu=args.max_generator_cpu / 100.0,
+        max_late_share=args.max_late_pct / 100.0,
     )
 
 
@@ -169,6 +204,6 @@ def generator_problem(args: argparse.Namespace) -> str | None:
         return f"--stability-windows {args.stability_windows}: perf_analyzer's rule is fixed at 3 windows"
     if args.shared_memory != "none":
         return f"--shared-memory {args.shared_memory}: perf_analyzer would need the admin key in its argv"
-    if args.workers != 1:
+    if args.workers not in (AUTO, 1):
         return f"--workers {args.workers}: perf_analyzer sizes its own threads (leave --workers out)"
     return None

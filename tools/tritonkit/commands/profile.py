@@ -42,6 +42,8 @@ from tritonkit.tune.measure import (
     MeasureOptions,
     Measurer,
     find_max,
+    generator_line,
+    refuse_limited,
 )
 from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
@@ -107,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
+            if line := generator_line(result):
+                print(line, flush=True)
             if cross is not None and not args.find_max:
                 checks[result.level.label()] = record = cross(result)
                 print(cross_check_line(record), flush=True)
@@ -134,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 result = measurer.measure(level)
                 show(result)
                 results.append(result)
+                refuse_limited(result)  # a level the generator limited ends the sweep: one line
         if cross is not None and args.find_max and best is not None:
             checks[best.level.label()] = record = cross(best)
             print(cross_check_line(record), flush=True)

@@ -88,6 +88,7 @@ def summarize(comparison: Comparison) -> dict[str, Any]:
                     "p99_samples": r[name].successes,
                     "failures": r[name].failures,
                     "stable": r[name].stable,
+                    "generator": r[name].capacity.as_dict(),
                 }
                 for name in comparison.names
             }

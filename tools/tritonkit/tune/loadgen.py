@@ -4,7 +4,8 @@ Why this and not Locust: Locust's statistics keep whole milliseconds (a 0.4 ms m
 and its gevent users are the generator whose saturation this module must detect, not hide. One asyncio
 loop with ``AsyncClient`` sends HTTP or gRPC (or through system/CUDA shared memory) at a few tens of µs of
 CPU per request, times every request with ``perf_counter_ns``, and measures its own CPU time; where one
-core is not enough, ``workers`` processes each run a loop with a share of the load.
+core is not enough, worker processes each run a loop with a share of the load. Requests are encoded once
+and sent as encoded on the loop's own connections (:mod:`tritonkit.tune.sender`).
 
 A load level is a concurrency (closed loop: that many requests always in flight) or a request rate (open
 loop, constant spacing or Poisson arrivals; a send that starts more than ``late_us`` after its slot is
@@ -12,9 +13,12 @@ loop, constant spacing or Poisson arrivals; a send that starts more than ``late_
 not the server, set the pace). Windows end by time (``window_s``) or by completions (``window_count``).
 A request counts in the window in which it completes; failures are counted apart, never as throughput.
 
-:class:`LoadGenerator` hides where the loops run: ``workers=1`` the load loop of this process (its CPU is
-that loop's thread's), ``workers>1`` spawned processes kept for every level of a sweep, each on its own
-load loop (their CPU is the process'). One :class:`~tritonkit.client.AsyncClient` per loop (and, for a
+:class:`LoadGenerator` hides where the loops run: one loop, the load loop of this process (its CPU is
+that loop's thread's), or spawned processes kept for every level of a sweep, each on its own load loop
+(their CPU is the process'). ``workers=N`` runs every level on N processes (1: this process);
+``workers=AUTO`` (0, the default of the commands) sizes each level by :func:`tritonkit.tune.capacity.auto_processes`
+(the host's cores, the server on the same host or not, the request's size, the level) and can be told to
+grow (:meth:`LoadGenerator.more`) when a level measured the generator instead of the server. One :class:`~tritonkit.client.AsyncClient` per loop (and, for a
 level of one request in flight, one blocking :class:`~tritonkit.client.Client`) serves every level and is
 closed on that loop, which is never closed (:mod:`tritonkit.tune.eventloop` says why).
 """
@@ -30,21 +34,27 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
 
-from tritonkit.client import AsyncClient, Client
-from tritonkit.client.ops import ClientOps
-from tritonkit.client.spec import ModelSpec
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
 from tritonkit.tune import eventloop
+from tritonkit.tune.capacity import (
+    AUTO,
+    Capacity,
+    auto_processes,
+    connections,
+    generator_cores,
+    host_cores,
+    is_local,
+)
+from tritonkit.tune.sender import OpenLoop, Session, Target
+
+_Session = Session  # the name the tests drive the loop with
 
 __all__ = ["Level", "LoadGenerator", "OpenLoop", "RawWindow", "Target", "WindowSpec"]
 
 MODES = ("concurrency", "rate", "poisson")
-C = TypeVar("C", bound=ClientOps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,38 +89,6 @@ class WindowSpec:
 
     seconds: float = 1.0
     count: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenLoop:
-    """How an open-loop level judges its own pace: a send that starts more than ``late_us`` after its
-    slot is late; one that finds ``max_in_flight`` requests outstanding is dropped."""
-
-    late_us: float = 1000.0
-    max_in_flight: int = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """What the generator sends: one model of one server, the same request every time."""
-
-    url: str
-    model: str
-    protocol: str = "http"
-    version: str = ""
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    shared_memory: str = "none"
-    batch_size: int = 1
-    #: size of every variable (-1) dimension other than the batch
-    variable_dim: int = 16
-    timeout_s: float = 30.0
-    open_loop: OpenLoop = OpenLoop()
-    seed: int = 0
-    #: a perf_analyzer ``--input-data`` JSON file: its entries are the requests (default: generated data)
-    input_data: str | None = None
-    #: one request in flight is sent with blocking calls (:meth:`_Loop._single`); False: on the asyncio
-    #: path like any other level (benchmarks compare the two; worker processes get it with the target)
-    blocking_single: bool = True
 
 
 @dataclasses.dataclass
@@ -156,25 +134,31 @@ class _Loop:
         self.error = ""
         return window, now
 
-    def _draw(self, payloads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-        """The next request's inputs (the pool in turn across windows), counted as sent."""
-        inputs = payloads[self.drawn % len(payloads)]
+    def _draw(self, count: int) -> int:
+        """The next request's index in the pool (the pool in turn across windows), counted as sent."""
+        index = self.drawn % count
         self.drawn += 1
         self.sent += 1
-        return inputs
+        return index
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: BaseException) -> None:
         """A failure: counted, kept as the window's first message, never timed."""
         self.failures += 1
-        self.error = self.error or " ".join(str(exc).split())[:200]
+        self.error = self.error or " ".join((str(exc) or type(exc).__name__).split())[:200]
 
-    async def _one(self, client: Any, payloads: Sequence[Mapping[str, Any]]) -> None:
-        t = self.target
-        inputs = self._draw(payloads)
+    async def _one(self, session: Session) -> None:
+        t, requests, lanes = self.target, session.requests, session.lanes
+        index = self._draw(len(requests.encoded))
+        transport = lanes.lane(self.in_flight) if lanes is not None else None
         self.in_flight += 1
         start = time.perf_counter_ns()
         try:
-            await client.infer(t.model, inputs, version=t.version or None, timeout=t.timeout_s)
+            if transport is not None:  # as encoded, on this loop's connections
+                await transport.infer(requests.encoded[index], requests.names, t.timeout_s)
+            else:  # shared memory: the client's regions
+                await session.client.infer(
+                    t.model, requests.inputs[index], version=t.version or None, timeout=t.timeout_s
+                )
         except asyncio.CancelledError:
             self.abandoned += 1
             raise
@@ -186,20 +170,20 @@ class _Loop:
             self.in_flight -= 1
             self.completed += 1
 
-    async def _closed(self, client: Any, inputs: Sequence[Mapping[str, Any]], concurrency: int) -> None:
+    async def _closed(self, session: Session, concurrency: int) -> None:
         async def user() -> None:
             while not self.draining:
-                await self._one(client, inputs)
+                await self._one(session)
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
-    async def _open(self, client: Any, inputs: Sequence[Mapping[str, Any]], level: Level) -> None:
+    async def _open(self, session: Session, level: Level) -> None:
         rng = random.Random(self.target.seed)
         tasks: set[asyncio.Task[None]] = set()
         slot = time.perf_counter()
         late_s = self.target.open_loop.late_us / 1e6
         try:
-            await self._schedule(client, inputs, level, rng, tasks, slot, late_s)
+            await self._schedule(session, level, rng, tasks, slot, late_s)
         finally:
             # The requests in flight finish (see run), then any left are cancelled and unwound (their
             # shared-memory regions released), as the closed loop's gather does: none outlives its level.
@@ -214,8 +198,7 @@ class _Loop:
 
     async def _schedule(
         self,
-        client: Any,
-        inputs: Sequence[Mapping[str, Any]],
+        session: Session,
         level: Level,
         rng: random.Random,
         tasks: set[asyncio.Task[None]],
@@ -227,37 +210,40 @@ class _Loop:
             delay = slot - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            elif -delay > late_s:
-                self.late += 1
             if self.in_flight >= self.target.open_loop.max_in_flight:
-                self.dropped += 1
+                self.dropped += 1  # dropped, not also late: a slot counts once (late + dropped <= sent + dropped)
                 continue
-            task = asyncio.create_task(self._one(client, inputs))
+            if -delay > late_s:
+                self.late += 1
+            task = asyncio.create_task(self._one(session))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
     async def run(
         self,
-        session: _Session,
+        session: Session,
         level: Level,
         window: WindowSpec,
         emit: Callable[[RawWindow], None],
         stopped: Callable[[], bool],
     ) -> None:
-        client, inputs = await session.ready()
+        await session.ready()
         self.draining = False
         single = self.target.blocking_single and level.mode == "concurrency" and int(level.value) == 1
-        blocking = session.blocking(inputs) if single else None  # warmed before the level's clock starts
+        if single:
+            session.blocking(session.requests.inputs)  # warmed before the level's clock starts
         started = (time.perf_counter(), self.cpu_clock())
         self.latencies, self.failures, self.sent, self.late, self.dropped = [], 0, 0, 0, 0
         self.completed = 0
-        if blocking is not None:
-            self._single(blocking, inputs, window, emit, stopped, started)
+        if single:
+            self._single(
+                session.blocking_send(), len(session.requests.encoded), window, emit, stopped, started
+            )
             return
         sender = (
-            self._closed(client, inputs, int(level.value))
+            self._closed(session, int(level.value))
             if level.mode == "concurrency"
-            else self._open(client, inputs, level)
+            else self._open(session, level)
         )
         task = asyncio.ensure_future(sender)
         try:
@@ -287,8 +273,8 @@ class _Loop:
 
     def _single(
         self,
-        client: Client,
-        inputs: Sequence[Mapping[str, Any]],
+        send: Callable[[int], object],
+        count: int,
         window: WindowSpec,
         emit: Callable[[RawWindow], None],
         stopped: Callable[[], bool],
@@ -301,14 +287,13 @@ class _Loop:
         for raw ``tritonclient``, through gRPC 1.30, 1.18 and 1.06 ms (``scripts/tune/lone_request.py``,
         docs/benchmarks-lone-request.md). A single stream's latency is what a planner reads for low load;
         the loop has nothing else to do at this level."""
-        t = self.target
         goal = window.count
         while not stopped():
-            payload = self._draw(inputs)
+            index = self._draw(count)
             self.in_flight = 1
             start = time.perf_counter_ns()
             try:
-                client.infer(t.model, payload, version=t.version or None, timeout=t.timeout_s)
+                send(index)
             except Exception as exc:  # any failure
                 self._failed(exc)
             else:
@@ -320,97 +305,6 @@ class _Loop:
                 raw, started = self._cut(started)
                 self.completed = 0
                 emit(raw)
-
-
-class _Session:
-    """One generator's :class:`AsyncClient` and request inputs, kept from level to level on the load loop.
-
-    Made on first use (inside the loop: grpc.aio channels and aiohttp sessions bind to it), closed by
-    :meth:`close` on the same loop, which keeps running afterwards (:mod:`tritonkit.tune.eventloop`).
-    """
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self._client: AsyncClient | None = None
-        self._blocking: Client | None = None
-        self._inputs: list[dict[str, Any]] | None = None
-
-    def _new(self, kind: type[C]) -> C:
-        """A client of ``kind`` (both are made alike) on the target's server, protocol, headers and transport."""
-        t = self.target
-        return kind(t.url, t.protocol, timeout=t.timeout_s, retries=None, headers=dict(t.headers) or None,
-                    shared_memory=t.shared_memory)  # fmt: skip
-
-    async def ready(self) -> tuple[AsyncClient, list[dict[str, Any]]]:
-        t = self.target
-        if self._client is None:
-            self._client = self._new(AsyncClient)
-        if self._inputs is None:
-            version = t.version or None
-            spec = ModelSpec(
-                await self._client.metadata(t.model, version), await self._client.config(t.model, version)
-            )
-            source = f"{INPUT_DATA}{t.input_data}" if t.input_data else "auto"
-            pool = make_payloads(
-                spec, {t.batch_size: 1.0}, seed=t.seed, source=source, variable_dim=t.variable_dim
-            )
-            self._inputs = [p.inputs for p in pool.payloads]
-            with contextlib.suppress(Exception):  # warm the connection; a failure shows in the windows
-                await self._client.infer(
-                    t.model, self._inputs[0], version=t.version or None, timeout=t.timeout_s
-                )
-        return self._client, self._inputs
-
-    def blocking(self, inputs: Sequence[Mapping[str, Any]]) -> Client:
-        """A blocking :class:`~tritonkit.client.Client` like the session's (for one request in flight),
-        warmed as the session's is: its connection (and shared-memory regions) made before any timing."""
-        t = self.target
-        if self._blocking is None:
-            self._blocking = self._new(Client)
-            with contextlib.suppress(Exception):  # a failure shows in the windows
-                self._blocking.infer(t.model, inputs[0], version=t.version or None, timeout=t.timeout_s)
-        return self._blocking
-
-    @property
-    def opened(self) -> bool:
-        return self._client is not None or self._blocking is not None
-
-    async def close(self) -> None:
-        """Close both clients, concurrently. A close can wait on a server that stopped answering (each
-        shared-memory region's unregister up to the client's timeout): the blocking client closes on a
-        daemon thread, off the load loop, and both run to their end under a shield when the caller stops
-        waiting (``eventloop.run(..., cancel=False)``), so neither the loop nor the process's exit waits
-        for them."""
-        closing: list[Any] = []
-        if self._blocking is not None:
-            blocking, self._blocking = self._blocking, None
-            closing.append(_off_loop(blocking.close))
-        if self._client is not None:
-            client, self._client = self._client, None
-            closing.append(client.close())
-        if closing:
-            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
-
-
-def _off_loop(fn: Callable[[], object]) -> asyncio.Future[None]:
-    """``fn()`` on a daemon thread (an executor's thread would hold the interpreter's exit); its outcome
-    as a future of the running loop (a failure is swallowed: closing is best effort)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def body() -> None:
-        try:
-            with contextlib.suppress(Exception):  # best effort: the client is gone either way
-                fn()
-        finally:
-            loop.call_soon_threadsafe(settle)
-
-    threading.Thread(target=body, name="tritonkit-close", daemon=True).start()
-    return done
 
 
 _STOP = "stop"
@@ -432,7 +326,7 @@ def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs
     """A worker process: run each level it is sent until told to stop; ``None`` ends it.
 
     Every level runs on this process's one load loop with one client, closed there at the end."""
-    session = _Session(target)
+    session = Session(target)
     try:
         while True:
             message = conn.recv()
@@ -457,29 +351,49 @@ def _child(conn: Connection, target: Target) -> None:  # pragma: no cover - runs
 
 
 class LoadGenerator:
-    """Runs load levels on one or more asyncio loops and yields their windows; a context manager."""
+    """Runs load levels on one or more asyncio loops and yields their windows; a context manager.
 
-    def __init__(self, target: Target, workers: int = 1) -> None:
-        if workers < 1:
-            raise TritonKitError(f"generator workers {workers}: expected >= 1")
+    ``workers``: N processes for every level (1: this process's load loop), or :data:`AUTO`: each
+    level sized by :func:`~tritonkit.tune.capacity.auto_processes`, up to ``max_processes`` (None: the
+    cores this host leaves the generator, :func:`~tritonkit.tune.capacity.generator_cores`); processes
+    are spawned when a level first needs them and kept for the rest of the run."""
+
+    def __init__(self, target: Target, workers: int = 1, max_processes: int | None = None) -> None:
+        if workers < 0 or (max_processes is not None and max_processes < 1):
+            raise TritonKitError(
+                f"generator workers {workers} (at most {max_processes}): expected auto (0) or >= 1"
+            )
         self.target = target
         self.workers = workers
+        self.auto = workers == AUTO
+        self.local = is_local(target.url)
+        self.ceiling = (
+            workers if not self.auto else max_processes or generator_cores(host_cores(), self.local)
+        )
         self._procs: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
-        self._session = _Session(target)
+        self._session = Session(target)
         self._level: concurrent.futures.Future[None] | None = None
         self._queue: queue.Queue[RawWindow | BaseException | str] = queue.Queue()
         self._stop = threading.Event()
         self._active = 0
+        self._remote = False
+        #: per load mode, (the lowest level that needed them, processes) once a level grew
+        self._grown: dict[str, tuple[float, int]] = {}
+        #: what the level sent last was sent with
+        self.capacity = Capacity(1, 1, self.auto)
 
     def __enter__(self) -> LoadGenerator:
-        if self.workers > 1:
-            ctx = multiprocessing.get_context("spawn")  # grpc and threads do not survive fork
-            for _ in range(self.workers):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_child, args=(child, self.target), daemon=True)
-                proc.start()
-                self._procs.append((proc, parent))
+        if not self.auto and self.workers > 1:
+            self._spawn(self.workers)
         return self
+
+    def _spawn(self, count: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # grpc and threads do not survive fork
+        while len(self._procs) < count:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_child, args=(child, self.target), daemon=True)
+            proc.start()
+            self._procs.append((proc, parent))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -494,18 +408,56 @@ class LoadGenerator:
                 proc.kill()
         self._procs = []
 
-    def start(self, level: Level, window: WindowSpec) -> None:
-        """Begin sending at ``level``; windows come from :meth:`next_window`."""
+    def request_bytes(self) -> int:
+        """The tensor bytes of the target's largest request (read once, by this process's session)."""
+        eventloop.run(self._session.ready(), timeout=self.target.timeout_s + 30)
+        return self._session.requests.nbytes
+
+    def processes_for(self, level: Level) -> int:
+        """The processes ``level`` starts with: ``workers``, or the sizing rule's (and at least what a
+        lower level of the same mode grew to)."""
+        if not self.auto:
+            return self.workers
+        wanted = auto_processes(level.mode, level.value, self.request_bytes(), self.ceiling)
+        grown = self._grown.get(level.mode)
+        if grown is not None and level.value >= grown[0] and int(level.value) > 1:
+            wanted = max(wanted, grown[1])
+        return min(wanted, self._most(level))
+
+    def _most(self, level: Level) -> int:
+        return min(self.ceiling, int(level.value)) if level.mode == "concurrency" else self.ceiling
+
+    def more(self, level: Level, processes: int) -> int | None:
+        """The processes to measure ``level`` again with, after ``processes`` were the limit (twice as
+        many, up to the ceiling); None when the generator has no more (or its count was given)."""
+        if not self.auto or processes >= self._most(level):
+            return None
+        more = min(self._most(level), processes * 2)
+        low = self._grown.get(level.mode)
+        if low is None or more > low[1] or level.value < low[0]:
+            self._grown[level.mode] = (level.value, max(more, low[1] if low else 0))
+        return more
+
+    def start(self, level: Level, window: WindowSpec, processes: int | None = None) -> None:
+        """Begin sending at ``level`` (on ``processes``, default :meth:`processes_for`); windows come
+        from :meth:`next_window`."""
         self.stop()
-        if self._procs:
-            parts = level.split(len(self._procs))
+        count = processes or self.processes_for(level)
+        in_flight = int(level.value) if level.mode == "concurrency" else 0
+        self._remote = count > 1 or (not self.auto and self.workers > 1)
+        if self._remote:
+            self._spawn(count)
+            parts = level.split(count)
             spec = (
                 window if not window.count else WindowSpec(window.seconds, max(1, window.count // len(parts)))
             )
             for (_, conn), part in zip(self._procs, parts, strict=False):
                 conn.send((part, spec))
             self._active = len(parts)
+            share = max(int(p.value) for p in parts) if in_flight else 0
+            self.capacity = Capacity(len(parts), connections(share, self.target.protocol), self.auto)
             return
+        self.capacity = Capacity(1, connections(in_flight, self.target.protocol), self.auto)
         self._stop.clear()
         self._queue = queue.Queue()
         q = self._queue
@@ -527,7 +479,7 @@ class LoadGenerator:
         """The next window of every loop (blocks up to ``timeout`` seconds for each)."""
         if not self._active:
             raise TritonKitError("the load generator is not running; call start() first")
-        if self._procs:
+        if self._remote:
             out = []
             for _, conn in self._procs[: self._active]:
                 if not conn.poll(timeout):
@@ -553,7 +505,7 @@ class LoadGenerator:
         """Stop the level being sent (its requests in flight finish first) and wait for the loops to end."""
         if not self._active:
             return
-        if self._procs:
+        if self._remote:
             for _, conn in self._procs[: self._active]:
                 conn.send(_STOP)
             for _, conn in self._procs[: self._active]:

@@ -8,7 +8,11 @@ generator check), :class:`LevelResult` (a level's verdict: stable or not, always
 Throughput counts successes only: failed requests are reported as ``failures`` and ``failure_ratio``.
 The generator check marks a window ``generator_limited`` when its loop used more than
 ``max_generator_cpu`` of a core or, at a request rate, sent more than ``max_late_share`` of its requests
-late or dropped them: such a level measures the generator, and is reported as such.
+late or dropped them: such a level measures the generator, not the server. :meth:`Measurer.measure`
+then measures the level again with twice the processes, up to what the host has
+(:mod:`tritonkit.tune.capacity`), and a level still limited is never an answer: :func:`find_max` and
+:func:`refuse_limited` stop with :class:`GeneratorLimitedError`, one line naming the limit and the
+flag. Every result says the generator capacity it was measured with (``generator``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
+from tritonkit.tune.capacity import AUTO, Capacity
 from tritonkit.tune.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
 from tritonkit.tune.stats import (
     ServerSplit,
@@ -30,7 +35,22 @@ from tritonkit.tune.stats import (
     server_split,
 )
 
-__all__ = ["LevelResult", "MeasureOptions", "Measurer", "Window", "find_max", "sweep"]
+__all__ = [
+    "GeneratorLimitedError",
+    "LevelResult",
+    "MeasureOptions",
+    "Measurer",
+    "Window",
+    "find_max",
+    "generator_line",
+    "limited_message",
+    "refuse_limited",
+    "sweep",
+]
+
+
+class GeneratorLimitedError(TritonKitError):
+    """A level measured the load generator, not the server, and the generator had no more capacity."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +62,11 @@ class MeasureOptions:
     max_windows: int = 10
     max_generator_cpu: float = 0.9
     max_late_share: float = 0.05
-    workers: int = 1
+    #: generator processes: :data:`~tritonkit.tune.capacity.AUTO` (sized per level, grown when a level
+    #: is limited) or that many for every level (1: this process's load loop)
+    workers: int = AUTO
+    #: with ``workers`` AUTO, the most processes (None: the cores this host leaves the generator)
+    max_processes: int | None = None
 
 
 @dataclasses.dataclass
@@ -124,6 +148,10 @@ class LevelResult:
     error: str = ""
     #: the 95 % confidence interval of the p99 (µs) from the ``successes`` it was computed from
     p99_ci_us: tuple[float | None, float | None] = (None, None)
+    #: the generator this result was measured with
+    capacity: Capacity = Capacity(1, 1, False)  # noqa: RUF009 - frozen, never mutated
+    #: the generator's earlier tries at this level, each limited: [{"processes", "generator_cpu"}]
+    limited_tries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def p99_ms(self) -> float:
@@ -180,6 +208,7 @@ class LevelResult:
             "generator_cpu": round(self.generator_cpu, 3),
             "late_share": round(self.late_share, 4),
             "generator_limited": self.generator_limited,
+            "generator": {**self.capacity.as_dict(), "limited_tries": self.limited_tries},
             "queue_us": self.server.queue_us,
             "compute_input_us": self.server.compute_input_us,
             "compute_infer_us": self.server.compute_infer_us,
@@ -191,7 +220,9 @@ class LevelResult:
         }
 
 
-def _verdict(level: Level, windows: list[Window], stable: bool, options: MeasureOptions) -> LevelResult:
+def _verdict(
+    level: Level, windows: list[Window], stable: bool, options: MeasureOptions, capacity: Capacity
+) -> LevelResult:
     used = windows[-options.stability.count :] if windows else []
     wall = sum(w.wall_s for w in used)
     latencies = [lat for w in used for lat in w.latencies_ns]
@@ -206,13 +237,48 @@ def _verdict(level: Level, windows: list[Window], stable: bool, options: Measure
         failures=sum(w.failures for w in used),
         successes=len(latencies),
         generator_limited=cpu > options.max_generator_cpu
-        or (level.mode != "concurrency" and late > options.max_late_share),
+        or (level.mode != "concurrency" and options.max_late_share < 1.0 and late > options.max_late_share),
         generator_cpu=cpu,
         late_share=late,
         server=merge_splits([w.server for w in used]),
         error=next((w.error for w in used if w.error), ""),
         p99_ci_us=quantile_interval_us(latencies),
+        capacity=capacity,
     )
+
+
+def limited_message(result: LevelResult) -> str:
+    """The one line of a level the generator limited: the level, the generator, the flag."""
+    lv = result.level
+    level = f"concurrency {lv.value:g}" if lv.mode == "concurrency" else f"{lv.value:g} requests/s"
+    c = dataclasses.replace(result.capacity, cpu=result.generator_cpu)
+    late = f", {result.late_share:.0%} sent late".replace("%", " %") if lv.mode != "concurrency" else ""
+    more = (
+        "with --url on a separate load host (this host has no more cores for it) or more --workers"
+        if c.auto
+        else "with more --workers (or --workers auto), or with --url on a separate load host"
+    )
+    return f"the generator, not the server, limited {level} ({c.describe()}{late}); rerun {more}"
+
+
+def generator_line(result: LevelResult) -> str:
+    """What a report prints of the generator a level was measured with ("" for one process on its
+    first try, the default of every small level)."""
+    c, tries = result.capacity, result.limited_tries
+    if c.processes == 1 and not tries:
+        return ""
+    again = ", ".join(f"{t['processes']} at {t['generator_cpu']:.0%}".replace("%", " %") for t in tries)
+    noun = "process" if c.processes == 1 else "processes"
+    return f"  {result.level.label()}: generator {c.processes} {noun}" + (
+        f" (measured again: the generator limited it with {again} CPU)" if tries else ""
+    )
+
+
+def refuse_limited(result: LevelResult) -> LevelResult:
+    """``result``, or :class:`GeneratorLimitedError` when the generator limited it."""
+    if result.generator_limited:
+        raise GeneratorLimitedError(limited_message(result))
+    return result
 
 
 class Measurer:
@@ -236,10 +302,13 @@ class Measurer:
         self.measurements = 0
         #: windows sent and not kept (the first after a config load: see :meth:`loaded`)
         self.discarded = 0
+        #: levels measured again with more generator processes
+        self.remeasured = 0
         self._cold = False
 
     def __enter__(self) -> Measurer:
-        self._generator = LoadGenerator(self.target, self.options.workers).__enter__()
+        options = self.options
+        self._generator = LoadGenerator(self.target, options.workers, options.max_processes).__enter__()
         if self._statistics is None:
             t = self.target
             self._client = Client(t.url, t.protocol, timeout=10, headers=dict(t.headers) or None)
@@ -267,15 +336,31 @@ class Measurer:
 
     def measure(self, level: Level) -> LevelResult:
         """Send ``level`` until ``stability.count`` windows agree or ``max_windows`` pass (after one
-        window not kept when a config was just loaded)."""
+        window not kept when a config was just loaded). A level the generator limited is measured again
+        with more processes while the generator has more (``workers`` auto); the result says every
+        limited try (``limited_tries``) and is still ``generator_limited`` when none was left."""
         generator = self._generator
         if generator is None:
             raise TritonKitError("Measurer used outside its `with` block")
+        processes = generator.processes_for(level)
+        tries: list[dict[str, Any]] = []
+        while True:
+            result = self._measure_with(generator, level, processes)
+            result.limited_tries = list(tries)
+            more = generator.more(level, processes) if result.generator_limited else None
+            if more is None:
+                return result
+            tries.append({"processes": processes, "generator_cpu": round(result.generator_cpu, 3)})
+            self.remeasured += 1
+            processes = more
+
+    def _measure_with(self, generator: LoadGenerator, level: Level, processes: int) -> LevelResult:
         options = self.options
         timeout = (options.window.seconds if not options.window.count else 60.0) + self.target.timeout_s + 30
         windows: list[Window] = []
         self.measurements += 1
-        generator.start(level, options.window)
+        generator.start(level, options.window, processes)
+        capacity = generator.capacity
         try:
             if self._cold:
                 self._cold = False
@@ -288,8 +373,8 @@ class Measurer:
                 windows.append(Window.merge(raws, server_split(before, after)))
                 before = after
                 if options.stability.stable([w.throughput for w in windows], [w.p99_us for w in windows]):
-                    return _verdict(level, windows, True, options)
-            return _verdict(level, windows, False, options)
+                    return _verdict(level, windows, True, options, capacity)
+            return _verdict(level, windows, False, options, capacity)
         finally:
             generator.stop()
 
@@ -311,33 +396,31 @@ def find_max(
     max_failure_ratio: float = 0.0,
     require_stable: bool = True,
     on_result: Callable[[LevelResult], None] | None = None,
-    accept_limited: bool = False,
 ) -> tuple[LevelResult | None, list[LevelResult]]:
     """The highest level within ``budget_ms`` (p99), stable, without generator limits or failures.
 
-    Doubles the level from ``start`` until one breaks the budget (p99 over it, failures, a limited
-    generator: or ``limit``, or throughput stops growing by 2 % over two doublings: the server is
+    Doubles the level from ``start`` until one breaks the budget (p99 over it, failures: or ``limit``, or throughput stops growing by 2 % over two doublings: the server is
     saturated; over one it may be a plateau), then bisects ``refine`` times between the last good and
     the first bad level. When ``start`` itself breaks the budget (a warm start from a neighbouring
     config's answer), the level is halved until one fits, then bisected the same way; from the default
     ``start`` of 1 this never happens. An unstable level within the budget is inconclusive, not bad: the
     search goes on past it, but only a stable level can be the answer (unless ``require_stable`` is
-    False). ``accept_limited``: a generator-limited level may be the answer (its figure is then what
-    this generator drew from the server, a lower bound, and says so); a finals round measuring again at
-    the search's level uses it, so that a generator at its edge does not move the figure to another
-    level than the one reported. Returns (the best level or None, every level measured).
+    False). A level the generator limited (after ``measure`` gave it all the generator has) is never
+    an answer nor a bound: its figure is the generator's, so the search stops there with
+    :class:`GeneratorLimitedError` (after ``on_result`` saw it), whatever its p99. Returns (the best
+    level or None, every level measured).
     """
     results: list[LevelResult] = []
 
     def fits(result: LevelResult, stable: bool = require_stable) -> bool:
-        return result.within(budget_ms, max_failure_ratio, stable, accept_limited)
+        return result.within(budget_ms, max_failure_ratio, stable)
 
     def run(value: float) -> LevelResult:
         result = measure(Level(mode, round(value) if mode == "concurrency" else value))
         results.append(result)
         if on_result is not None:
             on_result(result)
-        return result
+        return refuse_limited(result)
 
     good: LevelResult | None = None
     bad: float | None = None

@@ -17,7 +17,14 @@ from tritonkit.config import ModelConfig, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.apply import RepositoryApi
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.measure import (
+    GeneratorLimitedError,
+    LevelResult,
+    MeasureOptions,
+    Measurer,
+    find_max,
+    wait_ready,
+)
 from tritonkit.tune.space import buckets_of, padded_share
 
 __all__ = ["Settings", "measure_config", "progress_line", "start_level"]
@@ -52,9 +59,10 @@ def measure_config(
 ) -> dict[str, Any]:
     """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
     ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget (p99
-    or failures; the generator at its limit there does not count, the row says ``generator_limited``),
-    the highest level below it that fits (halved, then bisected once), stability not required (the
-    rounds are the averaging). ``measurer``: the tune's one load generator (None: one for this config). The row
+    or failures), the highest level below it that fits (halved, then bisected once), stability not
+    required (the rounds are the averaging). A level the generator limited with all the capacity it
+    has ends the tune (:class:`~tritonkit.tune.measure.GeneratorLimitedError` goes up, nothing of it is
+    logged or written): it measured the client, and a winner or a bound from it would be the client's. ``measurer``: the tune's one load generator (None: one for this config). The row
     says where the seconds went (``load_s``: the config put into service and ready; ``measure_s``: its
     levels) and, for a runner that pads to buckets, the share of padded rows (``padded_share``)."""
     row: dict[str, Any] = {
@@ -64,8 +72,6 @@ def measure_config(
     if final is not None:
         row = {"kind": "final", "key": key, "round": final[0], "start_concurrency": final[1]}
         limit, refine, require_stable = final[1], 1, False
-    # A finals round keeps the search's level when only the generator is at its edge there: halving
-    # would measure the finalist at a level other than the one tune reports and profile reproduces.
     started = time.monotonic()
     levels: list[LevelResult] = []
     best: LevelResult | None = None
@@ -84,8 +90,9 @@ def measure_config(
                 limit=limit,
                 refine=refine,
                 require_stable=require_stable,
-                accept_limited=final is not None,
             )
+    except GeneratorLimitedError:
+        raise
     except TritonKitError as exc:
         row["error"] = " ".join(str(exc).split())
     buckets = buckets_of(cfg)
@@ -100,6 +107,7 @@ def measure_config(
     row["p99_ms"] = best.p99_ms if best is not None else (min((r.p99_ms for r in levels), default=0.0))
     row["stable"] = best.stable if best is not None else False
     row["generator_limited"] = best.generator_limited if best is not None else False
+    row["generator"] = best.summary()["generator"] if best is not None else None
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
