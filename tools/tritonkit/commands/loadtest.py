@@ -127,4 +127,5 @@ def run(args: argparse.Namespace) -> int:
     if not summary.slo_passed:
         for breach in summary.breaches:
             print(f"tritonkit loadtest: SLO breached: {breach}", file=sys.stderr)
+    print(f"tritonkit loadtest: report in {Path(options.report_dir).resolve()}/summary.md", file=sys.stderr)
     return int(summary.exit_code)

@@ -145,7 +145,8 @@ if _CONFIG is not None:
             # Locust lets a user finish the request it is in while the run stops, and does its own
             # shutdown work meanwhile: such an answer is counted, but its time is Locust's, not Triton's.
             return
-        _HISTOGRAMS[name].add(response_time)
+        if exception is None:  # a failure's time is no latency: never in the percentiles (counted above)
+            _HISTOGRAMS[name].add(response_time)
         if _LIVE is not None:
             _LIVE.add(response_time, exception is not None)
             _UNREPORTED.add(response_time, exception is not None)

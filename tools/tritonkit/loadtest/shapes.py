@@ -54,7 +54,8 @@ class Live:
     def add(self, ms: float, failed: bool) -> None:
         self.requests += 1
         self.failures += int(failed)
-        self.hist.add(ms)
+        if not failed:  # a failure's time is no latency (a dead server answers in 1 ms)
+            self.hist.add(ms)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -59,6 +59,22 @@ def _t0(report: Path) -> float | None:
     return float(rows[0]["Timestamp"]) if rows else None
 
 
+#: Locust's history percentiles are over its last 10 s of requests, failures included
+_WINDOW_S = 10.0
+
+
+def _without_failures(rows: list[dict[str, str]]) -> list[bool]:
+    """Per history row: True when no request failed in the window its percentiles cover (Locust mixes
+    a failure's time into them: a dead server's 1 ms refusals would draw a fast server)."""
+    out = []
+    for i, row in enumerate(rows):
+        now, failures = float(row["Timestamp"]), _float(row.get("Total Failure Count")) or 0.0
+        earlier = [r for r in rows[:i] if float(r["Timestamp"]) <= now - _WINDOW_S]
+        before = (_float(earlier[-1].get("Total Failure Count")) or 0.0) if earlier else 0.0
+        out.append(failures == before)
+    return out
+
+
 def latency_over_time(report: Path, slo: dict[str, Any] | None = None) -> Any:
     """Client view over time: percentiles (Locust's window) with the SLO lines and users above,
     throughput (requests between history rows over the seconds between them) below."""
@@ -67,12 +83,15 @@ def latency_over_time(report: Path, slo: dict[str, Any] | None = None) -> Any:
     if not rows or t0 is None:
         return None
     t = [float(r["Timestamp"]) - t0 for r in rows]
+    clean = _without_failures(rows)
     plt = _figure()
     fig, (ax, rate) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, height_ratios=(3, 2))
     for column, style in (("50%", "-"), ("95%", "--"), ("99%", ":")):
-        ax.plot(t, [_float(r.get(column)) for r in rows], style, label=f"p{column[:-1]}")
+        ax.plot(t, [_float(r.get(column)) if ok else None for r, ok in zip(rows, clean, strict=True)], style,
+                label=f"p{column[:-1]}")  # fmt: skip
     _slo_lines(ax, slo or {})
-    ax.set_ylabel("latency (ms, Locust's 10 s window)")
+    gaps = " (gaps: windows holding failures, whose times are no latency)" if not all(clean) else ""
+    ax.set_ylabel(f"latency (ms, Locust's 10 s window){gaps}", fontsize=8 if gaps else None)
     ax.grid(alpha=0.3)
     users = ax.twinx()
     users.plot(t, [_float(r.get("User Count")) for r in rows], color="grey", alpha=0.5, label="users")

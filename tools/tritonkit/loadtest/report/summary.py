@@ -352,13 +352,43 @@ def _server_lines(d: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def explain_difference(acc: Mapping[str, Any]) -> str:
+    """Why the requests the load generator sent and those Triton counted differ (one sentence)."""
+    diff = int(acc["sent"]) - int(acc["triton_requests"])
+    failed, triton_failed = int(acc["failed"]), int(acc["triton_failure"] or 0)
+    if diff > 0:
+        unreached = max(0, failed - triton_failed)
+        why = (
+            f"{diff:,} request(s) the client counted never reached Triton's counters: of its {failed:,} "
+            f"failure(s), {unreached:,} are not among Triton's {triton_failed:,} (refused or reset "
+            "connections, client timeouts, a server that was gone)"
+        )
+        if diff > unreached:
+            why += (
+                f"; the other {diff - unreached:,} were answered by a server process whose last counts no scrape "
+                "read (a restart or death after the last scrape)"
+                if acc.get("server_restarts")
+                else f"; the other {diff - unreached:,} were cut off with their server process before it counted them"
+            )
+        return why
+    return (
+        f"Triton counted {-diff:,} request(s) more than the client recorded: requests in flight at the cut "
+        "(their users were stopped before the answers came back, or a timed-out request the server still "
+        "completed), which the client never counted as sent and answered"
+    )
+
+
 def _accounting_lines(d: Mapping[str, Any]) -> list[str]:
     acc = d["accounting"]
     head = f"Accounting: sent {acc['sent']:,} = succeeded {acc['succeeded']:,} + failed {acc['failed']:,}; "
     if acc["triton_requests"] is None:
         lines = ["", head + "Triton's counters were not available."]
     else:
-        verdict = "match" if acc["matched"] else f"DIFFER by {acc['sent'] - acc['triton_requests']:+,}"
+        verdict = (
+            "match"
+            if acc["matched"]
+            else f"DIFFER by {acc['sent'] - acc['triton_requests']:+,}: {explain_difference(acc)}"
+        )
         lines = [
             "",
             head + f"Triton counted {acc['triton_requests']:,} ({acc['triton_success']:,} success + "
