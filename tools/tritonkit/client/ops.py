@@ -23,6 +23,7 @@ from typing import Any, ClassVar, TypeVar
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.client.buckets import cut_outputs, pad_request
 from tritonkit.client.codec import RequestError
 from tritonkit.client.core import (
     ClientCore,
@@ -70,6 +71,12 @@ def public(method: F, op: Callable[..., Any]) -> F:
     returns = str(signature.return_annotation).removeprefix("Op[").removesuffix("]")
     method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return method
+
+
+def _cut(spec: ModelSpec, out: dict[str, NDArray[Any]], lengths: dict[str, int]) -> dict[str, NDArray[Any]]:
+    """The answer of a request padded to its shape bucket, cut back to the request's own lengths."""
+    assert spec.buckets is not None
+    return cut_outputs(out, spec.buckets, lengths)
 
 
 class ClientOps:
@@ -250,17 +257,24 @@ class ClientOps:
         version: int | str | None = None,
         timeout: float | None = None,
     ) -> Op[dict[str, NDArray[Any]]]:
-        """Validate ``inputs`` against the model, send one request, return ``{output name: array}``."""
+        """Validate ``inputs`` against the model, send one request, return ``{output name: array}``.
+
+        A model whose config carries ``shape_buckets`` refuses a request above its last edge before
+        sending; with ``pad_at: client`` the inputs are padded up to their edge and the outputs that
+        carry the axis cut back to the request's own length (:mod:`tritonkit.client.buckets`)."""
         core = self._core
         v = "" if version is None else core.version(version)
         spec = core.specs.get((model, v)) or (yield from self._spec(model, v, timeout))
+        lengths = None
+        if spec.buckets is not None and spec.buckets.pad_at == "client":  # TensorRT: padded to its edge
+            inputs, lengths = pad_request(inputs, spec.buckets, f"model `{model}`")
         prepared, _ = spec.prepare(inputs, core.safe_cast)
         requested = None if outputs is None else core.outputs(spec, v, outputs)  # None: every output
         names = spec.output_names if requested is None else requested
         out: dict[str, NDArray[Any]]
         if self._shm is not None:
             out = yield from self._shm.infer(self._call, core, model, v, spec, prepared, names, timeout)
-            return out
+            return out if lengths is None else _cut(spec, out, lengths)
         t = self._transport
         where = ("infer", model, v)
         try:
@@ -270,18 +284,18 @@ class ClientOps:
         try:
             if timeout is not None or core.timeout is not None or self._closed:
                 out = yield from self._call(where, timeout, send, t.infer, request, names)
-                return out
+                return out if lengths is None else _cut(spec, out, lengths)
             # No deadline: the first attempt is this operation's own step (the usual case, and the
             # benchmark's); a failure continues in _call's retry loop.
             started = time.monotonic()
             core.attempt(where, 1, started, None)
             try:
                 out = yield t.infer, (request, names, None)
-                return out
+                return out if lengths is None else _cut(spec, out, lengths)
             except Exception as exc:  # mapped and maybe retried by _call
                 failed = (exc, started)
             out = yield from self._call(where, None, send, t.infer, request, names, failed=failed)
-            return out
+            return out if lengths is None else _cut(spec, out, lengths)
         except (ModelNotFoundError, InvalidArgumentError, UnexpectedAnswerError):
             core.forget(model, v)  # the server disagrees with what we cached: re-read next time
             raise

@@ -5,7 +5,8 @@ then cached by the client. It precomputes per-input lookup tables so that valida
 a handful of dict lookups and tuple compares (the benchmark holds the client to <= 2% overhead over
 raw ``tritonclient``). Validation refuses, before anything is sent: unknown or missing input names,
 dtype mismatches (casting only when lossless and asked for), wrong rank, dims fixed by the model,
-and batches above ``max_batch_size``. Every refusal is an :class:`InvalidInputError` naming the
+batches above ``max_batch_size`` and, where the config carries ``shape_buckets``, a request longer
+than the last edge of an axis (:mod:`tritonkit.client.buckets`). Every refusal is an :class:`InvalidInputError` naming the
 expected and the given value.
 
 Also here: the protocol-neutral result types (:class:`ModelMetadata`, :class:`ModelInfo`,
@@ -23,6 +24,7 @@ from google.protobuf import json_format
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from tritonkit.client.buckets import buckets_of, request_lengths
 from tritonkit.client.errors import InvalidInputError
 from tritonkit.config.tensors import TensorSpec
 
@@ -240,6 +242,8 @@ class ModelSpec:
         self.required = frozenset(n for n, r in self.inputs.items() if not r.optional)
         self.output_names: tuple[str, ...] = tuple(t.name for t in metadata.outputs)
         self.outputs: dict[str, TensorSpec] = {t.name: t for t in metadata.outputs}
+        #: the config's ``shape_buckets`` (:mod:`tritonkit.client.buckets`); None without them
+        self.buckets = buckets_of(config, self._where())
 
     @classmethod
     def describe(
@@ -296,6 +300,8 @@ class ModelSpec:
             )
         if inputs.keys() != self.required:  # a set compare in C; optional inputs take the slow path
             self._check_names(inputs)
+        if self.buckets is not None:  # longer than the last shape bucket: refused before sending
+            request_lengths(inputs, self.buckets, self._where())
         prepared: list[PreparedInput] = []
         batch = -1
         for name, value in inputs.items():

@@ -23,6 +23,7 @@ stopped, the process's gRPC connections close only after the calls still open ar
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -36,7 +37,9 @@ from geventhttpclient import HTTPClient
 from locust import User, constant, events, task
 from tritonclient.utils import InferenceServerException
 
+from tritonkit.client.buckets import pad_request
 from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_result
+from tritonkit.client.errors import InvalidInputError
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS, stop_timeout
 from tritonkit.loadtest.payloads import (
@@ -63,6 +66,7 @@ __all__ = [
     "TritonInferenceError",
     "TritonUser",
     "WrongAnswerError",
+    "bucketed",
 ]
 
 _PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
@@ -127,6 +131,28 @@ class InferClient(Protocol):
 
     def close(self) -> None:
         """Release what the client holds (its connections)."""
+
+
+def bucketed(payload_set: PayloadSet) -> PayloadSet:
+    """``payload_set`` as a model with ``shape_buckets`` takes it: a payload above the last edge
+    refused (one line), and where the config says ``pad_at: client`` every payload padded up to its
+    edge once, before it is encoded (answers keep the padded length: the checks accept any length
+    on a dynamic axis)."""
+    buckets = payload_set.spec.buckets
+    if buckets is None:
+        return payload_set
+    try:
+        padded = [
+            dataclasses.replace(
+                p, inputs=pad_request(p.inputs, buckets, f"model `{payload_set.spec.label}`")[0]
+            )
+            for p in payload_set.payloads
+        ]
+    except InvalidInputError as exc:
+        raise LoadTestError(f"load-test payload: {exc}") from None
+    if buckets.pad_at != "client":
+        return payload_set  # the server pads: the payloads go as they are
+    return dataclasses.replace(payload_set, payloads=padded)
 
 
 class _Client:
@@ -374,12 +400,14 @@ class TritonUser(User):
                     spec = ModelSpec.from_json(cls.model_spec)
                 else:
                     spec = fetch_model_spec(cls.http_url, cls.model, cls.model_version)
-                _PAYLOADS[key] = make_payloads(
-                    spec,
-                    cls.batch_mix,
-                    per_batch=cls.payloads_per_batch,
-                    seed=cls.seed,
-                    source=cls.payload_source,
+                _PAYLOADS[key] = bucketed(
+                    make_payloads(
+                        spec,
+                        cls.batch_mix,
+                        per_batch=cls.payloads_per_batch,
+                        seed=cls.seed,
+                        source=cls.payload_source,
+                    )
                 )
             return _PAYLOADS[key]
 
