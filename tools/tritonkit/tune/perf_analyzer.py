@@ -459,15 +459,16 @@ def cross_check(ours: LevelResult, theirs: LevelResult | str) -> dict[str, Any]:
     if isinstance(theirs, str):
         return {"level": ours.level.label(), "error": theirs}
     ratio = ours.throughput / theirs.throughput if theirs.throughput > 0 else None
+    p50 = theirs.p50_ms if theirs.stable else None  # an unstable level's pass lines carry no p50
     return {
         "level": theirs.level.label(),
         "stable": theirs.stable,
         "generator_limited": theirs.generator_limited,
         "throughput": round(theirs.throughput, 3),
-        "p50_ms": round(theirs.p50_ms, 4),
+        "p50_ms": None if p50 is None else round(p50, 4),
         "p99_ms": round(theirs.p99_ms, 4),
         "tritonkit_over_pa": None if ratio is None else round(ratio, 3),
-        "p50_diff_ms": round(ours.p50_ms - theirs.p50_ms, 4),
+        "p50_diff_ms": None if p50 is None else round(ours.p50_ms - p50, 4),
         **({"error": theirs.error} if theirs.error else {}),
     }
 
@@ -479,9 +480,9 @@ def cross_check_line(record: Mapping[str, Any]) -> str:
     verdict = "" if record["stable"] else ", UNSTABLE"
     if record["generator_limited"]:
         verdict += ", GENERATOR-LIMITED"
-    ratio = record["tritonkit_over_pa"]
+    ratio, p50, diff = record["tritonkit_over_pa"], record["p50_ms"], record["p50_diff_ms"]
     return (
-        f"  perf_analyzer {record['level']}: {record['throughput']:.1f} req/s, p50 {record['p50_ms']:.3f} ms, "
-        f"p99 {record['p99_ms']:.3f} ms{verdict}; tritonkit/PA "
-        f"{'-' if ratio is None else f'{ratio:.2f}'}, p50 {record['p50_diff_ms']:+.3f} ms"
+        f"  perf_analyzer {record['level']}: {record['throughput']:.1f} req/s, "
+        f"p50 {'-' if p50 is None else f'{p50:.3f}'} ms, p99 {record['p99_ms']:.3f} ms{verdict}; tritonkit/PA "
+        f"{'-' if ratio is None else f'{ratio:.2f}'}, p50 {'-' if diff is None else f'{diff:+.3f}'} ms"
     )
