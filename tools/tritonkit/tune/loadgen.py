@@ -211,7 +211,9 @@ class _Loop:
             if delay > 0:
                 await asyncio.sleep(delay)
             if self.in_flight >= self.target.open_loop.max_in_flight:
-                self.dropped += 1  # dropped, not also late: a slot counts once (late + dropped <= sent + dropped)
+                self.dropped += (
+                    1  # dropped, not also late: a slot counts once (late + dropped <= sent + dropped)
+                )
                 continue
             if -delay > late_s:
                 self.late += 1

@@ -2,17 +2,19 @@
 connections they are sent on.
 
 Owns :class:`Target` (one model of one server, and how its requests are made), :class:`Session` (a
-loop's clients and request pool, kept from level to level), :class:`Requests` (a target's pool of payloads: each checked against the model
-(:meth:`~tritonkit.client.spec.ModelSpec.prepare`) and laid out by the client's codec once, before any
-level: HTTP bodies, gRPC ``ModelInferRequest`` messages) and :class:`Lanes` (the asyncio transports of
-one process, pools of :data:`~tritonkit.tune.capacity.HTTP_POOL` HTTP connections opened as requests in
-flight need them). A request is then sent as it was encoded, with no per-request validation, copy or
-encoding: through :class:`~tritonkit.client.AsyncClient` the client prepared and encoded every call
-again (``tobytes`` of each tensor and the body's join, two copies of a 786 KB image per request; on
-gRPC a copy into the message). Answers are read by the codec into views of the answer's bytes
-(:func:`~tritonkit.client.codec.http_answer`, :func:`~tritonkit.client.codec.grpc_result`): every
-output the model declares must be there with the bytes its shape needs, and nothing is copied out.
-Shared memory keeps the client's own path (its regions are the client's).
+loop's clients and request pool, kept from level to level), :class:`Requests` (a target's pool of
+payloads, each checked against the model (:meth:`~tritonkit.client.spec.ModelSpec.prepare`) and laid
+out by the client's codec once, padded to its shape bucket first where the config says ``pad_at
+client``, before any level: HTTP bodies, gRPC ``ModelInferRequest`` messages) and :class:`Lanes` (the
+asyncio transports of one process, pools of :data:`~tritonkit.tune.capacity.HTTP_POOL` HTTP
+connections opened as requests in flight need them). A request is then sent as it was encoded, with
+no per-request validation, copy or encoding: through :class:`~tritonkit.client.AsyncClient` the
+client prepared and encoded every call again (``tobytes`` of each tensor and the body's join, two
+copies of a 786 KB image per request; on gRPC a copy into the message). Answers are read by the codec
+into views of the answer's bytes (:func:`~tritonkit.client.codec.http_answer`,
+:func:`~tritonkit.client.codec.grpc_result`): every output the model declares must be there with the
+bytes its shape needs, and nothing is copied out. Shared memory keeps the client's own path (its
+regions are the client's).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from numpy.typing import NDArray
 
 from tritonkit.client import AsyncClient, Client
 from tritonkit.client.aio_transport import AsyncGrpcTransport, AsyncHttpTransport
+from tritonkit.client.buckets import pad_request
 from tritonkit.client.codec import grpc_request, http_request
 from tritonkit.client.ops import ClientOps
 from tritonkit.client.spec import ModelSpec
@@ -90,7 +93,10 @@ class Requests:
     ) -> Requests:
         encode = grpc_request if protocol == "grpc" else http_request
         inputs, encoded, sizes = [], [], []
-        for payload in pool:
+        pad = spec.buckets if spec.buckets is not None and spec.buckets.pad_at == "client" else None
+        for given in pool:
+            # a TensorRT version's shape buckets: padded to its edge, as the client does
+            payload = pad_request(given, pad, f"model `{model}`")[0] if pad is not None else given
             prepared, _ = spec.prepare(payload)
             inputs.append({name: array for name, _, array in prepared})
             encoded.append(encode(model, version, prepared, None))  # None: every output, binary
