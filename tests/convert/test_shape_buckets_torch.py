@@ -16,7 +16,8 @@ from numpy.typing import NDArray
 from tests.convert.test_shape_buckets_build import tokens
 from tritonclient import http
 
-from tritonkit.config import load, save
+from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, save
+from tritonkit.convert.buckets import apply_buckets
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve import EmbeddedServer
@@ -94,3 +95,30 @@ def test_torch_runner_pads_batches_and_cuts_mixed_lengths(tmp_path: Path) -> Non
         assert got[i]["hidden"].shape == (len(ids), lengths[i], 8)
         np.testing.assert_allclose(got[i]["hidden"], hidden.numpy(), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got[i]["pooled"], pooled.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_gpu_torch_version_gathers_four_graph_batches_per_execute() -> None:
+    config = ModelConfig(
+        name="m",
+        backend="python",
+        max_batch_size=64,
+        inputs=[TensorConfig("input_ids", "INT64", [-1]), TensorConfig("attention_mask", "INT64", [-1])],
+        outputs=[TensorConfig("hidden", "FP32", [-1, 8]), TensorConfig("pooled", "FP32", [8])],
+        dynamic_batching=DynamicBatching(preferred_batch_size=[1, 2, 4, 8, 16, 32, 64]),
+        parameters={"engine": "torch", "device": "cuda"},
+    )
+    files = apply_buckets(config, BUCKETS)
+    assert set(files) == {"shape_buckets.py"}
+    assert config.max_batch_size == 256 and config.parameters["graph_max_batch"] == "64"
+    assert config.dynamic_batching is not None
+    assert config.dynamic_batching.preferred_batch_size == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert all(t.allow_ragged_batch for t in config.inputs)
+    cpu = ModelConfig(
+        name="c",
+        backend="python",
+        max_batch_size=64,
+        inputs=[TensorConfig("input_ids", "INT64", [-1])],
+        parameters={"engine": "torch", "device": "cpu"},
+    )
+    apply_buckets(cpu, BUCKETS)
+    assert cpu.max_batch_size == 64 and "graph_max_batch" not in cpu.parameters

@@ -114,6 +114,9 @@ class BucketedPath:
     outputs: list[str]
     max_batch_size: int
     dlpack: Any
+    np: Any
+    #: requests read and answers written as NumPy views (the stub's NumPy 1.x), else through DLPack
+    bucket_numpy: bool = False
 
     def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
         raise NotImplementedError
@@ -147,13 +150,22 @@ class BucketedPath:
         for position, name in enumerate(self.inputs):
             like = group[0][1][position]
             shape = self.bucketing.padded_shape(name, (rows, *like.shape[1:]), edges)
-            buffer = self._bucket_buffer(slot, position, tuple(shape), like.dtype)
+            dtype = self.torch.from_numpy(like[:0]).dtype if isinstance(like, self.np.ndarray) else like.dtype
+            buffer = self._bucket_buffer(slot, position, tuple(shape), dtype)
             if any(tuple(feeds[position].shape[1:]) != tuple(shape[1:]) for _, feeds, _ in group):
                 buffer.fill_(self.bucketing.pad_value(name))
+            host = buffer.numpy() if buffer.device.type == "cpu" else None
             start = 0
             for (_, feeds, _), size in zip(group, sizes, strict=True):
                 value = feeds[position]
-                buffer[(slice(start, start + size), *(slice(0, n) for n in value.shape[1:]))].copy_(value)
+                where = (slice(start, start + size), *(slice(0, n) for n in value.shape[1:]))
+                if isinstance(value, self.np.ndarray) and host is not None:
+                    host[where] = value  # NumPy views of the request and the pinned buffer: one memcpy
+                else:
+                    target = buffer[where]
+                    target.copy_(
+                        self.torch.from_numpy(value) if isinstance(value, self.np.ndarray) else value
+                    )
                 start += size
             staged.append(buffer)
         return staged, sizes, rows
@@ -170,7 +182,10 @@ class BucketedPath:
                     tensor = pb_utils.get_input_tensor_by_name(request, name)
                     if tensor is None:
                         raise ValueError(f"request lacks input `{name}`")
-                    feeds.append(self.dlpack.from_dlpack(tensor.to_dlpack()))
+                    if self.bucket_numpy and tensor.is_cpu():  # the stub's NumPy 1.x: views, no capsule
+                        feeds.append(tensor.as_numpy())
+                    else:
+                        feeds.append(self.dlpack.from_dlpack(tensor.to_dlpack()))
                 lengths = self.bucketing.lengths(
                     {n: tuple(t.shape) for n, t in zip(self.inputs, feeds, strict=True)}
                 )
@@ -201,6 +216,13 @@ class BucketedPath:
                     for axis, length in self.bucketing.cut(name, lengths):
                         cut[axis] = slice(0, length)
                     parts.append(out[tuple(cut)])
-                responses[index] = self._respond(parts)
+                if self.bucket_numpy and all(part.device.type == "cpu" for part in parts):
+                    tensors = [
+                        pb_utils.Tensor(n, self.np.ascontiguousarray(part.numpy()))
+                        for n, part in zip(self.outputs, parts, strict=True)
+                    ]
+                    responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+                else:
+                    responses[index] = self._respond(parts)
                 start += size
         return responses

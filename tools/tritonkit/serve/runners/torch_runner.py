@@ -364,7 +364,9 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         loaded = time.perf_counter()
         if len(in_dtypes) != len(self.inputs):
             raise ValueError(f"program takes {len(in_dtypes)} inputs; the config names {len(self.inputs)}")
-        self.buckets = parse_buckets(_param(params, "batch_buckets", ""), self.max_batch_size)
+        # A shape-bucketed version gathers more rows per execute than its graphs take (graph_max_batch).
+        graph_batch = int(_param(params, "graph_max_batch", str(self.max_batch_size)))
+        self.buckets = parse_buckets(_param(params, "batch_buckets", ""), graph_batch)
         if self.max_batch_size <= 0:
             self.buckets = [1]
         self.engine = GraphEngine(
@@ -417,6 +419,7 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         import importlib  # noqa: PLC0415 (only a model with shape buckets needs its helper)
 
         self.bucket_module = importlib.import_module("shape_buckets")  # the copy beside model.py
+        self.bucket_numpy = self.use_numpy
         self.bucketing = self.bucket_module.Buckets.parse(text)
         combos: list[tuple[int, ...]] = [()]
         for edges in self.bucketing.axes.values():
