@@ -12,6 +12,7 @@ memory), every failure one error response.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 try:  # absent outside the stub: tests and the benchmark import the runners' engines alone
@@ -19,6 +20,15 @@ try:  # absent outside the stub: tests and the benchmark import the runners' eng
 except ImportError:  # pragma: no cover - exercised only inside the stub
     pb_utils = None
 
+
+def _log(text: str) -> None:
+    """A line in the server log through the stub's logger (outside the stub: printed)."""
+    logger = getattr(pb_utils, "Logger", None)
+    logger.log_info(text) if logger is not None else print(text, flush=True)
+
+
+#: the bucketed execute's phases, between its time marks (``BucketedPath.bucket_marks``)
+BUCKET_PHASES = ("read", "stage+launch", "wait", "respond")
 #: One request of a group: its index in the execute, its input tensors, whether it answers on the host.
 Member = tuple[int, list[Any], bool]
 
@@ -115,8 +125,66 @@ class BucketedPath:
     max_batch_size: int
     dlpack: Any
     np: Any
+    engine: Any
+    buckets: list[int]
     #: requests read and answers written as NumPy views (the stub's NumPy 1.x), else through DLPack
     bucket_numpy: bool = False
+    #: the last execute's (groups run, rows, time marks: start, read, staged and launched, waited, answered)
+    bucket_marks: tuple[int, int, list[float]] = (0, 0, [])
+
+    def load_buckets(
+        self, text: str, dims: list[tuple[int, ...]], dtypes: list[Any], capture: bool, chunks: Any
+    ) -> None:
+        """Parse the ``shape_buckets`` parameter; capture every (batch bucket, shape bucket) graph of the
+        runner's ``engine`` (``capture``), time each replay, and make the grouping's cost from them
+        (``chunks(rows, batch buckets)``: the engine's (rows, bucket) pieces)."""
+        import importlib  # noqa: PLC0415 (only a model with shape buckets needs its helper)
+
+        self.bucket_module = importlib.import_module("shape_buckets")  # the copy beside model.py
+        self.bucketing = self.bucket_module.Buckets.parse(text)
+        combos: list[tuple[int, ...]] = [()]
+        for edges in self.bucketing.axes.values():
+            combos = [(*c, e) for c in combos for e in edges]
+        times: dict[tuple[Any, ...], float] = {}
+        if capture and self.engine.use_graphs:
+            torch, before = self.torch, self.torch.cuda.memory_reserved(self.device)
+            self.engine.max_graphs = max(self.engine.max_graphs, len(combos) * len(self.buckets))
+            for combo in combos:
+                padded = [
+                    self.bucketing.padded_shape(n, (1, *d), combo)[1:]
+                    for n, d in zip(self.inputs, dims, strict=True)
+                ]
+                self.engine.warm(padded, dtypes)
+            for key, (graph, _, _) in self.engine.graphs.items():  # each graph's replay, timed
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(3):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                times[key] = start.elapsed_time(end) / 3
+            _log(
+                f"tritonkit torch_runner: {len(self.engine.graphs)} graphs for {len(self.buckets)} batch x "
+                f"{len(combos)} shape buckets, {(torch.cuda.memory_reserved(self.device) - before) / 2**20:.0f} "
+                "MiB reserved by their capture"
+            )
+        proxy = self.bucket_module.token_cost(float(min(e[0] for e in self.bucketing.axes.values())) * 4)
+
+        def cost(rows: int, edges: tuple[int, ...]) -> float:
+            total = 0.0
+            for _, bucket in chunks(rows, self.buckets):
+                shapes = tuple(
+                    (self.bucketing.padded_shape(n, (1, *d), edges)[1:], t)
+                    for n, d, t in zip(self.inputs, dims, dtypes, strict=True)
+                )
+                took = times.get((bucket, *shapes))
+                if took is None:
+                    return float(proxy(rows, edges))
+                total += took + 0.02  # ms: a launch's host work beside its replay
+            return total
+
+        self.bucket_cost = cost
 
     def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
         raise NotImplementedError
@@ -172,6 +240,7 @@ class BucketedPath:
 
     def execute_bucketed(self, requests: list[Any]) -> list[Any]:
         """One response per request (errors included): padded, grouped, launched, waited once, cut."""
+        marks = [time.perf_counter()]  # read, stage and launch, wait, respond: bucket_marks
         responses: list[Any] = [None] * len(requests)
         members: list[tuple[int, list[Any], dict[str, int]]] = []
         edges_of: list[tuple[int, ...]] = []
@@ -197,16 +266,21 @@ class BucketedPath:
         plan = self.bucket_module.plan_groups(
             [(int(m[1][0].shape[0]), e) for m, e in zip(members, edges_of, strict=True)], self.bucket_cost
         )
+        marks.append(time.perf_counter())
         launched = []
+        rows_run = 0
         for slot, (edges, positions) in enumerate(plan):
             group = [members[p] for p in positions]
             try:
                 staged, sizes, rows = self._stage(group, edges, slot)
                 launched.append((group, sizes, self._bucket_launch(staged, rows, slot)))
+                rows_run += rows
             except Exception as exc:  # the group's requests fail together, each with the one line
                 for index, _, _ in group:
                     responses[index] = self.error_response(exc)
+        marks.append(time.perf_counter())
         self._bucket_wait()
+        marks.append(time.perf_counter())
         for group, sizes, outs in launched:
             start = 0
             for (index, _, lengths), size in zip(group, sizes, strict=True):
@@ -225,4 +299,6 @@ class BucketedPath:
                 else:
                     responses[index] = self._respond(parts)
                 start += size
+        marks.append(time.perf_counter())
+        self.bucket_marks = (len(plan), rows_run, marks)
         return responses

@@ -22,6 +22,10 @@ for ``tritonkit check`` and not needed here):
                      ``max_batch_size``); sizes above ``max_batch_size`` are dropped and
                      ``max_batch_size`` is the last bucket; batches over it run in chunks of it
   ``cuda_graphs``    ``true`` (default on CUDA) or ``false``; ``max_graphs`` most kept (64)
+  ``shape_buckets``  a dynamic axis's buckets (``shape_buckets.py``, copied beside this file): each
+                     request padded to its bucket, one execute's requests grouped by bucket, every
+                     (batch bucket, shape bucket) graph captured and timed at load; ``graph_max_batch``
+                     the graphs' largest batch when an execute gathers more rows (default max batch)
   ``capture_at_load`` ``true`` (default): capture every bucket at load when all dims are fixed
   ``host_threads``   torch's host threads (default 1 on the GPU)
   ``tensor_exchange`` ``auto`` (NumPy views where the stub's NumPy is 1.x, else DLPack), ``numpy``, ``dlpack``
@@ -47,7 +51,7 @@ except ImportError:  # pragma: no cover - exercised only inside the stub
     pb_utils = None
 
 if TYPE_CHECKING:
-    from tritonkit.serve.runners.gpu_requests import BucketedPath, GeneralPath, Member
+    from tritonkit.serve.runners.gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath, Member
     from tritonkit.serve.runners.torch_pipeline import (
         PIPELINE_PHASES,
         SYNC_PHASES,
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
         profile_step,
     )
 else:  # the copies beside this file: the stub puts the version folder on sys.path
-    from gpu_requests import BucketedPath, GeneralPath
+    from gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath
     from torch_pipeline import PIPELINE_PHASES, SYNC_PHASES, HostStats, Pipeline, log, profile_step
 
 _TORCH_DTYPES = {
@@ -387,7 +391,9 @@ class TritonPythonModel(GeneralPath, BucketedPath):
             self.engine.warm(shapes, in_dtypes_config)
         self.bucketing: Any = None
         if _param(params, "shape_buckets", "") and self.max_batch_size > 0:
-            self._load_buckets(_param(params, "shape_buckets", ""), shapes, in_dtypes_config, capture)
+            self.load_buckets(
+                _param(params, "shape_buckets", ""), shapes, in_dtypes_config, capture, plan_chunks
+            )
         self.padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
         pipelined = _param(params, "pipeline", "off")
         if pipelined not in ("on", "off"):
@@ -400,6 +406,8 @@ class TritonPythonModel(GeneralPath, BucketedPath):
             self.pipeline = Pipeline(self, depth, senders)
         phases = PIPELINE_PHASES if self.pipeline is not None else SYNC_PHASES
         self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
+        # shape buckets: `padded` counts the groups an execute ran (its launches), beside requests and rows
+        self.bucket_stats = HostStats(f"{self.name} (groups as padded)", self.stats.interval, BUCKET_PHASES)
         self.profile_dir = _param(params, "profile_dir", "")
         self.profile_skip = int(_param(params, "profile_skip", "100"))
         self.profile_count = int(_param(params, "profile_executes", "200"))
@@ -413,60 +421,11 @@ class TritonPythonModel(GeneralPath, BucketedPath):
             f"pipeline {self.pipeline.describe() if self.pipeline is not None else 'off'})"
         )
 
-    # --- shape buckets: every (batch bucket, shape bucket) captured, timed, the grouping's cost -----
-
-    def _load_buckets(self, text: str, dims: list[tuple[int, ...]], dtypes: list[Any], capture: bool) -> None:
-        import importlib  # noqa: PLC0415 (only a model with shape buckets needs its helper)
-
-        self.bucket_module = importlib.import_module("shape_buckets")  # the copy beside model.py
-        self.bucket_numpy = self.use_numpy
-        self.bucketing = self.bucket_module.Buckets.parse(text)
-        combos: list[tuple[int, ...]] = [()]
-        for edges in self.bucketing.axes.values():
-            combos = [(*c, e) for c in combos for e in edges]
-        times: dict[tuple[Any, ...], float] = {}
-        if capture and self.engine.use_graphs:
-            torch, before = self.torch, self.torch.cuda.memory_reserved(self.device)
-            self.engine.max_graphs = max(self.engine.max_graphs, len(combos) * len(self.buckets))
-            for combo in combos:
-                padded = [
-                    self.bucketing.padded_shape(n, (1, *d), combo)[1:]
-                    for n, d in zip(self.inputs, dims, strict=True)
-                ]
-                self.engine.warm(padded, dtypes)
-            for key, (graph, _, _) in self.engine.graphs.items():  # each graph's replay, timed
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(3):
-                    graph.replay()
-                end.record()
-                end.synchronize()
-                times[key] = start.elapsed_time(end) / 3
-            log(
-                f"tritonkit torch_runner: {len(self.engine.graphs)} graphs for {len(self.buckets)} batch x "
-                f"{len(combos)} shape buckets, {(torch.cuda.memory_reserved(self.device) - before) / 2**20:.0f} "
-                "MiB reserved by their capture"
-            )
-        proxy = self.bucket_module.token_cost(float(min(e[0] for e in self.bucketing.axes.values())) * 4)
-
-        def cost(rows: int, edges: tuple[int, ...]) -> float:
-            total = 0.0
-            for _, bucket in plan_chunks(rows, self.buckets):
-                shapes = tuple(
-                    (self.bucketing.padded_shape(n, (1, *d), edges)[1:], t)
-                    for n, d, t in zip(self.inputs, dims, dtypes, strict=True)
-                )
-                took = times.get((bucket, *shapes))
-                if took is None:
-                    return float(proxy(rows, edges))
-                total += took + 0.02  # ms: a launch's host work beside its replay
-            return total
-
-        self.bucket_cost = cost
+    # --- shape buckets (BucketedPath): the engine's launch and wait --------------------------------
 
     def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
-        return self.engine.launch(staged, rows, host=True, slot=slot)
+        outs: list[Any] = self.engine.launch(staged, rows, host=True, slot=slot)
+        return outs
 
     def _bucket_wait(self) -> None:
         self.engine.wait()
@@ -562,7 +521,10 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         if self.profile_dir:
             profile_step(self)
         if self.bucketing is not None:  # padded to shape buckets (the pipeline serves fixed shapes)
-            return self.execute_bucketed(requests)
+            responses = self.execute_bucketed(requests)
+            groups, rows, marks = self.bucket_marks
+            self.bucket_stats.add(len(requests), rows, groups, marks)
+            return responses
         if self.pipeline is not None:  # None: the pipeline's worker sends every answer
             return self.pipeline.execute(requests)
         marks = [time.perf_counter()]
