@@ -7,6 +7,7 @@ environment's packages only when the venv's ``bin`` is first on ``PATH``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import importlib.util
@@ -107,11 +108,21 @@ def _mkdirs(path: Path) -> Path:
     return path
 
 
+#: ports this process was handed lately: the OS may hand a port just released again, and a server
+#: given one port for two listeners fails its start ("cannot listen ... at the same address and port")
+_HANDED: collections.deque[int] = collections.deque(maxlen=256)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port that was free a moment ago (the OS picks it), none of the last ones handed out here."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED:
+            break
+    _HANDED.append(port)
+    return port
 
 
 def check_port(host: str, port: int, role: str) -> None:
