@@ -164,8 +164,7 @@ class Connection(asyncio.Protocol):
             self.guard.give(self.body_size)
             self.body_size = 0
         for item in (*self.queue, *([self.busy] if self.busy else [])):
-            self.guard.give(item.held)
-            item.held = 0
+            self._give(item)
         if self.busy is not None:
             self.guard.in_flight -= 1
             self.busy = None
@@ -345,38 +344,53 @@ class Connection(asyncio.Protocol):
         self._cancel_timer()
         close = not self.parser.should_keep_alive() or self.guard.draining
         body = b"".join(self.body) if len(self.body) != 1 else self.body[0]
-        held, self.body, self.body_size = self.body_size, [], 0
+        # From here the request's item holds its share of the budget, whatever it grows to while it
+        # inflates; every way out (refused, queued, answered, the connection lost) gives back item.held.
+        item = _Item(close=close, held=self.body_size)
+        self.body, self.body_size = [], 0
         try:
-            self._complete(body, held, close)
-        except RefusedError:
-            self.guard.give(held)
+            self._complete(item, body)
+        except BaseException:
+            self._give(item)
             raise
 
-    def _complete(self, body: bytes, held: int, close: bool) -> None:
+    def _give(self, item: _Item) -> None:
+        """Give back what ``item`` holds of the in-flight budget (once: it then holds nothing)."""
+        held, item.held = item.held, 0
+        if held:
+            self.guard.give(held)
+
+    def _complete(self, item: _Item, body: bytes) -> None:
         assert self.route is not None
         guard = self.guard
         reason = guard.held or ("the server is stopping" if guard.draining else None)
         if reason is None and is_readiness(self.route):
             reason = guard.unready(self.model)
         if reason is not None:
-            guard.give(held)
-            self.queue.append(_Item(answer=_answer(503, reason, close=close, retry=True), close=close))
+            self._give(item)
+            item.answer = _answer(503, reason, close=item.close, retry=True)
+            self.queue.append(item)
             return
         encoding = self.fields.get(b"content-encoding", b"identity")
         if encoding in (b"gzip", b"deflate"):
-            inflated = inflate(body, encoding.decode(), guard.max_body_bytes)
-            guard.take(len(inflated))
-            guard.give(held)
-            body, held = inflated, len(inflated)
+            compressed = item.held
+
+            def reserve(size: int) -> None:  # each inflated piece is held before it is kept
+                guard.take(size)
+                item.held += size
+
+            body = inflate(body, encoding.decode(), guard.max_body_bytes, reserve)
+            guard.give(compressed)  # the compressed bytes are let go: the item holds the inflated size
+            item.held -= compressed
         header_length = self.fields.get(b"inference-header-content-length")
+        head = self._head(len(body))
         if len(body) > _INLINE_CHECK_BYTES and self.route.body == "infer":
-            item = _Item(close=close, held=held)  # data comes with the worker thread's check
-            self.queue.append(item)
-            checked = self._check_later(item, self.route, body, header_length, self._head(len(body)))
-            self.loop.create_task(checked)
+            self.queue.append(item)  # data comes with the worker thread's check
+            self.loop.create_task(self._check_later(item, self.route, body, header_length, head))
             return
         check_body(self.route, body, header_length, guard.max_body_bytes)
-        self.queue.append(_Item(data=self._head(len(body)) + body, close=close, held=held))
+        item.data = head + body
+        self.queue.append(item)
 
     def _head(self, length: int) -> bytes:
         assert self.parser is not None
@@ -392,9 +406,10 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # any failure must answer: an item left without data stalls the queue
             refused = exc if isinstance(exc, RefusedError) else RefusedError(400, _unchecked(exc))
             self.guard.refused += refused.count
-            self.guard.give(item.held)
-            item.held, item.close = 0, True
+            self._give(item)
+            item.close = True
             item.answer = _answer(refused.status, str(refused), close=True)
+            del refused  # this frame holding its exception is a cycle: the body would wait for the gc
             self.parser = None
         self._pump()
 
@@ -461,8 +476,7 @@ class Connection(asyncio.Protocol):
         if item is None:
             return
         self.guard.in_flight -= 1
-        self.guard.give(item.held)
-        item.held = 0
+        self._give(item)
         if answer and self.transport is not None and not self.closing:
             self.transport.write(answer)
         if item.close or not keep or self.guard.draining:
@@ -475,8 +489,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         self.parser = None
         for item in self.queue:
-            self.guard.give(item.held)
-            item.held = 0
+            self._give(item)
         self.queue.clear()
         transport = self.transport
         if transport is None or transport.is_closing():

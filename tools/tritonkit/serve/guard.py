@@ -44,6 +44,10 @@ from tritonkit.serve.kserve import RefusedError
 
 __all__ = ["Guard", "RefusedError"]
 
+#: Body bytes given back since the last trim that start one; how long after the trim runs.
+_TRIM_BYTES = 32 << 20
+_TRIM_DELAY_S = 0.25
+
 
 def _event_loop() -> asyncio.AbstractEventLoop:
     """uvloop's event loop where uvloop is installed, else asyncio's."""
@@ -78,7 +82,8 @@ class Guard:
         self.max_connections = max_connections
         self.refused = 0  # requests refused by a limit
         self.buffered = 0  # body bytes held across connections
-        self._peak = 0
+        self._peak = 0  # the most held since the heap was last trimmed
+        self._trimming = False
         self.held: str | None = None  # while set, every request is answered 503 with this reason
         self.draining = False
         self.in_flight = 0
@@ -183,6 +188,13 @@ class Guard:
 
     def give(self, size: int) -> None:
         self.buffered -= size
-        if self.buffered == 0 and self._peak > 32 << 20:
-            self._peak = 0
-            trim_heap()
+        if self._peak - self.buffered > _TRIM_BYTES and not self._trimming:
+            # Trimmed a moment later: the caller (a check's frame, an answer being written) may still
+            # hold the body that was just given back; freed then, glibc keeps its pages without a trim.
+            self._trimming = True
+            self._loop.call_later(_TRIM_DELAY_S, self._trim)
+
+    def _trim(self) -> None:
+        self._trimming = False
+        self._peak = self.buffered
+        trim_heap()
