@@ -27,6 +27,7 @@ import re
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -120,34 +121,65 @@ class LogPump:
     Triton has no log rotation and can write hundreds of MB in seconds (libevent repeating
     "Too many open files" once per failed accept); past ``max_bytes`` the file becomes
     ``<path>.1`` (replacing the previous one) and a new file starts. Ends with the child's output.
+    A write that fails (a full disk: ENOSPC) drops the log, said once on stderr, and the pump keeps
+    draining the pipe: a child blocked on a full pipe stops answering.
     """
 
     def __init__(self, source: IO[bytes], path: Path, max_bytes: int) -> None:
         self.path, self.max_bytes = path, max_bytes
         self.rotations = 0
+        self.dropped = 0  # bytes of output not written (the log failed)
+        self.failure: str | None = None  # why the log was dropped
         self._source = source
         self._thread = threading.Thread(target=self._run, name="tritonkit-log", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        out = open(self.path, "wb")  # noqa: SIM115 - reopened on rotation
         size = 0
         try:
+            out: IO[bytes] | None = open(self.path, "wb")  # noqa: SIM115 - reopened on rotation
+        except OSError as exc:
+            self._fail(None, exc)
+            out = None
+        try:
             while chunk := os.read(self._source.fileno(), 1 << 16):
-                if size + len(chunk) > self.max_bytes and size > 0:
-                    out.close()
-                    os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-                    out = open(self.path, "wb")  # noqa: SIM115
-                    size = 0
-                    self.rotations += 1
-                out.write(chunk)
-                out.flush()
-                size += len(chunk)
+                if out is None:  # the log failed: keep draining, or Triton blocks on a full pipe
+                    self.dropped += len(chunk)
+                    continue
+                try:
+                    if size + len(chunk) > self.max_bytes and size > 0:
+                        out.close()
+                        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                        out = open(self.path, "wb")  # noqa: SIM115
+                        size = 0
+                        self.rotations += 1
+                    out.write(chunk)
+                    out.flush()
+                    size += len(chunk)
+                except OSError as exc:  # ENOSPC, EIO, a quota: drop the log, never the server
+                    self._fail(out, exc)
+                    out = None
+                    self.dropped += len(chunk)
         except OSError:
-            pass
+            pass  # the pipe's read failed: the child's output has ended
         finally:
-            out.close()
+            if out is not None:
+                with contextlib.suppress(OSError):
+                    out.close()
             self._source.close()
+
+    def _fail(self, out: IO[bytes] | None, exc: OSError) -> None:
+        """Close the log after a failed write and say so once; its output is dropped from here on."""
+        if out is not None:
+            with contextlib.suppress(OSError):
+                out.close()  # flushes what is buffered: may fail the same way
+        self.failure = f"{exc.strerror or type(exc).__name__} (errno {exc.errno})"
+        print(
+            f"tritonkit: warning: writing the server log {self.path} failed: {self.failure}; "
+            "tritonserver's output is dropped from here on (the server keeps serving)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def join(self, timeout: float = 5.0) -> None:
         self._thread.join(timeout)
