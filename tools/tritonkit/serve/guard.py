@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import cast
 
+from tritonkit.errors import PortInUseError
 from tritonkit.serve.connection import Connection, trim_heap
 from tritonkit.serve.kserve import RefusedError
 
@@ -101,7 +102,14 @@ class Guard:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
+        try:
+            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
+        except OSError as exc:  # taken since serve checked it, or not an address of this host
+            self.close()
+            raise PortInUseError(
+                f"http port {self.port} could not be bound on {self.host}: {exc.strerror or exc}; expected "
+                "a free port of this host (another process may have taken it since the start was checked)"
+            ) from None
 
     async def _listen(self) -> None:
         self._server = await self._loop.create_server(

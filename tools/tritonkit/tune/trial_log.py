@@ -4,7 +4,9 @@ Owns its layout: a header line (``kind: header``: the model, budget and grid), t
 measurement, appended and flushed as it finishes (``kind: trial`` for a config of the search, ``baseline``
 for the model's own config when the grid does not hold it, ``final`` for one finals round of one config),
 so an interrupted tune keeps every finished measurement and ``--resume`` replays them instead of
-measuring again. A line cut off by an interruption is dropped when read.
+measuring again. Every row starts on a fresh line (a cut last line never swallows the next row); a line
+cut off by an interruption is set aside when the log is read (moved into ``trials.jsonl.cut``, named on
+stderr), so the log holds whole rows only and the cut measurement is taken again.
 
 The header records the model's own config as it stood when the log began (``base_config``; ``base``: its
 point): a resumed tune replays the search from that config (:func:`logged_base`), not from the
@@ -15,10 +17,12 @@ rounds are found in the log, nothing is measured again, and the finals' medians 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tritonkit.atomic import write_text
 from tritonkit.config import ModelConfig, from_dict, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.space import apply_point, base_point
@@ -45,18 +49,38 @@ def load_rows(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, A
         return None, []
     header: dict[str, Any] | None = None
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    kept, cut = [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             row = json.loads(line)
         except ValueError:
-            continue
+            row = None
         if not isinstance(row, dict):
+            if line.strip():
+                cut.append(line)
             continue
+        kept.append(line)
         if row.get("kind") == "header":
             header = row
         else:
             rows.append(row)
+    if cut:
+        _set_aside(path, kept, cut)
     return header, rows
+
+
+def _set_aside(path: Path, kept: list[str], cut: list[str]) -> None:
+    """Move the lines of ``path`` that are not whole rows into ``<path>.cut``; the log keeps ``kept``."""
+    aside = path.with_name(path.name + ".cut")
+    previous = aside.read_text(encoding="utf-8", errors="replace") if aside.exists() else ""
+    write_text(aside, previous + "".join(line + "\n" for line in cut))
+    write_text(path, "".join(line + "\n" for line in kept))
+    print(
+        f"tritonkit tune: {path} held {len(cut)} cut line(s) (an interrupted write); set aside in {aside}, "
+        "and the measurement they held is taken again",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def load_trials(report_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -77,8 +101,14 @@ def load_finals(report_dir: Path) -> list[dict[str, Any]]:
 
 def append(path: Path, row: dict[str, Any]) -> None:
     """Add one row and flush it: a finished measurement survives whatever comes next."""
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, sort_keys=True) + "\n")
+    with path.open("ab+") as handle:
+        handle.seek(0, 2)
+        fresh = handle.tell() == 0
+        if not fresh:
+            handle.seek(-1, 2)
+            fresh = handle.read(1) == b"\n"
+        # A cut last line (a write interrupted) must not swallow this row: start it on a line of its own.
+        handle.write((b"" if fresh else b"\n") + json.dumps(row, sort_keys=True).encode("utf-8") + b"\n")
         handle.flush()
 
 
