@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.python_models import model_source
 
 from tritonkit.cli import main
+from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune import perf_analyzer as pa
@@ -201,3 +203,45 @@ def test_flags_perf_analyzer_cannot_honour_are_refused() -> None:
     assert args[args.index("--request-rate-range") + 1] == "50:50"
     assert args[args.index("--request-distribution") + 1] == "poisson"
     assert args[args.index("--measurement-request-count") + 1] == "200"
+
+
+#: a text-like model: token ids past its vocabulary of 1,000 are an error, as a real embedding's are
+VOCAB = model_source(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for request in requests:
+                ids = _numpy_in(request, "input_ids")
+                if ids.min() < 0 or ids.max() >= 1000:
+                    error = pb_utils.TritonError(f"token id {int(ids.max())} past the vocabulary")
+                    out.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+                    continue
+                out.append(pb_utils.InferenceResponse([_tensor_out("Y", ids.astype(np.float32))]))
+            return out
+    """
+)
+
+
+def test_perf_analyzer_sends_tritonkits_requests_not_its_own_random_data(
+    tmp_path: Path, binary: pa.Binary
+) -> None:
+    repo = tmp_path / "repo"
+    config = ModelConfig(
+        name="vocab",
+        backend="python",
+        max_batch_size=8,
+        inputs=[TensorConfig("input_ids", "INT64", [6])],
+        outputs=[TensorConfig("Y", "FP32", [6])],
+        dynamic_batching=DynamicBatching(),
+        instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
+    )
+    (repo / "vocab" / "1").mkdir(parents=True)
+    (repo / "vocab" / "1" / "model.py").write_text(VOCAB)
+    save(config, repo / "vocab" / "config.pbtxt")
+    with EmbeddedServer(repo, exit_timeout=1) as server:
+        target = Target(server.grpc_url, "vocab", "grpc")
+        with pa.PerfAnalyzerMeasurer(target, LOOSE, binary, export=False, keep=tmp_path / "kept") as measurer:
+            result = measurer.measure(Level("concurrency", 1))
+    # perf_analyzer's own random INT64 data is past any vocabulary: every request would have failed
+    assert result.throughput > 0 and result.error == "", result.error

@@ -31,6 +31,7 @@ generator-limited; ``generator_cpu`` is its client overhead share.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import importlib.util
@@ -397,6 +398,15 @@ class PerfAnalyzerMeasurer:
 
     def __enter__(self) -> PerfAnalyzerMeasurer:
         self._dir = tempfile.TemporaryDirectory(prefix="tritonkit-pa-")
+        if not self.target.input_data:
+            # perf_analyzer's own random data is not tritonkit's: token ids past a vocabulary, for one,
+            # fail a text model's requests (on a GPU, a device-side assert). Both send the same requests.
+            path = Path(self._dir.name) / "tritonkit-requests.json"
+            try:
+                write_input_data(self.target, path)
+            except TritonKitError:  # no model to read: perf_analyzer's own first request says so
+                return self
+            self.target = dataclasses.replace(self.target, input_data=str(path))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -452,6 +462,32 @@ class PerfAnalyzerMeasurer:
         for suffix in ("csv", "json"):
             if (folder / f"pa.{suffix}").is_file():
                 shutil.copyfile(folder / f"pa.{suffix}", self.keep / f"{name}.{suffix}")
+
+
+def write_input_data(target: Target, path: Path, count: int = 4) -> None:
+    """tritonkit's generated requests for ``target`` (its seed, batch size and variable dims) as a
+    perf_analyzer ``--input-data`` file: each tensor's bytes in ``b64``, its shape without the batch."""
+    from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads  # noqa: PLC0415 (only without data)
+
+    spec = fetch_model_spec(target.url, target.model, target.version, protocol=target.protocol)
+    made = make_payloads(
+        spec, {target.batch_size: 1.0}, per_batch=count, seed=target.seed, variable_dim=target.variable_dim
+    )
+    entries = []
+    for payload in made.payloads:
+        entry: dict[str, Any] = {}
+        for name, array in payload.inputs.items():
+            shape = list(array.shape[1:] if spec.max_batch_size > 0 else array.shape)
+            if array.dtype == object:
+                entry[name] = {
+                    "content": [bytes(v).decode("utf-8", "replace") for v in array.reshape(-1)],
+                    "shape": shape,
+                }
+            else:
+                one = array[:1] if spec.max_batch_size > 0 else array
+                entry[name] = {"b64": base64.b64encode(one.tobytes()).decode(), "shape": shape}
+        entries.append(entry)
+    path.write_text(json.dumps({"data": entries}), encoding="utf-8")
 
 
 def cross_check(ours: LevelResult, theirs: LevelResult | str) -> dict[str, Any]:
