@@ -145,6 +145,20 @@ def build() -> None:
             400,
         )
         RESULTS.setdefault("builds", {})[name] = code
+    if "bert_dyn" in SPECS and os.environ.get("BUCKETS_DIAGNOSE"):  # host split and a torch.profiler table
+        from tritonkit.config import load, save  # noqa: PLC0415
+
+        path = WORK / "repo" / "bert_dyn_fp16" / "config.pbtxt"
+        config = load(path)
+        config.parameters.update(
+            {
+                "stats_interval_s": "4",
+                "profile_dir": str(WORK / "prof"),
+                "profile_skip": "100",
+                "profile_executes": "60",
+            }
+        )
+        save(config, path)
     check = subprocess.run(
         [sys.executable, "-m", "tritonkit", "check", "--repo", str(WORK / "repo")],
         check=False,
@@ -268,7 +282,7 @@ def serve(lengths: list[int], seconds: float) -> None:
     logs = WORK / "serve.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "serve", "--repo", str(WORK / "repo"), "--http-port", "8000", "--grpc-port", "8001",
-         "--metrics-port", "8002"],
+         "--metrics-port", "8002", "--log-file", str(WORK / "tritonserver.log")],
         stdout=logs.open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -284,8 +298,9 @@ def serve(lengths: list[int], seconds: float) -> None:
         print(f"ready after {RESULTS['ready_s']:.0f} s", flush=True)
         if "bert_tok" in SPECS:
             _token_answers()
+        perf_analyzer("bert_dyn_fp16", mixed, 256, "dyn-mix-c256-first", seconds)
         perf_analyzer("bert_dyn_fp16", lone, 1, "dyn-lone40-c1", seconds)
-        for level in (1, 64, 256):
+        for level in (1, 64, 256, 512):
             perf_analyzer("bert_dyn_fp16", mixed, level, f"dyn-mix-c{level}", seconds)
         if "bert_pad" in SPECS:
             perf_analyzer("bert_pad_fp16", mixed, 256, "pad-mix-c256", seconds)
@@ -364,6 +379,8 @@ def main() -> None:
                 tar.add(log, arcname=log.name)
             for csv in WORK.glob("*.csv"):
                 tar.add(csv, arcname=csv.name)
+            for table in (WORK / "prof").glob("*.txt"):
+                tar.add(table, arcname=f"prof-{table.name}")
 
 
 if __name__ == "__main__":

@@ -167,7 +167,10 @@ class BucketedPath:
             _log(
                 f"tritonkit torch_runner: {len(self.engine.graphs)} graphs for {len(self.buckets)} batch x "
                 f"{len(combos)} shape buckets, {(torch.cuda.memory_reserved(self.device) - before) / 2**20:.0f} "
-                "MiB reserved by their capture"
+                "MiB reserved by their capture; replay ms by (batch, edges): "
+                + ", ".join(
+                    f"{key[0]}x{[s for s, _ in key[1:]]} {ms:.2f}" for key, ms in sorted(times.items())
+                )
             )
         proxy = self.bucket_module.token_cost(float(min(e[0] for e in self.bucketing.axes.values())) * 4)
 
