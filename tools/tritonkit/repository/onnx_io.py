@@ -121,15 +121,20 @@ def _tensor_spec(value: onnx.ValueInfoProto, where: str, source: Path) -> Tensor
 def external_data_files(model: onnx.ModelProto) -> tuple[str, ...]:
     """Relative paths of the external-data files the graph's initializers point at (sorted, unique)."""
     locations: set[str] = set()
-    tensors: list[Any] = list(model.graph.initializer)
-    for node in model.graph.node:  # Constant nodes may carry external tensors too
-        tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
-    for tensor in tensors:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                locations.add(entry.value)
+    graphs: list[Any] = [model.graph]
+    while graphs:  # subgraphs (If, Loop, Scan) hold tensors too
+        graph = graphs.pop()
+        tensors: list[Any] = list(graph.initializer)
+        for node in graph.node:  # Constant nodes may carry external tensors too
+            for attr in node.attribute:
+                tensors.extend([attr.t] if attr.HasField("t") else list(attr.tensors))
+                graphs.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
+        for tensor in tensors:
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    locations.add(entry.value)
     return tuple(sorted(locations))
 
 

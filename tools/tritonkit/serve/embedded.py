@@ -64,6 +64,7 @@ from tritonkit.serve.process import (
     stubs_of,
 )
 from tritonkit.serve.reply_queues import widen_reply_queues
+from tritonkit.serve.sources import refuse_foreign
 from tritonkit.serve.tritonlog import describe_exit, load_failures, startup_failure, stub_failures
 
 __all__ = [
@@ -301,14 +302,7 @@ class EmbeddedServer:
             raise ServerError(f"the server is already running (pid {self.pid})")
         if not self.repo.is_dir():
             raise ServerError(f"model repository {self.repo} is not a directory; expected a folder of models")
-        # A build killed mid-write leaves its staging directory (repository.store's prefix); Triton
-        # would try to load it as a model and fail the start naming no model of ours.
-        leftovers = sorted(p.name for p in self.repo.glob(".tritonkit-staging-*"))
-        if leftovers:
-            raise ServerError(
-                f"model repository {self.repo} holds {leftovers[0]}, left by an interrupted build; "
-                "the next `tritonkit build` removes it (or remove it by hand)"
-            )
+        refuse_foreign(self.repo)  # a killed build's staging folder; symlinks or ONNX data from elsewhere
         roles = ["http", "grpc"] + (["metrics"] if self.metrics else [])
         for role in roles:
             if self._ports[role] is None:
