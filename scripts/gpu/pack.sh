@@ -74,6 +74,13 @@ download "$DEST" numpy==1.26.4 tritonclient==2.73.0 gevent==26.9.0 geventhttpcli
 # numpy (the python-backend stubs' NumPy) out of the folder it carries, one of the python runner cuda-bindings.
 download "$DEST" cuda-bindings==13.5.0 cuda-pathfinder==1.9.1
 
+# perf_analyzer 2.60.0 (NVIDIA's C++ load generator; manylinux_2_38: the GPU host's Ubuntu 24.04 runs it):
+# its binary alone, xz-compressed (4.9 MB against the wheel's 7.2), so the checkout and .whl/ stay under a
+# device call's 64 MiB; setup.sh unpacks it to /tmp/pa/perf_analyzer and points TRITONKIT_PERF_ANALYZER at it.
+"$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_38_x86_64 --python-version 3.12 \
+  --implementation cp -d "$WORK" perf-analyzer==2.60.0
+unzip -p "$WORK"/perf_analyzer-2.60.0-*.whl perf_analyzer/bin/perf_analyzer | xz -9e -T0 > "$DEST/perf_analyzer.bin.xz"
+
 # --- 3. onnxruntime-gpu, in parts ---------------------------------------------------------------
 if [ "${SKIP_ORT:-0}" != 1 ]; then
   ORT_DEST=${ORT_DEST:-.ort}

@@ -42,6 +42,11 @@ if [ ! -d "$ORT/onnxruntime" ] && [ -f /tmp/ort-parts/SHA256SUMS ] && \
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$ORT" "/tmp/$wheel" 2>&1 | tail -2
   rm -f "/tmp/$wheel"
 fi
+if [ -f "$WHL/perf_analyzer.bin.xz" ] && [ ! -x /tmp/pa/perf_analyzer ]; then
+  mkdir -p /tmp/pa && xz -dc "$WHL/perf_analyzer.bin.xz" > /tmp/pa/perf_analyzer.tmp && \
+    chmod +x /tmp/pa/perf_analyzer.tmp && mv /tmp/pa/perf_analyzer.tmp /tmp/pa/perf_analyzer
+fi
+[ -x /tmp/pa/perf_analyzer ] && export TRITONKIT_PERF_ANALYZER=/tmp/pa/perf_analyzer
 PYTHONPATH="$SITE:$SRC/tools"
 # onnxruntime-gpu first; the ONNX Runtime CUDA runner puts PYTHONPATH's entries ahead in its stub too.
 [ -d "$ORT/onnxruntime" ] && PYTHONPATH="$ORT:$PYTHONPATH"
