@@ -28,7 +28,7 @@ from tritonkit.config import ModelConfig, QueuePolicy
 from tritonkit.convert.execution import ServingSpec
 from tritonkit.convert.gpu_profiles import get_profile
 from tritonkit.convert.precision import CALIBRATION_METHODS, Fp16Options, Int8Options
-from tritonkit.convert.spec_parse import parse_dataclass
+from tritonkit.convert.spec_parse import MAX_DEPTH, MAX_NODES, YamlBoundError, load_yaml, parse_dataclass
 from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
 
@@ -337,11 +337,16 @@ def load_spec(path: str | Path) -> BuildSpec:
     if not file.is_file():
         raise SpecError(f"build spec not found: {str(file)!r}; expected a YAML file")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"build spec {str(file)!r} is not valid YAML{where}") from None
+        bound = (
+            f": {exc}; expected at most {MAX_NODES} nodes, {MAX_DEPTH} levels deep"
+            if isinstance(exc, YamlBoundError)
+            else ""
+        )
+        raise SpecError(f"build spec {str(file)!r} is not valid YAML{where}{bound}") from None
     except UnicodeDecodeError:
         raise SpecError(f"build spec {str(file)!r} is not UTF-8 text") from None
     return parse_spec(data, base_dir=file.resolve().parent)

@@ -10,6 +10,7 @@ modules never see where the data came from. Bad data raises :class:`CalibrationE
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 import zipfile
@@ -17,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from pydoc_data import topics
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -123,13 +124,39 @@ def read_arrays(path: str | Path, section: str = "calibration") -> dict[str, NDA
         # Opened here, not by np.load: it leaks its handle when the archive is corrupt.
         with file.open("rb") as handle:
             if file.suffix == ".npy":
+                _check_declared(handle, file.stat().st_size, section, file, "")
+                handle.seek(0)
                 return {"": np.load(handle, allow_pickle=False)}
+            with zipfile.ZipFile(handle) as members:  # each member's header against its bytes first
+                for info in members.infolist():
+                    with members.open(info) as member:
+                        _check_declared(member, info.file_size, section, file, info.filename)
+            handle.seek(0)
             with np.load(handle, allow_pickle=False) as archive:
                 return {name: np.asarray(archive[name]) for name in archive.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, MemoryError) as exc:
         raise CalibrationError(
             f"{section} data {str(file)!r} is corrupt ({type(exc).__name__}); expected an .npz archive"
         ) from None
+
+
+def _check_declared(stream: IO[bytes], size: int, section: str, file: Path, member: str) -> None:
+    """An ``.npy`` header (at the start of ``stream``, ``size`` bytes in all) declaring more bytes than
+    follow it is refused before anything is allocated (numpy would try: 4 TiB, ``_ArrayMemoryError``)."""
+    version = np.lib.format.read_magic(stream)  # type: ignore[no-untyped-call]
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)  # type: ignore[no-untyped-call]
+    else:
+        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)  # type: ignore[no-untyped-call]
+    if dtype.hasobject:
+        return  # refused by np.load (allow_pickle=False), never unpickled
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > size - stream.tell():
+        where = f" member {member[:60]!r}" if member else ""
+        raise CalibrationError(
+            f"{section} data {str(file)!r}{where} declares shape {list(shape)[:8]} of {dtype} "
+            f"({declared} bytes); the file holds {size - stream.tell()}: expected an array its file holds"
+        )
 
 
 def _cast(value: NDArray[Any], want: np.dtype[Any]) -> NDArray[Any] | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tritonkit.config import InstanceGroup
 from tritonkit.convert.gpu_profiles import GpuProfile
+from tritonkit.convert.spec_parse import shown
 from tritonkit.errors import SpecError
 
 # Re-exported: the repository check needs them below the build layer.
@@ -140,20 +141,20 @@ class ServingSpec:
             ("runner", RUNNERS),
         ):
             if key in data and data[key] not in allowed:
-                raise SpecError(f"serving.{key} must be one of {', '.join(allowed)}; got {data[key]!r}")
+                raise SpecError(f"serving.{key} must be one of {', '.join(allowed)}; got {shown(data[key])}")
         buckets = data.get("batch_buckets", [])
         if not isinstance(buckets, list) or not all(_positive(b) for b in buckets):
-            raise SpecError(f"serving.batch_buckets must be a list of integers >= 1; got {buckets!r}")
+            raise SpecError(f"serving.batch_buckets must be a list of integers >= 1; got {shown(buckets)}")
         graphs = data.get("cuda_graphs", True)
         if not isinstance(graphs, bool):
-            raise SpecError(f"serving.cuda_graphs must be true or false; got {graphs!r}")
+            raise SpecError(f"serving.cuda_graphs must be true or false; got {shown(graphs)}")
         pipeline = data.get("pipeline", False)
         if not isinstance(pipeline, bool):
-            raise SpecError(f"serving.pipeline must be true or false; got {pipeline!r}")
+            raise SpecError(f"serving.pipeline must be true or false; got {shown(pipeline)}")
         runner = str(data.get("runner", "auto"))
         jit_optimize = data.get("jit_optimize", False)
         if not isinstance(jit_optimize, bool):
-            raise SpecError(f"serving.jit_optimize must be true or false; got {jit_optimize!r}")
+            raise SpecError(f"serving.jit_optimize must be true or false; got {shown(jit_optimize)}")
         if jit_optimize and runner != "native":
             raise SpecError(
                 f"serving.jit_optimize is the native backend's; set serving.runner: native (got {runner})"
@@ -164,22 +165,22 @@ class ServingSpec:
             raise SpecError("serving.pipeline is the python runner's; serving.runner native has no pipeline")
         instances = data.get("instances", {}) or {}
         if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
-            raise SpecError(f"serving.instances takes `count` and `gpus`; got {instances!r}")
+            raise SpecError(f"serving.instances takes `count` and `gpus`; got {shown(instances)}")
         count = instances.get("count")
         if count is not None and not _positive(count):
-            raise SpecError(f"serving.instances.count must be an integer >= 1; got {count!r}")
+            raise SpecError(f"serving.instances.count must be an integer >= 1; got {shown(count)}")
         gpus = instances.get("gpus", [])
         if not isinstance(gpus, list) or not all(
             isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
         ):
-            raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {gpus!r}")
+            raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {shown(gpus)}")
         shape_buckets = _shape_buckets(data.get("shape_buckets", {}))
         pad_values = data.get("pad_values", {}) or {}
         if not isinstance(pad_values, Mapping) or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
             for k, v in pad_values.items()
         ):
-            raise SpecError(f"serving.pad_values must map input names to numbers; got {pad_values!r:.200}")
+            raise SpecError(f"serving.pad_values must map input names to numbers; got {shown(pad_values)}")
         return cls(
             device=str(data.get("device", "auto")),
             engine=str(data.get("engine", "auto")),
@@ -219,7 +220,7 @@ def _shape_buckets(value: object) -> dict[str, tuple[int, ...]]:
     if not isinstance(value, Mapping):
         raise SpecError(
             f"serving.shape_buckets must map axis names to lists of lengths, e.g. {{seq: [32, 64, 128]}}; "
-            f"got {value!r:.200}"
+            f"got {shown(value)}"
         )
     out: dict[str, tuple[int, ...]] = {}
     for axis, edges in value.items():
@@ -230,7 +231,7 @@ def _shape_buckets(value: object) -> dict[str, tuple[int, ...]]:
             or not all(_positive(e) for e in edges)
         ):
             raise SpecError(
-                f"serving.shape_buckets.{axis} must be a non-empty list of lengths >= 1; got {edges!r:.200}"
+                f"serving.shape_buckets.{axis} must be a non-empty list of lengths >= 1; got {shown(edges)}"
             )
         out[axis] = tuple(sorted(set(edges)))
     return out
@@ -255,7 +256,7 @@ BUCKET_STYLES: tuple[str, ...] = ("pow2", "fine")
 def bucket_ladder(max_batch_size: int, style: str = "fine") -> tuple[int, ...]:
     """The batch buckets of ``style`` up to ``max_batch_size`` (which is itself the last bucket)."""
     if style not in BUCKET_STYLES:
-        raise SpecError(f"bucket style {style!r}: expected one of {', '.join(BUCKET_STYLES)}")
+        raise SpecError(f"bucket style {shown(style)}: expected one of {', '.join(BUCKET_STYLES)}")
     if max_batch_size <= 0:
         return (1,)
     buckets, size = [], 1

@@ -4,18 +4,117 @@ dotted key, what was expected and what was given.
 
 A type with a ``from_mapping`` classmethod (e.g. :class:`tritonkit.convert.execution.ServingSpec`)
 parses its own section and raises its own one-line SpecError.
+
+YAML is read by :func:`load_yaml`: a safe load in bounded memory and time. Aliases are shared by
+the loader, not copied, but whatever walks or prints the value expands them (a "billion laughs"
+spec of 1 KB is 10^9 nodes): the value's expanded size is counted first, and past
+:data:`MAX_NODES` (or nesting past :data:`MAX_DEPTH`, where the composer would recurse into a
+``RecursionError``) the file is refused in one line. Messages show given values through
+:func:`shown`, which never formats more than a bounded prefix of one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 import types
 import typing
 from typing import Any, Literal
 
+import yaml
+
 from tritonkit.errors import SpecError
 
-__all__ = ["NOT_IN_YAML", "parse_dataclass"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "NOT_IN_YAML",
+    "BoundedLoader",
+    "YamlBoundError",
+    "load_yaml",
+    "parse_dataclass",
+    "shown",
+]
+
+#: Nodes a YAML document may hold once its aliases are expanded, and how deep it may nest.
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
+_SHOWN.maxdict = _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxset = 8
+
+
+def shown(value: Any, limit: int = 120) -> str:
+    """``value``'s repr for a one-line message, bounded however large (or alias-expanded) it is."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class YamlBoundError(yaml.YAMLError):
+    """A YAML document past :data:`MAX_NODES` expanded nodes or :data:`MAX_DEPTH` levels."""
+
+    def __init__(self, message: str, mark: Any = None) -> None:
+        super().__init__(message)
+        self.problem_mark = mark
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer stops at MAX_DEPTH levels and whose documents expand to at most
+    MAX_NODES nodes (each node counted once per reference to it, by a memo over the node graph)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise YamlBoundError(f"the YAML nests deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node: Any) -> Any:
+        _expanded_size(node)
+        return super().construct_document(node)  # type: ignore[no-untyped-call]
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes ``root`` holds with every alias expanded; YamlBoundError past MAX_NODES (memoized per
+    node and depth-bounded by the composer, so this takes time in the document's size, not its expansion)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        size = 1 + sum(sizes.get(id(child), 1) for child in children)
+        if size > MAX_NODES:
+            raise YamlBoundError(
+                f"the YAML expands to over {MAX_NODES} nodes once its aliases are followed", node.start_mark
+            )
+        sizes[id(node)] = size
+    return sizes.get(id(root), 1)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)`` within MAX_NODES expanded nodes and MAX_DEPTH levels; yaml.YAMLError
+    (:class:`YamlBoundError` past a bound) otherwise."""
+    loader = BoundedLoader(text)
+    try:
+        return loader.get_single_data()  # type: ignore[no-untyped-call]
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
 
 
 def _type_name(hint: Any) -> str:
@@ -41,7 +140,11 @@ def _key(name: Any) -> str:
 
 
 def _given(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, dict | list) else type(value).__name__
+    return (
+        f"{type(value).__name__} {shown(value)}"
+        if not isinstance(value, dict | list)
+        else type(value).__name__
+    )
 
 
 def _convert(hint: Any, value: Any, key: str) -> Any:

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from tritonkit.config import ModelConfig, from_pbtxt
+from tritonkit.convert.spec_parse import BoundedLoader
 from tritonkit.deploy.checks.context import Problems
 from tritonkit.errors import ConfigError, LoadTestError, TritonKitError
 from tritonkit.fleet.devices import TYPES, canonical, memory_gib
@@ -108,8 +109,9 @@ class Fleet:
         return next(m for m in self.models if m.name == name)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
+class _UniqueKeyLoader(BoundedLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently), within
+    the bounds of :class:`~tritonkit.convert.spec_parse.BoundedLoader` (aliases, nesting)."""
 
 
 def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
