@@ -3,8 +3,11 @@
 Each level is measured in windows until ``--stability-windows`` of them agree within ``--stability-pct``
 (throughput and p99); an unstable or generator-limited level is printed and exported as such. For a
 runner that pads batches to buckets (the torch GPU runner) each level also says what share of the rows it
-computed were padding, from the batches Triton formed. Exit code 0, or 3 with ``--find-max`` when no
-level met the budget.
+computed were padding, from the batches Triton formed; for a version with shape buckets (a dynamic
+sequence axis), tokens/s beside req/s and the padded share of the tokens sent, from the traffic's
+lengths (``--input-data``, else the generated length) and the config's edges. Without ``--input-data``
+it says which length generated requests give a variable (-1) dim. Exit code 0, or 3 with ``--find-max``
+when no level met the budget.
 
 ``--generator perf_analyzer`` measures every level with NVIDIA's perf_analyzer instead
 (:mod:`tritonkit.tune.perf_analyzer`: one process per level, the same window and stability flags), read
@@ -47,6 +50,7 @@ from tritonkit.tune.measure import (
 )
 from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
+from tritonkit.tune.traffic import buckets_in, generated_line, token_figures, token_line, traffic_of
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -87,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[Any] = []
     best = None
     padding: dict[str, float] = {}
+    tokens: dict[str, dict[str, Any]] = {}
     checks: dict[str, dict[str, Any]] = {}
     with (
         connect(args, [model]) as conn,
@@ -106,6 +111,14 @@ def run(args: argparse.Namespace) -> int:
             buckets = buckets_of(served_config)
         if pipelined(served_config):
             print(f"note: {PIPELINED_NOTE}", flush=True)
+        if (
+            args.input_data is None
+            and args.generator == "tritonkit"
+            and (line := generated_line(served_config))
+        ):
+            print(line, flush=True)
+        shape_buckets = buckets_in(served_config)
+        traffic = traffic_of(served_config, args.input_data, args.batch_size)
 
         def show(result: Any) -> None:
             print(table([result]).splitlines()[-1], flush=True)
@@ -114,6 +127,11 @@ def run(args: argparse.Namespace) -> int:
             if cross is not None and not args.find_max:
                 checks[result.level.label()] = record = cross(result)
                 print(cross_check_line(record), flush=True)
+            if traffic is not None and shape_buckets is not None:
+                tokens[result.level.label()] = figures = token_figures(
+                    traffic, shape_buckets, result.throughput
+                )
+                print(f"  {result.level.label()}: {token_line(figures)}", flush=True)
             share = padded_share(result.server.batches, buckets)
             if share is not None:
                 padding[result.level.label()] = round(share, 4)
@@ -156,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
     }
     if buckets:
         extra.update(buckets=buckets, padded_share=padding)
+    if traffic is not None and shape_buckets is not None:
+        axes = {axis: list(edges) for axis, edges in shape_buckets.axes.items()}
+        extra["tokens"] = {"lengths": traffic.source, "edges": axes, "by_level": tokens}
     if pipelined(served_config):
         extra["compute_infer_is"] = "hand-over to the pipelined runner, not the GPU work"
     if args.find_max:

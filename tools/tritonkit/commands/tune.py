@@ -12,7 +12,10 @@ spec[:PATH]`` also writes the build spec) and the diff is printed. ``--time-budg
 tune: once spent nothing more is measured and the tune is partial (said on stderr, in ``tune.json`` and the
 report; nothing written). ``--resume`` replays the log from the config it began with, so ``--resume
 --write spec:FILE`` after a tune that wrote ``config.pbtxt`` measures nothing and writes the same winner
-into the spec. Exit code 0, 3 when no config met the budget.
+into the spec. A model with shape buckets tuned with ``--input-data FILE`` also searches the bucket
+edges (candidates from the file's length histogram, every set ending at the model's longest length), and
+its figures carry tokens/s beside req/s with the padded share of the tokens sent. Exit code 0, 3 when no
+config met the budget.
 """
 
 from __future__ import annotations
@@ -144,10 +147,21 @@ def _figure(row: dict[str, Any]) -> str:
     if "confirmed_throughput" in row:
         figures = row["final_figures"]
         return (
-            f"{row['confirmed_throughput']:.1f} req/s (finals median of {len(figures)} rounds, "
-            f"{min(figures):.1f}-{max(figures):.1f})"
+            f"{row['confirmed_throughput']:.1f} req/s{_tokens(row, row['confirmed_throughput'])} (finals "
+            f"median of {len(figures)} rounds, {min(figures):.1f}-{max(figures):.1f})"
         )
-    return f"{row['throughput']:.1f} req/s (one search measurement)"
+    return f"{row['throughput']:.1f} req/s{_tokens(row, row['throughput'])} (one search measurement)"
+
+
+def _tokens(row: dict[str, Any], throughput: float) -> str:
+    """`` = 4,210 tokens/s, 12.0 % of the tokens sent padding`` for a version with shape buckets."""
+    tokens = row.get("tokens")
+    if not tokens:
+        return ""
+    return (
+        f" = {throughput * tokens['tokens_per_request']:,.0f} tokens/s, "
+        f"{tokens['token_padded_share']:.1%} of the tokens sent padding"
+    )
 
 
 def _print_result(result: TuneResult) -> None:

@@ -7,7 +7,9 @@ server (``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` buil
 requests per batch size of the *batch mix* (random data of the right dtype and shape from a seeded
 generator, or real text for ``BYTES`` inputs), and users draw from the pool by the mix's weights, so
 a run is repeatable and no time is spent generating data while load is on. The bytes of each
-request are the client's codec's (:mod:`tritonkit.client.codec`), built once per payload.
+request are the client's codec's (:mod:`tritonkit.client.codec`), built once per payload. Every
+variable (-1) dim past the batch axis is :data:`VARIABLE_DIM` long in generated requests
+(:func:`generated_lengths` is the line ``tritonkit profile`` prints about it).
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ from tritonkit.loadtest.validation import OutputCheck, dtype_of
 __all__ = [
     "INPUT_DATA",
     "SOURCES",
+    "VARIABLE_DIM",
     "BatchMix",
     "ModelSpec",
     "Payload",
     "PayloadSet",
     "fetch_model_spec",
+    "generated_lengths",
     "make_payloads",
     "output_checks",
     "parse_batch_mix",
@@ -195,6 +199,8 @@ class PayloadSet:
 
 
 SOURCES = ("auto", "random", "text", "image")
+#: the length generated requests give every variable (-1) dim past the batch axis
+VARIABLE_DIM = 16
 #: a payload source naming a perf_analyzer ``--input-data`` file: ``input-data:PATH``
 INPUT_DATA = "input-data:"
 
@@ -248,7 +254,7 @@ def make_payloads(
     per_batch: int = 4,
     seed: int = 0,
     source: str = "auto",
-    variable_dim: int = 16,
+    variable_dim: int = VARIABLE_DIM,
 ) -> PayloadSet:
     """Build ``per_batch`` payloads for each batch size of the mix (default: batch 1 only).
 
@@ -289,6 +295,26 @@ def make_payloads(
             payloads.append(Payload(inputs, batch, tuple(output_checks(spec, batch))))
             weights.append(weight / total / per_batch)
     return PayloadSet(spec, payloads, weights)
+
+
+def generated_lengths(
+    inputs: Sequence[TensorSpec], max_batch_size: int, variable_dim: int = VARIABLE_DIM
+) -> str | None:
+    """The line saying which length generated requests give a variable (-1) dim past the batch axis,
+    with each such input's request shape (None: no input has one)."""
+    shapes = []
+    for tensor in inputs:
+        dims = list(tensor.shape)
+        if max_batch_size > 0 and dims:
+            dims[0] = 1
+        if any(d < 0 for d in dims):
+            shapes.append(f"{tensor.name} {[variable_dim if d < 0 else d for d in dims]}")
+    if not shapes:
+        return None
+    return (
+        f"generated requests: every variable (-1) dim is {variable_dim} long ({', '.join(shapes)}); "
+        "--input-data FILE sends real lengths"
+    )
 
 
 def _from_file(spec: ModelSpec, mix: dict[int, float], path: str) -> PayloadSet:

@@ -4,7 +4,8 @@ Owns the ranking (feasible configs by throughput within the budget, then the res
 throughput/p99 Pareto front (configs no other config beats on both), ``report.md`` (provenance, the
 model's own config as the baseline, the winner's finals median as the headline with the spread of its
 rounds, the verdict, the finals table, the ranked table with each config's window spread, p99 interval
-and server split), and the plot of every trial with the front, the budget, the finals, the winner and
+and server split; for a version with shape buckets, tokens/s beside req/s and the padded share of the tokens
+sent, from the traffic's lengths and each config's edges), and the plot of every trial with the front, the budget, the finals, the winner and
 the baseline drawn in and the configs labelled. Every file is written through a temporary file and a
 rename.
 """
@@ -75,6 +76,7 @@ def markdown(data: Mapping[str, Any]) -> str:
             "",
         ]
     lines += _headline(data)
+    lines += _traffic(trials, winner, data.get("baseline"))
     if winner is not None:
         lines += _finals(data.get("finals") or [], winner)
     lines += _table(trials)
@@ -150,12 +152,46 @@ def _headline(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _table(trials: Sequence[dict[str, Any]]) -> list[str]:
-    """The ranked table: every config of the search with its level, spread of windows and server split."""
+def _traffic(
+    trials: Sequence[dict[str, Any]], winner: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
+) -> list[str]:
+    """For a version with shape buckets: where the lengths came from, and the winner's and the model's
+    own tokens (real tokens/s, the padded share of the tokens sent)."""
+    tokens = [t["tokens"] for t in trials if t.get("tokens")]
+    if not tokens:
+        return []
     lines = [
-        "| rank | config | within budget | req/s | windows req/s (min-max) | concurrency | p50 ms | p99 ms | "
+        f"**Tokens** (lengths from {tokens[0].get('lengths', 'the traffic')}; a request's tokens are the product "
+        "of its lengths on the bucketed axes; padding: each request padded to its smallest covering edge, "
+        "which the server's runner may pad further to run a group with a longer one):",
+        "",
+    ]
+    for name, row in (("winner", winner), ("model's own config", baseline)):
+        if row and row.get("tokens"):
+            t, edges = row["tokens"], _edges(row.get("point") or {})
+            figure = row.get("confirmed_throughput") or row["throughput"]  # the headline's figure
+            lines.append(
+                f"- {name}{f' ({edges})' if edges else ''}: {figure * t['tokens_per_request']:,.0f} tokens/s at "
+                f"{figure:.1f} req/s ({t['tokens_per_request']:g} tokens a request, "
+                f"{t['sent_tokens_per_request']:g} sent; {t['token_padded_share']:.1%} of the tokens sent padding)"
+            )
+    return [*lines, ""]
+
+
+def _edges(point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k.removeprefix('edges.')} [{v}]" for k, v in point.items() if k.startswith("edges."))
+
+
+def _table(trials: Sequence[dict[str, Any]]) -> list[str]:
+    """The ranked table: every config of the search with its level, spread of windows and server split
+    (and tokens/s with the padded share of the tokens for a version with shape buckets)."""
+    tokens = any(t.get("tokens") for t in trials)
+    lines = [
+        "| rank | config | within budget | req/s | "
+        + ("tokens/s (padding) | " if tokens else "")
+        + "windows req/s (min-max) | concurrency | p50 ms | p99 ms | "
         "p99 95% CI (n) | stable | server µs/request: queue / in / infer / out | batches (size: executions) |",
-        "|---:|---|---|---:|---|---:|---:|---:|---|---|---|---|",
+        "|---:|---|---|---:|" + ("---:|" if tokens else "") + "---|---:|---:|---:|---|---|---|---|",
     ]
     for i, t in enumerate(ranked(trials), 1):
         b = t.get("best") or {}
@@ -170,8 +206,14 @@ def _table(trials: Sequence[dict[str, Any]]) -> list[str]:
             if b
             else "–"
         )
+        tok = t.get("tokens")
+        cell = (
+            (f"{tok['tokens_per_s']:,.0f} ({tok['token_padded_share']:.1%}) | " if tok else "– | ")
+            if tokens
+            else ""
+        )
         lines.append(
-            f"| {i} | `{t['key']}` | {'yes' if t['feasible'] else 'no'} | {t['throughput']:.1f} | {spread} | "
+            f"| {i} | `{t['key']}` | {'yes' if t['feasible'] else 'no'} | {t['throughput']:.1f} | {cell}{spread} | "
             f"{t['concurrency'] or '–'} | {p50} | {(t['p99_ms'] or 0):.2f} | {interval} | "
             f"{'yes' if t['stable'] else 'no'} | {_split(t)} | {batches} |"
         )
@@ -231,6 +273,7 @@ def short_label(point: Mapping[str, Any]) -> str:
         parts.append("gpu")
     if point.get("jit_optimize") == "on":
         parts.append("jit")
+    parts += [f"e{v}" for k, v in sorted(point.items()) if k.startswith("edges.")]
     return " ".join(parts)
 
 

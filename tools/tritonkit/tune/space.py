@@ -19,7 +19,11 @@ so the runner and the batcher agree on sizes whatever the trial. A native-backen
 the late ``jit_optimize`` axis (``off``/``on``: its graphs capture TorchScript's plain or optimised
 plan, config parameter ``jit_optimize``): the optimised plan compiles its fused kernels at every load
 (a slow load on a large model) and gains on some models only, so the quick search tries it once, on the
-best point the other axes reached (:class:`~tritonkit.tune.search.Axis` ``late``).
+best point the other axes reached (:class:`~tritonkit.tune.search.Axis` ``late``). A version with shape
+buckets (the config parameter ``shape_buckets``) tuned on a traffic file (``input_data``) gets one
+``edges.<axis>`` axis per dynamic axis: the edge sets :func:`~tritonkit.tune.traffic.edge_candidates`
+draws from the file's length histogram, every one ending at the model's longest length; a trial's
+config carries its edges in the parameter, which the server's runner reads at load.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_sty
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.search import Axis
+from tritonkit.tune.traffic import (
+    EDGES,
+    buckets_in,
+    edge_candidates,
+    edges_text,
+    point_edges,
+    traffic_of,
+    with_edges,
+)
 
 __all__ = [
     "DEFAULT_DELAYS_US",
@@ -178,9 +191,11 @@ def axes_for(
     instances: Sequence[int] | None = None,
     queue: bool = True,
     jit_optimize: bool = True,
+    input_data: str | os.PathLike[str] | None = None,
 ) -> list[Axis]:
     """The grid for ``cfg``. A model that does not batch (``max_batch_size`` 0) tunes instances only;
-    ``jit_optimize`` False: no plan axis for a native-backend GPU version (it keeps its own)."""
+    ``jit_optimize`` False: no plan axis for a native-backend GPU version (it keeps its own);
+    ``input_data`` (a traffic file): shape-bucket edges from its lengths for a version that has them."""
     if cfg.ensemble_steps or cfg.platform == "ensemble":
         raise TritonKitError(
             f"model `{cfg.name}` is an ensemble; expected a model that runs (tune its steps)"
@@ -221,6 +236,9 @@ def axes_for(
         if d != "off" and (not isinstance(d, int) or d < 0):
             raise TritonKitError(f"batching delay {d!r}: expected `off` or whole microseconds >= 0")
     axes += [Axis("max_batch_size", sizes), Axis("delay_us", delays)]
+    buckets, traffic = buckets_in(cfg), traffic_of(cfg, input_data) if input_data is not None else None
+    if buckets is not None and traffic is not None:
+        axes += [Axis(name, values) for name, values in edge_candidates(buckets, traffic).items()]
     axes.append(Axis("buckets", BUCKET_STYLES) if _bucketed(cfg) else Axis("preferred", ("none", "max")))
     if queue and not gpu_base:
         axes.append(Axis("queue", ("unbounded", "bounded")))
@@ -249,6 +267,9 @@ def base_point(cfg: ModelConfig) -> dict[str, Any]:
             point["preferred"] = "max" if b is not None and b.preferred_batch_size else "none"
         policy = b.default_queue_policy if b is not None else None
         point["queue"] = "bounded" if policy is not None and policy.max_queue_size > 0 else "unbounded"
+        buckets = buckets_in(cfg)
+        for axis, edges in (buckets.axes if buckets is not None else {}).items():
+            point[EDGES + axis] = edges_text(edges)
     return point
 
 
@@ -295,6 +316,8 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
             )
         for warmup in cfg.model_warmup:
             warmup.batch_size = min(warmup.batch_size, mbs)
+    if point_edges(point):  # the shape buckets' edges (the runner reads them at load)
+        with_edges(cfg, point_edges(point))
     found = problems(cfg)
     if found:
         raise TritonKitError(f"config for {describe(point)} is not valid: {found[0]}")

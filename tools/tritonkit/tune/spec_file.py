@@ -6,7 +6,9 @@ Owns :func:`find_spec` (the ``*.yaml`` beside the repository's models whose buil
 ``instances.count`` and ``instances.kind``, and ``serving.instances.count`` where the spec has a
 ``serving`` section, and ``serving.jit_optimize`` for a native-backend version: true when the tuned
 config captures the optimised plan (with ``serving.runner: native``, which that key requires; the section
-made where the spec had none), false only where the spec said true) and :func:`write_spec`: the values set in place in the YAML text, so its comments and
+made where the spec had none), false only where the spec said true, and ``serving.shape_buckets.<axis>``
+for a version with shape buckets whose tuned edges differ from the spec's (or, where the spec names
+none, from the built config's)) and :func:`write_spec`: the values set in place in the YAML text, so its comments and
 key order stay (block-style mappings; a spec in flow style is rewritten whole, and then says so), the
 result checked to load as exactly the intended data and to parse as a build spec, then written through
 a temporary file and a rename. A spec has no way to say "no dynamic batcher": a config without one is
@@ -35,6 +37,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.apply import write_as_model, write_config
 from tritonkit.tune.space import apply_point, jit_on
+from tritonkit.tune.traffic import buckets_in
 
 __all__ = ["Written", "find_spec", "spec_to_write", "spec_values", "write_back", "write_spec"]
 
@@ -76,8 +79,11 @@ def find_spec(repo: Path, model: str, given: str | None = None) -> Path:
     return found[0]
 
 
-def spec_values(cfg: ModelConfig, data: Mapping[str, Any]) -> dict[Path_, Any]:
-    """The spec keys that make ``cfg``'s batching and instances (``data``: the spec as loaded)."""
+def spec_values(
+    cfg: ModelConfig, data: Mapping[str, Any], base: ModelConfig | None = None
+) -> dict[Path_, Any]:
+    """The spec keys that make ``cfg``'s batching and instances (``data``: the spec as loaded; ``base``:
+    the config the tune began with, whose shape-bucket edges the build wrote)."""
     dyn = cfg.dynamic_batching
     if cfg.max_batch_size > 0 and dyn is None:
         raise TritonKitError(
@@ -104,7 +110,24 @@ def spec_values(cfg: ModelConfig, data: Mapping[str, Any]) -> dict[Path_, Any]:
         if jit_on(cfg) and serving.get("runner") != "native":  # the plan is the native backend's
             values[("serving", "runner")] = "native"
         values[("serving", "jit_optimize")] = jit_on(cfg)
+    values.update(_edges(cfg, serving, base))
     return values
+
+
+def _edges(cfg: ModelConfig, serving: Mapping[str, Any], base: ModelConfig | None) -> dict[Path_, Any]:
+    """``serving.shape_buckets.<axis>`` for every axis whose tuned edges are not what the spec (or,
+    where it names none, the built config) has."""
+    tuned, built = buckets_in(cfg), buckets_in(base) if base is not None else None
+    named = serving.get("shape_buckets")
+    spec_axes: Mapping[str, Any] = named if isinstance(named, Mapping) else {}
+    out: dict[Path_, Any] = {}
+    for axis, edges in (tuned.axes if tuned is not None else {}).items():
+        had = spec_axes.get(axis)
+        if had is None and built is not None:
+            had = list(built.axes.get(axis, ()))
+        if had is None or list(had) != list(edges):
+            out[("serving", "shape_buckets", axis)] = list(edges)
+    return out
 
 
 def _flow(value: Any) -> str:
@@ -144,7 +167,7 @@ def _set(lines: list[str], path: Path_, value: Any, start: int, end: int, indent
     assert match is not None
     if not rest:
         comment = match.group("comment") or ""
-        lines[at] = f"{' ' * indent}{key}: {_flow(value)}{comment}"
+        lines[at : _value_end(lines, at, end, indent)] = [f"{' ' * indent}{key}: {_flow(value)}{comment}"]
         return
     if match.group("value").strip():
         raise ValueError(f"`{key}` is written in flow style")
@@ -163,6 +186,21 @@ def _set(lines: list[str], path: Path_, value: Any, start: int, end: int, indent
         _set(lines, rest, value, at + 1, at + 1, indent + 2)
     else:
         _set(lines, rest, value, block[0], block[1], block[2])
+
+
+def _value_end(lines: list[str], at: int, end: int, indent: int) -> int:
+    """The line after the value of the key at ``at``: a value in block style (deeper lines, or a list's
+    ``- `` items at the key's own indent) ends at the next line as shallow as the key."""
+    stop = at + 1
+    for i in range(at + 1, end):
+        text = lines[i]
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        depth = len(text) - len(text.lstrip())
+        if depth < indent or (depth == indent and not text.lstrip().startswith("- ")):
+            break
+        stop = i + 1
+    return stop
 
 
 def _wanted(data: Mapping[str, Any], values: Mapping[Path_, Any]) -> dict[str, Any]:
@@ -194,11 +232,12 @@ def edited_text(text: str, values: Mapping[Path_, Any]) -> tuple[str, str]:
     return yaml.safe_dump(wanted, sort_keys=False), note
 
 
-def write_spec(path: Path, cfg: ModelConfig) -> tuple[str, str]:
-    """Write ``cfg``'s batching and instances into the spec at ``path``; (unified diff, note)."""
+def write_spec(path: Path, cfg: ModelConfig, base: ModelConfig | None = None) -> tuple[str, str]:
+    """Write ``cfg``'s batching, instances and shape-bucket edges into the spec at ``path`` (``base``:
+    the config the tune began with); (unified diff, note)."""
     old = path.read_text(encoding="utf-8")
     data = yaml.safe_load(old) or {}
-    new, note = edited_text(old, spec_values(cfg, data))
+    new, note = edited_text(old, spec_values(cfg, data, base))
     parse_spec(yaml.safe_load(new), base_dir=path.parent)  # one line naming a bad key, nothing written
     write_text(path, new)
     diff = "".join(
@@ -260,7 +299,7 @@ def write_back(
         return Written(str(folder), diff)
     out = Written(str(model_dir / "config.pbtxt"))
     if spec_path is not None:
-        out.spec_diff, note = write_spec(spec_path, cfg)
+        out.spec_diff, note = write_spec(spec_path, cfg, base)
         out.spec = str(spec_path)
         out.notes += [note] if note else []
         if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":

@@ -4,6 +4,10 @@ Owns :func:`measure_config` (the config put into service through the model-repos
 highest concurrency within the budget searched: from ``start`` up to ``--max-concurrency`` for a trial, at
 the search's concurrency or below it for a finals round) and the row it logs, :func:`start_level` (where
 a quick search's trial starts its load search) and :func:`progress_line` (what the terminal shows).
+For a version with shape buckets every level and the row also carry the traffic's tokens
+(:func:`~tritonkit.tune.traffic.token_figures`: tokens/s beside req/s, the padded share of the tokens
+sent under the config's edges); a config whose clients pad (``pad_at: client``) and whose trial sets
+edges is measured by a load generator of its own, which pads the requests to those edges.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tritonkit.tune.measure import (
     wait_ready,
 )
 from tritonkit.tune.space import buckets_of, padded_share
+from tritonkit.tune.traffic import buckets_in, point_edges, token_figures, traffic_of
 
 __all__ = ["Settings", "measure_config", "progress_line", "start_level"]
 
@@ -43,6 +48,8 @@ class Settings(Protocol):
     refine: int
     require_stable: bool
     measure: MeasureOptions
+    input_data: str | None
+    batch_size: int
 
 
 def measure_config(
@@ -81,7 +88,9 @@ def measure_config(
         wait_ready(target.url, options.protocol, options.model, dict(target.headers))
         loaded = time.monotonic()
         with contextlib.ExitStack() as stack:
-            used = measurer or stack.enter_context(Measurer(target, options.measure))
+            if measurer is None or _pads_itself(cfg, point):
+                measurer = stack.enter_context(Measurer(target, options.measure))
+            used = measurer
             used.loaded()
             best, levels = find_max(
                 used.measure,
@@ -109,6 +118,7 @@ def measure_config(
     row["generator_limited"] = best.generator_limited if best is not None else False
     row["generator"] = best.summary()["generator"] if best is not None else None
     row["feasible"] = best is not None and best.throughput >= options.min_throughput
+    _tokens(row, cfg, options)
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
 
@@ -117,6 +127,23 @@ def _padding(summary: dict[str, Any], buckets: Sequence[int]) -> dict[str, Any]:
     """A level's summary with the share of padded rows the runner computed (bucketed runners only)."""
     share = padded_share(summary.get("batches") or {}, buckets)
     return {**summary, "padded_share": round(share, 4)} if share is not None else summary
+
+
+def _pads_itself(cfg: ModelConfig, point: dict[str, Any]) -> bool:
+    """True when the trial sets edges the clients pad to: the tune's generator padded its requests to
+    the edges of the config it first read, so this config needs a generator of its own."""
+    buckets = buckets_in(cfg)
+    return buckets is not None and buckets.pad_at == "client" and bool(point_edges(point))
+
+
+def _tokens(row: dict[str, Any], cfg: ModelConfig, options: Settings) -> None:
+    """Token figures on every level and the row (shape-bucketed versions only)."""
+    buckets, traffic = buckets_in(cfg), traffic_of(cfg, options.input_data, options.batch_size)
+    if buckets is None or traffic is None:
+        return
+    for level in [*row["levels"], *([row["best"]] if row["best"] else [])]:
+        level["tokens"] = token_figures(traffic, buckets, float(level.get("throughput") or 0.0))
+    row["tokens"] = {**token_figures(traffic, buckets, row["throughput"]), "lengths": traffic.source}
 
 
 def start_level(options: Settings, trials: Sequence[dict[str, Any]]) -> int:
@@ -136,6 +163,11 @@ def progress_line(t: dict[str, Any], n: int) -> str:
         f"trial {n}: {t['key']}: {t['throughput']:.1f} req/s, {where}"
         + (f", p99 {t['p99_ms']:.2f} ms" if t["p99_ms"] else "")
         + (f", padded {t['padded_share']:.1%}" if t.get("padded_share") is not None else "")
+        + (f", {_tokens_short(t['tokens'])}" if t.get("tokens") else "")
         + (f" ({t['load_s']:.1f} s loading, {t['measure_s']:.1f} s measuring)" if "load_s" in t else "")
         + (f" [{t['error']}]" if t.get("error") else "")
     )
+
+
+def _tokens_short(tokens: dict[str, Any]) -> str:
+    return f"{tokens['tokens_per_s']:,.0f} tokens/s, {tokens['token_padded_share']:.1%} of tokens padding"

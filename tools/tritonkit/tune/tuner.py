@@ -450,6 +450,7 @@ def _axes(options: TuneOptions, base: ModelConfig) -> list[Axis]:
         instances=options.instances,
         queue=options.queue,
         jit_optimize=options.jit_optimize,
+        input_data=options.input_data,
     )
     return axes if options.preferred else [a for a in axes if a.name != "preferred"]
 
