@@ -5,7 +5,8 @@ model (Triton keeps answering ready after a stub died while every call to that m
 On either failure it restarts the server on the same ports (``--max-restarts``; readiness is
 false meanwhile as nothing listens), or stops with exit code 1 so that a supervisor (systemd,
 Kubernetes) restarts it. HTTP goes through tritonkit's guard (``serve/guard.py``) unless
-``--no-guard``. Before the start it removes what writers killed mid-write left in the repository
+``--no-guard``, gRPC through its gRPC guard (``serve/grpc_guard.py``) unless ``--no-grpc-guard``.
+Before the start it removes what writers killed mid-write left in the repository
 (:meth:`tritonkit.repository.ModelRepository.remove_stale_staging`; Triton would try to load each
 as a model), waiting for a write in progress to finish.
 
@@ -41,7 +42,7 @@ _SIZES_MIB: tuple[tuple[str, int | None, str], ...] = (
     (
         "--max-body-mb",
         DEFAULT_MAX_BODY_BYTES,
-        "largest HTTP request body the guard forwards, in MiB (default %(default)g)",
+        "largest HTTP request body (and gRPC message) the guards forward, in MiB (default %(default)g)",
     ),
     (
         "--max-inflight-mb",
@@ -92,6 +93,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="put tritonkit's HTTP guard in front of Triton: default-deny routes, body, shape and memory limits, "
         "a drain that serves nothing new, readiness false on a dead or stopped model stub (default on; its "
         "cost in HTTP req/s: docs/reliability.md)",
+    )
+    parser.add_argument(
+        "--grpc-guard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put tritonkit's gRPC guard in front of Triton's gRPC port: message caps by their declared size, "
+        "bounded inflation, each ModelInferRequest checked (shapes, data, batch), memory budgets "
+        "(default: as --guard; its cost: docs/reliability.md)",
     )
     for flag, default, text in _SIZES_MIB:
         parser.add_argument(flag, type=float, default=None if default is None else default / MIB, help=text)

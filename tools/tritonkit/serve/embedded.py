@@ -5,10 +5,9 @@ loopback": choosing ports, the secure-by-default command line, waiting for readi
 when a model's stub died (:meth:`EmbeddedServer.problems`), and a graceful stop (the guard
 drains, then SIGTERM: in-flight requests finish within ``exit_timeout``).
 
-Its parts: finding the binary and the private backend folder, ``install.py``; defaults and range
-checks, ``options.py``; the log's error lines, ``tritonlog.py``; the processes (binding the server
-to this process, hiding the admin key from ``ps``, reaping what a crashed one left, the bounded
-log), ``process.py``; the optional HTTP guard, ``guard.py``.
+Its parts: the binary and backend folder, ``install.py``; defaults and range checks, ``options.py``; the
+log's error lines, ``tritonlog.py``; the processes (bound to this process, admin key hidden from ``ps``,
+crash leftovers reaped, bounded log), ``process.py``; the guards, ``guard.py`` and ``grpc_front.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from tritonkit.errors import (
     ServerError,
     ServerStartTimeoutError,
 )
+from tritonkit.serve.grpc_front import GrpcFront
 from tritonkit.serve.guard import Guard
 from tritonkit.serve.health import HealthMonitor
 from tritonkit.serve.install import (
@@ -97,7 +97,7 @@ REPLY_QUEUES_ENV = "TRITONKIT_REPLY_QUEUES"
 _POLL_INTERVAL_S = 0.1
 
 
-class EmbeddedServer:
+class EmbeddedServer(GrpcFront):
     """Run ``tritonserver`` on a model repository; a context manager.
 
     >>> with EmbeddedServer("model_repository") as server:   # doctest: +SKIP
@@ -135,6 +135,7 @@ class EmbeddedServer:
         metrics: bool = True,
         extra_args: Sequence[str] = (),
         guard: bool = False,
+        grpc_guard: bool | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_inflight_bytes: int | None = None,
         request_timeout: float = 60.0,
@@ -167,6 +168,8 @@ class EmbeddedServer:
         self.extra_args = tuple(extra_args)
         #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
         self.guard = guard
+        #: Put :class:`~tritonkit.serve.grpc_guard.GrpcGuard` on the gRPC port (default: as ``guard``).
+        self.grpc_guard = guard if grpc_guard is None else grpc_guard
         self.max_body_bytes = max_body_bytes
         #: Body bytes the guard holds across all connections at once (default 4 × ``max_body_bytes``).
         self.max_inflight_bytes = max_inflight_bytes or 4 * max_body_bytes
@@ -259,8 +262,8 @@ class EmbeddedServer:
             f"--backend-directory={backends}",
             f"--http-address={'127.0.0.1' if self.guard else self.host}",
             f"--http-port={self._triton_http_port or self.http_port}",
-            f"--grpc-address={self.host}",
-            f"--grpc-port={self.grpc_port}",
+            f"--grpc-address={'127.0.0.1' if self.grpc_guard else self.host}",
+            f"--grpc-port={self._triton_grpc_port or self.grpc_port}",
             f"--allow-metrics={str(self.metrics).lower()}",
             f"--model-control-mode={self.model_control_mode}",
             f"--strict-readiness={str(self.strict_readiness).lower()}",
@@ -311,6 +314,7 @@ class EmbeddedServer:
                 check_port(self.host, self._port(role), role)
         if self.guard:  # Triton listens privately; the guard takes the public HTTP port
             self._triton_http_port = free_port()
+        self._pick_grpc_port()
         if self.log_file is None:
             log_dir = tempfile.mkdtemp(prefix="tritonkit-server-")
             # Not TemporaryDirectory: its implicit clean-up at garbage collection warns (ResourceWarning).
@@ -330,6 +334,7 @@ class EmbeddedServer:
                     unready=self.unready,
                 )
                 self._guard.start()
+            self._open_grpc(self.grpc_port, self.admin_headers)
             self._start_health()
         except BaseException:
             self._stop_health()
@@ -381,19 +386,19 @@ class EmbeddedServer:
             self._health = None
 
     def restart(self) -> None:
-        """Stop tritonserver and start it again on the same ports (a dead stub, a crash).
-
-        The guard stays up meanwhile and answers every HTTP request 503 with ``Retry-After``; a request
-        Triton took but did not answer is answered 503 too.
-        """
+        """Stop tritonserver and start it again on the same ports (a dead stub, a crash); the guards stay
+        up, answering HTTP 503 with ``Retry-After`` (also to what Triton took unanswered), gRPC UNAVAILABLE."""
+        self._hold_grpc("the server is restarting; retry shortly")
         if self._guard is not None:
             self._guard.hold("the server is restarting; retry shortly")
         self._stop_health()
         self._stop_triton(grace=self.exit_timeout + 10.0)
         if self.guard:
             self._triton_http_port = free_port()
+        self._pick_grpc_port()
         self._launch()
         self._start_health()
+        self._release_grpc()
         if self._guard is not None:
             self._guard.release(self._port_of_triton_http())
 
@@ -401,14 +406,15 @@ class EmbeddedServer:
         return self._triton_http_port or self.http_port
 
     def _close_guard(self) -> None:
+        self._close_grpc()
         if self._guard is not None:
             self._guard.close()
             self._guard = None
 
     @property
     def refused(self) -> int:
-        """Requests the guard refused (0 without a guard)."""
-        return self._guard.refused if self._guard is not None else 0
+        """Requests the guards refused (0 without guards)."""
+        return (self._guard.refused if self._guard is not None else 0) + self.grpc_refused
 
     def _stub_path(self) -> Path:
         if self._stub_file is None:
@@ -542,11 +548,11 @@ class EmbeddedServer:
     def stop(self) -> int | None:
         """SIGTERM the server and wait: in-flight requests finish within ``exit_timeout`` seconds.
 
-        A server that crashed leaves its python stubs running; they are reaped here.
-        """
+        A server that crashed leaves its python stubs running; they are reaped here."""
         if self._guard is not None and self.is_running():
             # Triton keeps serving open keep-alive connections while it drains; the guard does not.
             self._guard.drain(self.exit_timeout)
+        self._drain_grpc()
         self._stop_health()
         code = self._stop_triton(grace=self.exit_timeout + 10.0)
         self._close_guard()

@@ -1,0 +1,553 @@
+"""One client connection of the gRPC guard and its own HTTP/2 connection to Triton (loopback).
+
+Frames pass between the two with their stream ids unchanged. From Triton to the client every frame is
+relayed as bytes (DATA payloads as slices of what was read, never decoded) except header blocks,
+written anew (:mod:`.grpc_wire`) so that the guard may add a refusal's trailers or drop a refused
+stream's answer. From the client to Triton every frame is relayed as it came except DATA: a stream's
+messages are gathered one at a time, each capped by its 5-byte prefix before its bytes are read (and
+reserved against the connection's and the guard's budgets then), inflated within the cap where
+compressed, checked where it is a ``ModelInferRequest`` (:mod:`.grpc_checks`), and only then sent on,
+within Triton's flow-control windows (the guard is the receiver the client's windows count against; it
+grants them as messages are taken). A refused call is answered with its gRPC status and reset towards
+Triton; the connection carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import struct
+import time
+import zlib
+from typing import TYPE_CHECKING, cast
+
+import hpack
+
+from tritonkit.serve import grpc_wire as w
+from tritonkit.serve.grpc_checks import (
+    INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    CallRefusedError,
+    check_infer,
+)
+from tritonkit.serve.grpc_upstream import UpstreamSide as _UpstreamSide
+
+if TYPE_CHECKING:
+    from tritonkit.serve.grpc_guard import GrpcGuard
+
+__all__ = ["ClientSide", "ConfigMissingError"]
+
+_SERVICE = b"/inference.GRPCInferenceService/"
+_CHECKED = {_SERVICE + b"ModelInfer", _SERVICE + b"ModelStreamInfer"}
+_PREFIX = struct.Struct(">BI")
+_U32 = struct.Struct(">I")
+_SETTING = struct.Struct(">HI")
+_CANCEL, _REFUSED_STREAM, _PROTOCOL_ERROR, _FRAME_SIZE, _CALM = 0x8, 0x7, 0x1, 0x6, 0xB
+_MAX_BLOCK = 64 << 10
+_REFUSED_KEPT = 4096
+_DEFAULT_WINDOW = 65_535
+#: the stream window the client is kept at, above what a message still needs
+_STREAM_ROOM = 1 << 20
+
+
+class ConfigMissingError(Exception):
+    """The model's config is not cached yet: fetch it, then check again."""
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _Stream:
+    __slots__ = (
+        "answered", "checked", "cwin", "encoding", "end_in", "end_sent", "head", "id", "message", "need",
+        "out", "pending", "reserved", "started", "uwin", "waiting",
+    )  # fmt: skip
+
+    def __init__(self, stream_id: int, checked: bool, encoding: bytes, window: int) -> None:
+        self.id, self.checked, self.encoding = stream_id, checked, encoding
+        self.cwin = self.uwin = window  # the client's window towards the guard; the guard's towards Triton
+        self.head = bytearray()  # the 5-byte prefix of the next message, as it comes
+        self.message: bytearray | None = None  # the message being gathered (prefix included)
+        self.need = 0  # bytes the message still needs
+        self.pending: list[bytearray] = []  # whole messages waiting for a model's config
+        self.out: list[memoryview] = []  # checked bytes waiting for Triton's windows
+        self.reserved = 0  # budget this stream holds
+        self.end_in = self.end_sent = self.waiting = self.answered = False
+        self.started = 0.0
+
+
+class ClientSide(asyncio.Protocol):
+    """The client's connection; owns its link to Triton (:class:`_UpstreamSide`)."""
+
+    def __init__(self, guard: GrpcGuard) -> None:
+        self.guard = guard
+        self.transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Future[None] | None = None
+        self.up: _UpstreamSide | None = None
+        self.buf = bytearray()
+        self.preface = False
+        self.streams: dict[int, _Stream] = {}
+        self.refused: dict[int, None] = {}
+        self.last_id = 0
+        self.block: bytearray | None = None  # a request header block being gathered (HEADERS + CONTINUATION)
+        self.block_stream = 0
+        self.block_flags = 0
+        self.decoder = w.BlockDecoder(_MAX_BLOCK)
+        self.reserved = 0
+        self.up_window = _DEFAULT_WINDOW  # Triton's connection window for our DATA
+        self.up_initial = _DEFAULT_WINDOW  # Triton's SETTINGS_INITIAL_WINDOW_SIZE
+        self.up_frame = 16_384  # Triton's SETTINGS_MAX_FRAME_SIZE
+        self.granted = _DEFAULT_WINDOW  # the client's connection window as the guard sees it
+        self.blocked: dict[int, None] = {}  # streams with bytes waiting for windows
+        self.to_up: list[bytes | memoryview] = []
+        self.to_client: list[bytes] = []
+        self.up_paused = False
+        self.closed = False
+        self.draining = False
+
+    # --- life cycle ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.guard.connections.add(self)
+        if self.guard.draining or self.guard.held or len(self.guard.connections) > self.guard.max_connections:
+            self.abort()
+            return
+        self.transport.pause_reading()  # until Triton's connection is up
+        self._connecting = asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, up = await loop.create_connection(
+                lambda: _UpstreamSide(self), "127.0.0.1", self.guard.upstream
+            )
+        except OSError:
+            self.abort()
+            return
+        if self.closed:
+            up.transport.close() if up.transport is not None else None
+            return
+        self.up = up
+        assert self.transport is not None
+        self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.guard.connections.discard(self)
+        for stream in list(self.streams.values()):
+            self._forget(stream)
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.abort()
+
+    def close_from_upstream(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.close()  # what was written still goes out
+
+    def goaway(self, code: int, reason: bytes = b"") -> None:
+        """Tell the client no stream past the last it opened is served, and why (draining: code 0)."""
+        if self.transport is not None and not self.closed:
+            self.transport.write(w.frame(w.GOAWAY, 0, 0, _U32.pack(self.last_id) + _U32.pack(code) + reason))
+            self.draining = True
+
+    def pause_writing(self) -> None:  # the client reads slowly: stop reading Triton's answers
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.resume_reading()
+
+    # --- frames from the client ---------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        if not self.preface:
+            if len(buf) < len(w.PREFACE):
+                if not w.PREFACE.startswith(bytes(buf)):
+                    self.abort()
+                return
+            if not buf.startswith(w.PREFACE):
+                self.abort()
+                return
+            self.preface = True
+            pos = len(w.PREFACE)
+            self.to_up.append(w.PREFACE)
+            self._grant_connection()
+        end = len(buf)
+        limit = self.up_frame
+        try:
+            while end - pos >= 9:
+                length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+                if length > limit:
+                    raise _ConnectionError(_FRAME_SIZE, "frame over the peer's SETTINGS_MAX_FRAME_SIZE")
+                if end - pos < 9 + length:
+                    break
+                self._frame(
+                    buf[pos + 3], buf[pos + 4], _U32.unpack_from(buf, pos + 5)[0] & 0x7FFFFFFF, pos, length
+                )
+                pos += 9 + length
+        except _ConnectionError as exc:
+            self._fail(exc.code, exc.reason)
+            return
+        del buf[:pos]
+        self._flush()
+
+    def _frame(self, kind: int, flags: int, stream_id: int, pos: int, length: int) -> None:
+        buf = self.buf
+        if self.block is not None and kind != w.CONTINUATION:
+            raise _ConnectionError(_PROTOCOL_ERROR, "a header block interrupted")
+        if kind == w.DATA:
+            self._data(flags, stream_id, memoryview(buf)[pos + 9 : pos + 9 + length])
+            return
+        whole = bytes(buf[pos : pos + 9 + length])
+        if kind == w.HEADERS:
+            self._headers_start(flags, stream_id, whole[9:])
+            self.to_up.append(whole)
+            if self.block is not None and flags & w.END_HEADERS:
+                self._headers_end()
+        elif kind == w.CONTINUATION:
+            if self.block is None or stream_id != self.block_stream:
+                raise _ConnectionError(_PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+            self.block += whole[9:]
+            if len(self.block) > _MAX_BLOCK:
+                raise _ConnectionError(_CALM, "a header block over 64 KiB")
+            self.to_up.append(whole)
+            if flags & w.END_HEADERS:
+                self._headers_end()
+        elif kind == w.SETTINGS:
+            if not flags & w.ACK:
+                for at in range(9, len(whole) - 5, 6):
+                    key, value = _SETTING.unpack_from(whole, at)
+                    if key == 1 and self.up is not None:
+                        self.up.decoder.decoder.max_allowed_table_size = value
+            self.to_up.append(whole)
+        elif kind in (w.WINDOW_UPDATE, w.RST_STREAM):
+            if stream_id in self.refused:
+                return
+            if kind == w.RST_STREAM and (stream := self.streams.get(stream_id)) is not None:
+                self._forget(stream)
+            self.to_up.append(whole)
+        elif kind in (w.PING, w.GOAWAY, w.PRIORITY):
+            self.to_up.append(whole)
+        # other frame types (PUSH_PROMISE from a client, unknown extensions) are dropped (§4.1, §8.4)
+
+    def _headers_start(self, flags: int, stream_id: int, payload: bytes) -> None:
+        try:
+            fragment = w.header_fragment(flags, payload)
+        except ValueError as exc:
+            raise _ConnectionError(_PROTOCOL_ERROR, str(exc)) from None
+        self.block, self.block_stream, self.block_flags = bytearray(fragment), stream_id, flags
+        if not flags & w.END_HEADERS and len(fragment) > _MAX_BLOCK:
+            raise _ConnectionError(_CALM, "a header block over 64 KiB")
+
+    def _headers_end(self) -> None:
+        assert self.block is not None
+        block, stream_id, flags = bytes(self.block), self.block_stream, self.block_flags
+        self.block = None
+        try:
+            fields = self.decoder.decode(block)
+        except hpack.HPACKError:
+            raise _ConnectionError(0x9, "a header block HPACK cannot decode") from None
+        if stream_id in self.refused:
+            return
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # trailers from a client: not part of gRPC's requests
+            self._refuse(stream, INVALID_ARGUMENT, "request trailers are not served")
+            return
+        if stream_id <= self.last_id or not stream_id & 1:
+            raise _ConnectionError(_PROTOCOL_ERROR, "a stream id that is not new and odd")
+        self.last_id = stream_id
+        path = encoding = b""
+        for name, value in fields:
+            if name == b":path":
+                path = value
+            elif name == b"grpc-encoding":
+                encoding = value
+        stream = _Stream(stream_id, path in _CHECKED, encoding, self.up_initial)
+        self.streams[stream_id] = stream
+        self.guard.in_flight += 1
+        if flags & w.END_STREAM:
+            stream.end_in = stream.end_sent = True
+        if self.draining or self.guard.held:
+            reason = self.guard.held or "the server is stopping"
+            self._refuse(stream, UNAVAILABLE, reason, reset=_REFUSED_STREAM if self.draining else None)
+
+    def _data(self, flags: int, stream_id: int, payload: memoryview) -> None:
+        self.granted -= len(payload)
+        stream = self.streams.get(stream_id)
+        if flags & w.PADDED and len(payload):
+            pad = payload[0]
+            if pad >= len(payload):
+                raise _ConnectionError(_PROTOCOL_ERROR, "DATA padding past the frame")
+            body = payload[1 : len(payload) - pad]
+        else:
+            body = payload
+        if stream is None or stream.end_in:
+            if stream_id > self.last_id:
+                raise _ConnectionError(_PROTOCOL_ERROR, "DATA on a stream never opened")
+            return  # a refused or finished stream: its bytes are dropped (and the window given back)
+        stream.cwin -= len(payload)
+        try:
+            self._take(stream, body)
+            if flags & w.END_STREAM:
+                stream.end_in = True
+                if stream.message is not None or stream.head:
+                    raise CallRefusedError(INVALID_ARGUMENT, "the request ended inside a gRPC message")
+        except CallRefusedError as exc:
+            self._refuse(stream, exc.code, exc.message)
+            return
+        if not stream.end_in and stream.cwin < stream.need + _STREAM_ROOM // 2:
+            grant = stream.need + _STREAM_ROOM - stream.cwin
+            stream.cwin += grant
+            self.to_client.append(w.frame(w.WINDOW_UPDATE, 0, stream_id, _U32.pack(grant)))
+        self._send(stream)
+
+    def _take(self, stream: _Stream, body: memoryview) -> None:
+        """Gather ``body`` into the stream's messages; each whole one is checked and queued for Triton."""
+        at, size = 0, len(body)
+        while at < size:
+            if stream.message is None:
+                take = min(5 - len(stream.head), size - at)
+                stream.head += body[at : at + take]
+                at += take
+                if len(stream.head) < 5:
+                    return
+                self._open_message(stream)
+                if stream.need:
+                    continue
+            else:
+                take = min(stream.need, size - at)
+                stream.message += body[at : at + take]
+                stream.need -= take
+                at += take
+            if not stream.need:
+                message, stream.message = stream.message, None
+                assert message is not None
+                stream.pending.append(message)
+                self._deliver(stream)
+
+    def _open_message(self, stream: _Stream) -> None:
+        flag, length = _PREFIX.unpack(stream.head)
+        limit = self.guard.max_message_bytes
+        if flag > 1:
+            raise CallRefusedError(
+                INVALID_ARGUMENT, f"a gRPC message's compressed flag is {flag}; expected 0 or 1"
+            )
+        if flag and stream.encoding not in (b"gzip", b"deflate"):
+            named = stream.encoding.decode("latin-1")[:20] or "none"
+            raise CallRefusedError(INVALID_ARGUMENT, f"a compressed message with grpc-encoding {named}; "
+                                   "gzip and deflate are served")  # fmt: skip
+        if length > limit:
+            raise CallRefusedError(
+                RESOURCE_EXHAUSTED, f"a gRPC message of {length} bytes; at most {limit} are served"
+            )
+        self._reserve(stream, length + 5)
+        stream.message, stream.need, stream.head = bytearray(stream.head), length, bytearray()
+        stream.started = time.monotonic()
+
+    def _reserve(self, stream: _Stream, size: int) -> None:
+        if self.reserved + size > self.guard.max_connection_bytes:
+            raise CallRefusedError(
+                RESOURCE_EXHAUSTED,
+                f"messages in flight on this connection hold over {self.guard.max_connection_bytes} bytes",
+            )
+        self.guard.take(size)
+        self.reserved += size
+        stream.reserved += size
+
+    def _release(self, stream: _Stream, size: int) -> None:
+        size = min(size, stream.reserved)
+        stream.reserved -= size
+        self.reserved -= size
+        self.guard.give(size)
+
+    def _deliver(self, stream: _Stream) -> None:
+        """Check the stream's whole messages in order (a config fetch may hold them) and queue them."""
+        while stream.pending and not stream.waiting:
+            message = stream.pending[0]
+            if stream.checked:
+                try:
+                    self._check(stream, message)
+                except ConfigMissingError as missing:
+                    stream.waiting = True
+                    self.guard.fetch_config(missing.key, functools.partial(self._resume, stream))
+                    return
+            stream.pending.pop(0)
+            stream.out.append(memoryview(message))
+        if stream.end_in and not stream.pending:
+            self._send(stream)
+
+    def _resume(self, stream: _Stream) -> None:
+        stream.waiting = False
+        if self.streams.get(stream.id) is not stream:
+            return
+        try:
+            self._deliver(stream)
+        except CallRefusedError as exc:
+            self._refuse(stream, exc.code, exc.message)
+        self._send(stream)
+        self._flush()
+
+    def _check(self, stream: _Stream, message: bytearray) -> None:
+        body: bytes | memoryview = memoryview(message)[5:]
+        if message[0]:
+            body = self._inflate(stream, body)
+        check_infer(body, self.guard.max_batch)
+
+    def _inflate(self, stream: _Stream, data: memoryview | bytes) -> bytes:
+        """The message inflated, at most the message cap; each piece reserved as it grows."""
+        limit = self.guard.max_message_bytes
+        decoder = zlib.decompressobj(wbits=31 if stream.encoding == b"gzip" else 15)
+        pieces: list[bytes] = []
+        held = 0
+        try:
+            while True:
+                piece = decoder.decompress(data, 1 << 20)
+                data = decoder.unconsumed_tail
+                held += len(piece)
+                if held > limit:
+                    raise CallRefusedError(
+                        RESOURCE_EXHAUSTED, f"a compressed gRPC message inflates past {limit} bytes"
+                    )
+                self._reserve(stream, len(piece))
+                pieces.append(piece)
+                if not data or decoder.eof:
+                    break
+            if not decoder.eof:
+                raise CallRefusedError(
+                    INVALID_ARGUMENT, "a compressed gRPC message that does not inflate whole"
+                )
+            return b"".join(pieces)
+        except zlib.error as exc:
+            raise CallRefusedError(
+                INVALID_ARGUMENT, f"a compressed gRPC message that does not inflate: {exc}"
+            ) from None
+        finally:
+            self._release(stream, held if held <= limit else held - len(piece))  # what inflating held
+
+    # --- towards Triton -------------------------------------------------------------------------
+    def _send(self, stream: _Stream) -> None:
+        """Queue what Triton's windows let through; END_STREAM once the client ended and all went."""
+        if self.up_paused:
+            self.blocked[stream.id] = None
+            return
+        frame_size = self.up_frame
+        while stream.out:
+            room = min(self.up_window, stream.uwin, frame_size)
+            if room <= 0:
+                self.blocked[stream.id] = None
+                return
+            piece = stream.out[0]
+            chunk = piece[:room]
+            last = len(chunk) == len(piece) and len(stream.out) == 1
+            end = last and stream.end_in and not stream.pending and not stream.waiting
+            self.to_up.append(w.FRAME.pack(len(chunk) >> 8, len(chunk) & 0xFF, w.DATA, int(end), stream.id))
+            self.to_up.append(chunk)
+            self.up_window -= len(chunk)
+            stream.uwin -= len(chunk)
+            if len(chunk) == len(piece):
+                stream.out.pop(0)
+                self._release(stream, len(piece))
+            else:
+                stream.out[0] = piece[len(chunk) :]
+            if end:
+                stream.end_sent = True
+        if stream.end_in and not stream.end_sent and not stream.pending and not stream.waiting:
+            self.to_up.append(w.frame(w.DATA, w.END_STREAM, stream.id))
+            stream.end_sent = True
+        self.blocked.pop(stream.id, None)
+
+    def unblock(self) -> None:
+        for stream_id in list(self.blocked):
+            stream = self.streams.get(stream_id)
+            self.blocked.pop(stream_id, None)
+            if stream is not None:
+                self._send(stream)
+        self._flush()
+
+    def _grant_connection(self) -> None:
+        target = self.guard.max_connection_bytes + _STREAM_ROOM
+        if self.granted < target // 2:
+            self.to_client.append(w.frame(w.WINDOW_UPDATE, 0, 0, _U32.pack(target - self.granted)))
+            self.granted = target
+
+    def _flush(self) -> None:
+        self._grant_connection()
+        if self.to_up and self.up is not None and self.up.transport is not None:
+            self.up.transport.writelines(self.to_up)
+        self.to_up = []
+        if self.to_client and self.transport is not None and self.up is not None and self.up.can_inject:
+            self.transport.writelines(self.to_client)
+            self.to_client = []
+
+    # --- refusals -------------------------------------------------------------------------------
+    def _refuse(self, stream: _Stream, code: int, message: str, *, reset: int | None = None) -> None:
+        """Answer the call with its status (or RST_STREAM ``reset``), reset it towards Triton, forget it."""
+        self.guard.refused += 1
+        if reset is not None:
+            self.to_client.append(w.frame(w.RST_STREAM, 0, stream.id, _U32.pack(reset)))
+        else:
+            block = w.trailers(code, message, with_head=not stream.answered)
+            self.to_client.append(w.frame(w.HEADERS, w.END_HEADERS | w.END_STREAM, stream.id, block))
+        self.to_up.append(w.frame(w.RST_STREAM, 0, stream.id, _U32.pack(_CANCEL)))
+        self._forget(stream)
+        self.refused[stream.id] = None
+        if len(self.refused) > _REFUSED_KEPT:
+            del self.refused[next(iter(self.refused))]
+
+    def _forget(self, stream: _Stream) -> None:
+        if self.streams.pop(stream.id, None) is not None:
+            self.guard.in_flight -= 1
+        self._release(stream, stream.reserved)
+        stream.out, stream.pending, stream.message = [], [], None
+        self.blocked.pop(stream.id, None)
+
+    def answered(self, stream_id: int, ended: bool) -> bool:
+        """Triton sent a header block on the stream; False where the guard refused it (drop the block)."""
+        if stream_id in self.refused:
+            return False
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            stream.answered = True
+            if ended:
+                self._forget(stream)
+        return True
+
+    def ended_by_upstream(self, stream_id: int) -> bool:
+        """Triton reset the stream; False where the guard refused it already."""
+        if stream_id in self.refused:
+            return False
+        if (stream := self.streams.get(stream_id)) is not None:
+            self._forget(stream)
+        return True
+
+    def sweep(self, now: float, timeout: float) -> None:
+        """Refuse the calls whose message has not come whole within ``timeout`` seconds of its first byte."""
+        for stream in list(self.streams.values()):
+            if stream.message is not None and now - stream.started > timeout:
+                self._refuse(
+                    stream, RESOURCE_EXHAUSTED, f"a gRPC message did not arrive whole within {timeout:g} s"
+                )
+        self._flush()
+
+    def _fail(self, code: int, reason: str) -> None:
+        self.goaway(code, reason.encode())
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _ConnectionError(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
