@@ -44,9 +44,15 @@ build_part(Path(sys.argv[1]), sys.argv[2], log, runner='native'); print(PARTS[sy
     echo "== $part: the server did not become ready" | tee -a "$OUT/pa-capture.log"; cat "$WORK/serve.txt" >> "$OUT/pa-capture.log"
     kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null; rc=1; continue
   fi
+  # tritonkit's own requests as perf_analyzer's input data: its random INT64 data is past any vocabulary
+  # (a BERT's token ids: a device-side assert in the native backend, every later request failed)
+  python3 -c "import sys; from pathlib import Path; from tritonkit.tune.loadgen import Target
+from tritonkit.tune.perf_analyzer import write_input_data
+write_input_data(Target('localhost:18001', sys.argv[1], 'grpc'), Path(sys.argv[2]))" "$model" "$WORK/$part-data.json" \
+    2>>"$OUT/pa-capture.log" || rc=1
   for c in $LEVELS; do
-    export_args=()
-    [ "${EXPORT:-0}" = 1 ] && export_args=(--profile-export-file "$OUT/pa-$part-c$c.json")
+    export_args=(--input-data "$WORK/$part-data.json")
+    [ "${EXPORT:-0}" = 1 ] && export_args+=(--profile-export-file "$OUT/pa-$part-c$c.json")
     "$PA" -m "$model" -u localhost:18001 -i grpc --concurrency-range "$c:$c" --measurement-interval 1000 \
       --stability-percentage 10 --max-trials 10 --percentile 99 -v -f "$OUT/pa-$part-c$c.csv" --verbose-csv \
       "${export_args[@]}" > "$OUT/pa-$part-c$c.log" 2>&1 || rc=1
