@@ -104,7 +104,9 @@ def _check_strings(name: str, data: bytes, count: int) -> None:
         )
 
 
-def _check_input(tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: bytes | None) -> int:
+def _check_input(
+    tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: bytes | None, model: str
+) -> int:
     """The checks of one input; returns its first dim (-1 for a scalar)."""
     name, datatype = tensor.name[:60], tensor.datatype
     shape = list(tensor.shape)
@@ -120,7 +122,10 @@ def _check_input(tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: by
         return shape[0] if shape else -1
     if typed:
         if raw is not None:
-            raise _invalid(f"input `{name}` has both typed contents and raw_input_contents")
+            raise _invalid(  # Triton's own words (NVIDIA's grpc_explicit_*_content_client checks them)
+                f"contents field must not be specified when using raw_input_contents for '{name}' "
+                f"for model '{model[:60]}'"
+            )
         fields = [field.name for field, _ in tensor.contents.ListFields()]
         wanted = _CONTENTS.get(datatype, "")
         if fields != [wanted]:
@@ -156,10 +161,13 @@ def check_infer(message: bytes | bytearray | memoryview, max_batch: Callable[[st
     _check_parameters("the request", len(request.parameters))
     for output in request.outputs:
         _check_parameters(f"output `{output.name[:60]}`", len(output.parameters))
-    raws = request.raw_input_contents
+    raws, model = request.raw_input_contents, request.model_name
+    firsts = [
+        _check_input(tensor, raws[i] if i < len(raws) else None, model)
+        for i, tensor in enumerate(request.inputs)
+    ]
     if raws and len(raws) != len(request.inputs):
         raise _invalid(f"{len(raws)} raw_input_contents for {len(request.inputs)} inputs; expected one each")
-    firsts = [_check_input(tensor, raws[i] if raws else None) for i, tensor in enumerate(request.inputs)]
     if not firsts:
         return
     limit = max_batch(request.model_name, request.model_version)

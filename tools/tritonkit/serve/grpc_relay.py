@@ -19,7 +19,8 @@ import functools
 import struct
 import time
 import zlib
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import Protocol, cast
 
 import hpack
 
@@ -33,8 +34,25 @@ from tritonkit.serve.grpc_checks import (
 )
 from tritonkit.serve.grpc_upstream import UpstreamSide as _UpstreamSide
 
-if TYPE_CHECKING:
-    from tritonkit.serve.grpc_guard import GrpcGuard
+
+class GrpcGuard(Protocol):
+    """What a connection needs of :class:`tritonkit.serve.grpc_guard.GrpcGuard`."""
+
+    connections: set[ClientSide]
+    draining: bool
+    held: str | None
+    max_connections: int
+    upstream: int
+    max_message_bytes: int
+    max_connection_bytes: int
+    in_flight: int
+    refused: int
+
+    def take(self, size: int) -> None: ...
+    def give(self, size: int) -> None: ...
+    def max_batch(self, model: str, version: str) -> int | None: ...
+    def fetch_config(self, key: tuple[str, str], then: Callable[[], None]) -> None: ...
+
 
 __all__ = ["ClientSide", "ConfigMissingError"]
 
