@@ -48,7 +48,7 @@ accuracy: venv
 
 k8s-check: venv checkov
 	$(BIN)/tritonkit k8s check --checkov require
-	$(BIN)/python -m pytest tests/k8s
+	$(BIN)/python -m pytest tests/deploy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,6 +1,6 @@
-# Kubernetes manifests (k8s/, tests/k8s). checkov lives in its own virtualenv: its many pinned
+# Kubernetes manifests (k8s/, tests/deploy). checkov lives in its own virtualenv: its many pinned
 # dependencies clash with the main one. `make test` creates it on a fresh clone (about 30 s, 290 MB);
-# tests/k8s and `tritonkit k8s check` find it at .venv-checkov/bin/checkov.
+# tests/deploy and `tritonkit k8s check` find it at .venv-checkov/bin/checkov.
 CHECKOV_VENV := .venv-checkov
 CHECKOV_SPEC := checkov>=3.2,<4
 
