@@ -130,3 +130,47 @@ def test_onnx_cuda_runner_serves_on_kind_gpu(tmp_path: Path) -> None:
     with torch.inference_mode():
         # ONNX Runtime's CUDA provider multiplies FP32 in TF32 by default (about 3e-4 relative).
         np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=2e-3, atol=2e-3)
+
+
+def test_shape_buckets_on_kind_gpu_pad_group_and_cut(tmp_path: Path) -> None:
+    """The torch runner's bucketed path on a GPU: every (batch, shape) graph captured at load, mixed
+    lengths in one execute through the real tritonserver, token-level answers at their own length."""
+    import threading  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+    from tests.convert.test_shape_buckets_build import tokens  # noqa: PLC0415
+    from tests.convert.test_shape_buckets_torch import BUCKETS  # noqa: PLC0415
+
+    source = tokens()
+    examples = dict(zip(source.input_names, source.example_inputs, strict=True))
+    plan = plan_execution(ServingSpec(engine="torch", runner="python"), max_batch_size=16)
+    assert (plan.device, plan.engine) == ("gpu", "torch")
+    write_torch_version(
+        tmp_path / "repo", "tok", source.module, examples, list(source.output_names), plan,
+        max_batch_size=16, buckets=BUCKETS, max_queue_delay_us=100000,
+    )  # fmt: skip
+    lengths = [2, 31, 9, 16, 17, 5, 32, 11]
+    rng = np.random.default_rng(5)
+    sent = [rng.integers(1, 100, (1, n)).astype(np.int64) for n in lengths]
+    got: dict[int, Any] = {}
+
+    def call(url: str, i: int) -> None:
+        client = grpcclient.InferenceServerClient(url)
+        feeds = []
+        for name, value in (("input_ids", sent[i]), ("attention_mask", np.ones_like(sent[i]))):
+            tensor = grpcclient.InferInput(name, list(value.shape), "INT64")
+            tensor.set_data_from_numpy(value)
+            feeds.append(tensor)
+        got[i] = client.infer("tok", feeds).as_numpy("hidden")
+
+    with EmbeddedServer(tmp_path / "repo") as server:
+        threads = [threading.Thread(target=call, args=(server.grpc_url, i)) for i in range(len(sent))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for i, ids in enumerate(sent):
+        with torch.inference_mode():
+            hidden, _ = source.module(torch.from_numpy(ids), torch.ones_like(torch.from_numpy(ids)))
+        assert got[i].shape == (1, lengths[i], 8)
+        np.testing.assert_allclose(got[i], hidden.numpy(), rtol=1e-4, atol=1e-4)

@@ -21,9 +21,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tritonkit.serve.runners.gpu_requests import GeneralPath, Member
+    from tritonkit.serve.runners.gpu_requests import BucketedPath, GeneralPath, Member
 else:  # the copy beside this file: the stub puts the version folder on sys.path
-    from gpu_requests import GeneralPath
+    from gpu_requests import BucketedPath, GeneralPath
 
 
 def _param(params: dict[str, Any], key: str, default: str) -> str:
@@ -110,7 +110,7 @@ class OrtCudaEngine:
         return outputs
 
 
-class TritonPythonModel(GeneralPath):
+class TritonPythonModel(GeneralPath, BucketedPath):
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -138,6 +138,22 @@ class TritonPythonModel(GeneralPath):
             raise ValueError(f"config names tensors the ONNX graph lacks: {', '.join(missing)}")
         self.engine.input_names = list(self.inputs)
         self.engine.output_names = list(self.outputs)
+        # Shape buckets (``shape_buckets.py`` beside this file): requests padded to their bucket and
+        # grouped (gpu_requests.BucketedPath); ONNX Runtime takes any batch, so no graph table: the
+        # grouping's cost is the tokens a run computes plus a few rows per run.
+        self.bucketing: Any = None
+        text = _param(params, "shape_buckets", "")
+        if text and self.max_batch_size > 0:
+            import importlib  # noqa: PLC0415 (only a model with shape buckets needs its helper)
+
+            import numpy  # noqa: PLC0415 (only the bucketed path stages through NumPy-typed buffers)
+
+            self.np = numpy
+            self.device = torch.device(device)
+            self.bucket_module = importlib.import_module("shape_buckets")  # the copy beside model.py
+            self.bucketing = self.bucket_module.Buckets.parse(text)
+            first = min(edges[0] for edges in self.bucketing.axes.values())
+            self.bucket_cost = self.bucket_module.token_cost(8.0 * first)
 
     def _run_members(self, members: list[Member]) -> list[tuple[int, Any]]:
         columns = zip(*(feeds for _, feeds, _ in members), strict=True)
@@ -148,7 +164,16 @@ class TritonPythonModel(GeneralPath):
         host = [o.cpu() for o in outputs] if any(h for _, _, h in members) else None
         return self._answers(members, outputs, host)
 
+    def _bucket_launch(self, staged: list[Any], rows: int, slot: int) -> list[Any]:
+        outputs = self.engine.run([t.to(self.device, non_blocking=True) for t in staged])
+        return [o.to("cpu", non_blocking=True) for o in outputs]
+
+    def _bucket_wait(self) -> None:
+        self.torch.cuda.current_stream(self.device).synchronize()
+
     def execute(self, requests: list[Any]) -> list[Any]:
+        if self.bucketing is not None:
+            return self.execute_bucketed(requests)
         return self.execute_general(requests)
 
     def finalize(self) -> None:
