@@ -59,6 +59,7 @@ __all__ = [
     "NativeExportError",
     "export_program",
     "gpu_config",
+    "half_module",
     "onnx_gpu_version",
     "program_outputs",
     "torch_version",
@@ -94,6 +95,47 @@ def _wire(datatype: str, half_io: bool) -> str:
     return "FP16" if half_io and datatype == "FP32" else datatype
 
 
+#: Module attributes ``nn.Module`` keeps for itself: parameters, buffers and submodules are
+#: converted by ``.half()``; the hook dictionaries hold no state of the model's.
+_MODULE_OWN = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+
+
+def _held_to(value: Any, dtype: Any, depth: int = 0) -> Any:
+    """``value`` with every floating tensor in it (nested dicts, lists, tuples) cast to ``dtype``;
+    dicts and lists changed in place (a module may hold on to them), tuples rebuilt."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
+    if depth >= 4 or isinstance(value, torch.nn.Module):
+        return value
+    if isinstance(value, dict):
+        for key, item in list(value.items()):
+            value[key] = _held_to(item, dtype, depth + 1)
+    elif isinstance(value, list):
+        value[:] = [_held_to(item, dtype, depth + 1) for item in value]
+    elif isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_held_to(item, dtype, depth + 1) for item in value)
+    return value
+
+
+def half_module(module: Any) -> Any:
+    """A half copy of ``module`` that holds no FP32 tensor: ``.half()`` on a deep copy (parameters and
+    buffers), then every floating tensor each submodule keeps in a plain attribute (a cache an earlier
+    FP32 run filled, in a dict, list or tuple) cast to FP16. The caller's module is left as it was."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    half = copy.deepcopy(module).half()
+    for sub in half.modules():
+        for name, value in list(vars(sub).items()):
+            if name in _MODULE_OWN or name.endswith("_hooks"):
+                continue
+            converted = _held_to(value, torch.float16)
+            if converted is not value:
+                object.__setattr__(sub, name, converted)
+    return half
+
+
 def export_program(
     module: Any,
     example_inputs: Mapping[str, Any],
@@ -119,8 +161,10 @@ def export_program(
     inputs = dict(example_inputs)
     module = torch_io.adapt(module.eval(), list(inputs.values()), list(inputs), output_names)
     if precision == "fp16":
-        # A copy: the caller's module stays FP32 (it may be exported again or be the reference).
-        module = copy.deepcopy(module).half()
+        # A copy: the caller's module stays FP32 (it may be exported again or be the reference). `.half()`
+        # converts parameters and buffers; what an earlier FP32 run left in plain attributes (LeViT's
+        # attention-bias cache, rotary tables, anchor grids) is converted too.
+        module = half_module(module)
         inputs = {k: v.half() if v.is_floating_point() else v for k, v in inputs.items()}
     batch = torch.export.Dim("batch", min=1, max=max(max_batch_size, 2))
     # Positional, in the order given: the runner feeds the config's inputs in that order.
