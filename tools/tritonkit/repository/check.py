@@ -34,7 +34,7 @@ from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.serve.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
 from tritonkit.serve.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
 from tritonkit.serve.runners.shape_buckets import BucketError, Buckets
-from tritonkit.serve.sources import location_problem
+from tritonkit.serve.sources import external_data_problems
 
 SHAPE_BUCKETS = "shape_buckets"
 
@@ -302,10 +302,6 @@ def _check_version(config: ModelConfig, version_dir: Path) -> list[str]:
             graph = read_io(version_dir / onnx_name, check=False)
         except ModelImportError as exc:
             return [*problems, f"{prefix}{exc}"]
-        for location in graph.external_data:  # read by the server: files from elsewhere are refused
-            problem = location_problem(version_dir, location)
-            if problem is not None:
-                problems.append(f"{prefix}`{onnx_name}`: {problem}")
         for kind, configured, specs in (
             ("input", config.inputs, graph.inputs),
             ("output", config.outputs, graph.outputs),
@@ -467,6 +463,8 @@ def check_repository(
         if any("loop" in p for p in links):
             continue  # walking the model further would not end
         problems.extend(f"{entry.name}: {p}" for p in check_model(entry))
+        # Data the server would read from elsewhere (serve refuses it too: serve.sources)
+        problems.extend(f"{entry.name}: {p}" for p in external_data_problems(entry))
         if target is not None and (entry / CONFIG_FILE).is_file():
             try:
                 config = load(entry / CONFIG_FILE)

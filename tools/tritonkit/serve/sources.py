@@ -17,7 +17,13 @@ from typing import Any
 
 from tritonkit.errors import ServerError
 
-__all__ = ["external_data_locations", "foreign_files", "location_problem", "refuse_foreign"]
+__all__ = [
+    "external_data_locations",
+    "external_data_problems",
+    "foreign_files",
+    "location_problem",
+    "refuse_foreign",
+]
 
 #: Prefix of the staging folders a repository writer works in (``repository.staging``'s).
 _STAGING_PREFIX = ".tritonkit-staging-"
@@ -89,14 +95,24 @@ def foreign_files(repo: Path) -> list[str]:
         if not entry.is_dir() or entry.name.startswith("."):
             continue
         problems.extend(f"{entry.name}: {p}" for p in _links_out(entry, root))
-        for version_dir in sorted(p for p in entry.iterdir() if p.name.isdigit() and p.is_dir()):
-            for onnx_path in sorted(version_dir.glob("*.onnx")):
-                for location in external_data_locations(onnx_path):
-                    problem = location_problem(version_dir, location)
-                    if problem is not None:
-                        problems.append(
-                            f"{entry.name}: version {version_dir.name} `{onnx_path.name}`: {problem}"
-                        )
+        problems.extend(f"{entry.name}: {p}" for p in external_data_problems(entry))
+    return problems
+
+
+def external_data_problems(model_dir: Path) -> list[str]:
+    """One line per ONNX external-data location, in any graph of a version of ``model_dir``, that is
+    absolute or leaves its version folder (:func:`location_problem`)."""
+    problems: list[str] = []
+    try:
+        versions = sorted(p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir())
+    except OSError:
+        return problems  # unreadable: the server reports it
+    for version_dir in versions:
+        for onnx_path in sorted(version_dir.glob("*.onnx")):
+            for location in external_data_locations(onnx_path):
+                problem = location_problem(version_dir, location)
+                if problem is not None:
+                    problems.append(f"version {version_dir.name} `{onnx_path.name}`: {problem}")
     return problems
 
 
