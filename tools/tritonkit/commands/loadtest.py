@@ -2,7 +2,8 @@
 
 Parses and checks the options (bad ones stop the command before any load is sent), then hands
 over to :func:`tritonkit.loadtest.run.run`. Exit code 0 when every SLO gate passed, 3 when one
-broke (the breaches are printed and written in ``summary.md``), 1 for errors.
+broke (the breaches are printed and written in ``summary.md``), 1 for errors; a run stopped early
+writes the report of what it measured and exits 4 (the server died) or 130 (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     summary = run_loadtest(options)
     with open(f"{options.report_dir}/summary.md", encoding="utf-8") as handle:
         sys.stdout.write(handle.read())
+    stopped = summary.stopped_line()
+    if stopped is not None:
+        print(f"tritonkit loadtest: {stopped}", file=sys.stderr)
     if not summary.slo_passed:
         for breach in summary.breaches:
             print(f"tritonkit loadtest: SLO breached: {breach}", file=sys.stderr)

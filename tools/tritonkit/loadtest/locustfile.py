@@ -5,6 +5,10 @@ at them; every Locust process (standalone, master, workers) reads the same file.
 and the shape, each process keeps a fine latency histogram per request name (Locust rounds its own
 percentiles to whole milliseconds) with exact request and failure counts, and writes them to ``<report>/.latency/<pid>.json`` when it
 quits; the process that runs the shape writes the ramp's steps to ``<report>/ramp_steps.json``.
+SIGINT ends the run the way the end of its plan does (:func:`~tritonkit.loadtest.shapes.request_stop`:
+the shape's next tick ends it, users finish the requests they are in, the statistics and these files are
+written): Locust's own SIGTERM handler is installed only once a headless shape has finished, and its
+KeyboardInterrupt lands in whichever greenlet runs, so neither stops a run cleanly while it is on.
 
 Without that file (plain ``locust -f loadtests/locustfile.py --host http://HOST:PORT``) it defines
 one HTTP user on the model named by ``--triton-model`` or ``$TRITONKIT_MODEL``, and no shape, so
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,7 +32,7 @@ from locust.runners import WorkerRunner
 
 from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import make_plan
-from tritonkit.loadtest.shapes import Live, RampShape, shape_for
+from tritonkit.loadtest.shapes import Live, RampShape, request_stop, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
 
@@ -126,6 +131,8 @@ if _CONFIG is not None:
     #: report (master); a worker keeps what it has not reported yet in _UNREPORTED
     _LIVE: Live | None = TritonShape.live if issubclass(TritonShape, RampShape) else None
     _UNREPORTED = Live()
+    #: ``tritonkit loadtest`` sends SIGINT to stop a run early (Ctrl-C, a dead server); kept referenced
+    _SIGINT = gevent.signal_handler(signal.SIGINT, request_stop)
 
     @events.test_stopping.add_listener  # type: ignore[untyped-decorator]
     def _stopping(**_: Any) -> None:

@@ -4,8 +4,9 @@
 everything that can be wrong with the options (:mod:`.options`), the server or the model is
 found *before* any load is sent. This module owns the order of the steps and what joins them:
 the endpoints (given, or an embedded server it starts), ``run_config.json`` (what the
-locustfile reads), and the ``/metrics`` scraper around the Locust run (:mod:`.supervise`).
-Afterwards the report side (:mod:`.report.summary`) turns the run's files into a
+locustfile reads), the ``/metrics`` scraper and the liveness watch around the Locust run
+(:mod:`.supervise`, :mod:`.watch`: a dead server or Ctrl-C ends the run early, and what was measured
+until then is reported, saying so). Afterwards the report side (:mod:`.report.summary`) turns the run's files into a
 :class:`~tritonkit.loadtest.report.summary.Summary`, checks the SLO gates and writes the
 report files.
 """
@@ -29,6 +30,7 @@ from tritonkit.loadtest.report import summary as reporting
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_stats, server_statistics
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.supervise import run_locust
+from tritonkit.loadtest.watch import ServerWatch
 from tritonkit.loadtest.wrk import cross_check
 from tritonkit.machine import description
 from tritonkit.repository.store import ModelRepository
@@ -91,9 +93,15 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             on_ready(endpoints)
         scraper, scrape_note = _start_scraper(endpoints)
         stats_before, stats_note = server_statistics(url, options.protocol, endpoints.headers, specs)
+        watch = ServerWatch(endpoints.http)
+        watch_note = (
+            None
+            if watch.armed
+            else f"a dead server would not stop this run: its liveness endpoint {watch.url} did not answer"
+        )
         started_at = time.time()
         try:
-            wall = run_locust(
+            locust = run_locust(
                 config_path,
                 report,
                 plan.duration,
@@ -101,6 +109,7 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
                 progress=options.progress,
                 stream=options.stream,
                 stop_timeout=stop_timeout(options.request_timeout),
+                watch=watch,
             )
         finally:
             if scraper is not None:
@@ -111,7 +120,8 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             else (None, None)
         )
         batches = batch_stats(stats_before, stats_after)
-        wrk_result = _wrk(options, endpoints, specs[0], report) if options.wrk else None
+        stopped = locust.stopped
+        wrk_result = _wrk(options, endpoints, specs[0], report) if options.wrk and stopped is None else None
         summary = reporting.collect(
             report,
             options=options,
@@ -119,12 +129,21 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             precisions=[_precision(options, s) for s in specs],
             scraper=scraper,
             started_at=started_at,
-            wall_seconds=wall,
+            wall_seconds=locust.wall_s,
             machine=description(),
             wrk=wrk_result,
-            notes=[n for n in (scrape_note, stats_note, after_note) if n],
+            notes=[n for n in (scrape_note, stats_note, after_note, watch_note) if n],
             batch_stats=batches,
             provenance=provenance.as_dict(),
+            stopped=(
+                None
+                if stopped is None
+                else {
+                    "reason": stopped.reason,
+                    "at_s": round(stopped.at - started_at, 1),
+                    "detail": stopped.detail,
+                }
+            ),
         )
         reporting.write(summary, report, plots=options.plots)
         return summary

@@ -6,7 +6,9 @@ per-request records the locustfile's listeners collect (:class:`Live`), never fr
 window (which smears one step into the next), and only after the step's settling period (the users just
 added, their connections opening: :func:`settle_seconds`), stops the ramp at the end of the first step
 that breaks the SLO (the knee is the step before), and keeps the steps for the report's "throughput vs
-p99" plot. Importing this module imports Locust.
+p99" plot. :func:`request_stop` ends either shape at its next tick (once a second), Locust's own end of
+a shape: users stopped within ``--stop-timeout``, the stop hooks run, the statistics written. Importing
+this module imports Locust.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from locust import LoadTestShape
 from tritonkit.loadtest.scenarios import Plan, Ramp
 from tritonkit.loadtest.slo import SLO, Histogram, Totals, check_slo
 
-__all__ = ["Live", "PlanShape", "RampShape", "settle_seconds", "shape_for"]
+__all__ = ["Live", "PlanShape", "RampShape", "request_stop", "settle_seconds", "shape_for"]
+
+#: non-empty once :func:`request_stop` was called in this process
+_STOP: list[bool] = []
+
+
+def request_stop(*_: Any) -> None:
+    """End the run at the shape's next tick (a signal handler: its arguments are ignored)."""
+    _STOP.append(True)
 
 
 def settle_seconds(step_duration: float) -> float:
@@ -36,6 +46,8 @@ class PlanShape(LoadTestShape):
     plan: ClassVar[Plan]
 
     def tick(self) -> tuple[int, float] | None:
+        if _STOP:
+            return None
         return self.plan.tick(self.get_run_time())  # type: ignore[no-untyped-call]
 
 
@@ -139,6 +151,8 @@ class RampShape(PlanShape):
         self._mark = self._measure_from = None
 
     def tick(self) -> tuple[int, float] | None:
+        if _STOP:
+            return None  # the quitting hook closes the running step (finish_step)
         t = self.get_run_time()  # type: ignore[no-untyped-call]
         step = self.plan.step_at(t)
         if step != self._step:

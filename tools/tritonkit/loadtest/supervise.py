@@ -2,16 +2,21 @@
 
 Owns the life of the Locust processes of one run: one standalone process, or a master with
 ``workers`` workers (Locust's own distributed mode) on the locustfile :mod:`.locustfile`; a
-deadline (the plan's length plus a grace period); termination of every child whatever happens;
+deadline (the plan's length plus a grace period); stopping early (Ctrl-C, or a dead server seen by a
+:class:`~tritonkit.loadtest.watch.ServerWatch`) by SIGINT to the process that runs the shape, which ends
+the run as its plan's end does, statistics and all; termination of every child whatever happens;
 the verdict on Locust's exit; and the progress line printed while it runs (read from
 ``locust_stats_history.csv`` through :mod:`.report.locust_csv`). Locust runs in children because
-it monkey-patches the process that imports it.
+it monkey-patches the process that imports it; they run in a session of their own (as Triton does),
+so a terminal's Ctrl-C reaches this process alone and the run is stopped once, in order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,9 +26,11 @@ from typing import IO
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.options import stop_timeout
 from tritonkit.loadtest.report.locust_csv import aggregated_rows, as_float
+from tritonkit.loadtest.watch import INTERRUPTED, ServerWatch, Stop
 from tritonkit.serve.embedded import free_port
+from tritonkit.serve.process import spawn as spawn_process
 
-__all__ = ["GRACE_S", "LOCUSTFILE", "Progress", "last_error", "locust_command", "run_locust"]
+__all__ = ["GRACE_S", "LOCUSTFILE", "LocustRun", "Progress", "last_error", "locust_command", "run_locust"]
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 #: beyond the plan's length and the users' stop timeout: report writing, slow starts
@@ -133,6 +140,14 @@ class Progress:
             self.stream.flush()
 
 
+@dataclasses.dataclass(frozen=True)
+class LocustRun:
+    """A finished Locust run: its wall time, and why it ended before its plan (None: it did not)."""
+
+    wall_s: float
+    stopped: Stop | None = None
+
+
 def run_locust(
     config_path: Path,
     report: Path,
@@ -142,14 +157,18 @@ def run_locust(
     progress: bool = True,
     stream: IO[str] | None = None,
     stop_timeout: int = STOP_TIMEOUT_S,
-) -> float:
-    """Run Locust to completion on ``config_path``, writing into ``report``; returns its wall time.
+    watch: ServerWatch | None = None,
+) -> LocustRun:
+    """Run Locust to completion on ``config_path``, writing into ``report``.
 
     ``stop_timeout``: Locust's ``--stop-timeout``, long enough for the users' request timeout (the
-    users finish the requests they are in when the run stops). Raises :class:`LoadTestError` when it
-    outlives ``total`` + ``stop_timeout`` + :data:`GRACE_S` or exits without
-    its stats (exit code 1 only means some requests failed; the report tells which). Every child
-    is gone when this returns or raises.
+    users finish the requests they are in when the run stops). ``watch``: probed while Locust runs;
+    once it finds the server dead, Locust is stopped (SIGINT) and the result says so. The first
+    KeyboardInterrupt (Ctrl-C) stops Locust the same way and this returns the partial run; a second
+    one while it stops is raised. Raises :class:`LoadTestError` when it outlives ``total`` +
+    ``stop_timeout`` + :data:`GRACE_S` or exits without its stats (exit code 1 only means some
+    requests failed; the report tells which), KeyboardInterrupt when Ctrl-C came before Locust
+    wrote any. Every child is gone when this returns or raises.
     """
 
     env = dict(os.environ)
@@ -159,33 +178,33 @@ def run_locust(
     log_path = report / "locust.log"
     processes: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
-    line = Progress(stream or sys.stderr, total, report / "locust_stats_history.csv") if progress else None
+    out = stream or sys.stderr
+    line = Progress(out, total, report / "locust_stats_history.csv") if progress else None
+    stopped: Stop | None = None
     with open(log_path, "wb") as log:
-
-        def spawn(role: str) -> None:
-            processes.append(
-                subprocess.Popen(
-                    locust_command(config_path, report, role, port, workers, stop_timeout=stop_timeout),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                )
-            )
-
         try:
-            spawn("master" if workers else "standalone")
-            for _ in range(workers):
-                spawn("worker")
+            for role in ["master" if workers else "standalone"] + ["worker"] * workers:
+                command = locust_command(config_path, report, role, port, workers, stop_timeout=stop_timeout)
+                processes.append(spawn_process(command, log=log, env=env, cwd=Path.cwd()))
             limit = total + stop_timeout + GRACE_S
             deadline = started + limit
             master = processes[0]
             while master.poll() is None:
-                if time.monotonic() > deadline:
-                    raise LoadTestError(f"Locust did not finish within {limit:.0f} s; see {log_path}")
-                if line is not None:
-                    line.update(time.monotonic() - started)
-                time.sleep(0.5)
+                try:
+                    if time.monotonic() > deadline:
+                        raise LoadTestError(f"Locust did not finish within {limit:.0f} s; see {log_path}")
+                    if line is not None:
+                        line.update(time.monotonic() - started)
+                    found = watch.poll() if watch is not None and stopped is None else None
+                    if found is not None:
+                        stopped = _stop(master, found, out)
+                        deadline = min(deadline, time.monotonic() + stop_timeout + GRACE_S)
+                    time.sleep(0.5)
+                except KeyboardInterrupt:
+                    if stopped is not None and stopped.reason == INTERRUPTED:
+                        raise  # a second Ctrl-C: give the run up
+                    stopped = _stop(master, Stop(INTERRUPTED, time.time(), "Ctrl-C (SIGINT)"), out)
+                    deadline = min(deadline, time.monotonic() + stop_timeout + GRACE_S)
             for worker in processes[1:]:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.wait(timeout=15)
@@ -195,8 +214,28 @@ def run_locust(
                 line.done()
     code = processes[0].returncode
     if code not in (0, 1) or not (report / "locust_stats.csv").exists():
-        raise LoadTestError(f"Locust exited with code {code}: {last_error(log_path)}; see {log_path}")
-    return time.monotonic() - started
+        if stopped is not None and stopped.reason == INTERRUPTED:
+            raise KeyboardInterrupt  # stopped before Locust measured anything: no report to write
+        raise LoadTestError(
+            f"Locust exited with code {code}: {last_error(log_path)}; see {log_path}"
+            + (f" (the run was stopped: the server died, {stopped.detail})" if stopped is not None else "")
+        )
+    return LocustRun(time.monotonic() - started, stopped)
+
+
+def _stop(master: subprocess.Popen[bytes], stop: Stop, out: IO[str]) -> Stop:
+    """Ask the process that runs the shape to end the run (the locustfile's SIGINT handler), and say so
+    on a line of its own (after a terminal's progress line)."""
+    with contextlib.suppress(ProcessLookupError):
+        master.send_signal(signal.SIGINT)
+    text = (
+        "interrupted: stopping the users, then the partial report (Ctrl-C again to give it up)"
+        if stop.reason == INTERRUPTED
+        else f"the server is dead ({stop.detail}): stopping the users, then the partial report"
+    )
+    out.write(("\n" if out.isatty() else "") + f"tritonkit loadtest: {text}\n")
+    out.flush()
+    return stop
 
 
 def _reap(processes: list[subprocess.Popen[bytes]]) -> None:

@@ -26,13 +26,18 @@ from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.report.plots import draw_all
 from tritonkit.loadtest.slo import EXIT_SLO_BREACH, Breach, Histogram, Totals, check_slo
+from tritonkit.loadtest.watch import INTERRUPTED
 
-__all__ = ["Summary", "collect", "markdown", "write"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_SERVER_DIED", "Summary", "collect", "markdown", "write"]
+
+#: a run stopped early, its partial report written: the server died (4), Ctrl-C (130, the shell's)
+EXIT_SERVER_DIED, EXIT_INTERRUPTED = 4, 130
 
 
 @dataclasses.dataclass
 class Summary:
-    """Everything ``summary.json`` holds; ``exit_code`` is 0 when every SLO gate passed, else 3."""
+    """Everything ``summary.json`` holds; ``exit_code`` is 0 when every SLO gate passed, else 3; a run
+    stopped early is 4 (the server died) or 130 (Ctrl-C) whatever its gates say."""
 
     data: dict[str, Any]
     breaches: list[Breach]
@@ -43,7 +48,23 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
+        stopped = self.data.get("stopped")
+        if stopped:
+            return EXIT_INTERRUPTED if stopped["reason"] == INTERRUPTED else EXIT_SERVER_DIED
         return 0 if self.slo_passed else EXIT_SLO_BREACH
+
+    def stopped_line(self) -> str | None:
+        """One line on a run stopped early (None: it ran its plan)."""
+        stopped = self.data.get("stopped")
+        if not stopped:
+            return None
+        when = f"{stopped['at_s']:.1f} s into the run of {self.data['duration_s']:g} s planned"
+        if stopped["reason"] == INTERRUPTED:
+            return f"interrupted (Ctrl-C) {when}: the report covers the run until then"
+        return (
+            f"the server died {when} ({stopped['detail']}): the run was stopped there and the report "
+            "covers it until then"
+        )
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -204,8 +225,11 @@ def collect(
     notes: Sequence[str] = (),
     batch_stats: Mapping[str, Mapping[str, Any]] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    stopped: Mapping[str, Any] | None = None,
 ) -> Summary:
-    """Read a finished run's files into a :class:`Summary` and check the SLO gates."""
+    """Read a finished run's files into a :class:`Summary` and check the SLO gates.
+
+    ``stopped``: why and when (``at_s`` after ``started_at``) the run ended before its plan, or None."""
     # Counts and percentiles come from the locustfile's own listener, which sees every request
     # event (Locust's final CSV can miss the answers that arrive while users stop); rates are
     # over the span from the first to the last answer.
@@ -237,6 +261,7 @@ def collect(
         "workers": options.workers,
         "duration_s": round(float(options.duration), 3),
         "measured_s": round(seconds, 3),
+        "stopped": dict(stopped) if stopped else None,
         "machine": machine,
         "provenance": dict(provenance) if provenance is not None else None,
         "started": datetime.datetime.fromtimestamp(started_at, datetime.UTC).isoformat(timespec="seconds"),
@@ -474,6 +499,7 @@ def markdown(summary: Summary) -> str:
         *provenance,
         f"Started {d['started']}, {d['measured_s']:.1f} s measured.",
         "",
+        *([f"**Stopped early**: {line}.", ""] if (line := summary.stopped_line()) else []),
         *_capacity_lines(d),
         *_server_lines(d),
         *_accounting_lines(d),
