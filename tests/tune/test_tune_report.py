@@ -70,10 +70,11 @@ def test_the_headline_is_the_finals_median_against_the_model_s_own_config() -> N
     )
     assert "| 1 | `w` | yes | 120.0 | 118.0-122.0 |" in text and "[29.00, >max] (300)" in text
     assert "**NOT written**: config.pbtxt is unchanged: because." in markdown(_data(write=False))
-    # a finals figure the load generator drew at its limit is marked as the lower bound it is
-    data = _data(write=True)
-    data["finals"][0]["limited"] = [False, True, False]
-    assert "| `w` | 120.0 | 110.0 (c=4) | 112.0 (c=4) † | 118.0 (c=4) | 112.0 |" in markdown(data)
+    # a level the generator limited ends the tune (GeneratorLimitedError): no finals figure is a lower bound
+    text = markdown(_data(write=True))
+    assert "| `w` | 120.0 | 110.0 (c=4) | 112.0 (c=4) | 118.0 (c=4) | 112.0 |" in text
+    assert "never a figure: it ends the tune" in text
+    assert "lower bound" not in text and "--workers" not in text and "†" not in text
 
 
 def test_pareto_plot_labels_configs_and_marks_winner_finals_and_baseline(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ def finals_summary(
     final_list: Sequence[Final], rows: Sequence[dict[str, Any]], baseline: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Per finalist (and the model's own config when it was measured beside them): the search's figure,
-    each round's figure and concurrency, their median and spread."""
+    each round's figure and concurrency, their median and spread. No figure is the generator's: a round
+    the generator limited ended the tune (:class:`~tritonkit.tune.measure.GeneratorLimitedError`)."""
     out = []
     entries = [(describe(f.point), f.searched.throughput, list(f.figures), False) for f in final_list]
     if not baseline["on_grid"] and baseline.get("final_figures"):
@@ -59,7 +60,6 @@ def finals_summary(
         out.append({
             "key": key.removeprefix("own: "), "searched": searched, "figures": figures,
             "concurrencies": [r["concurrency"] for r in mine],
-            "limited": [bool(r.get("generator_limited")) for r in mine],
             "median": round(statistics.median(figures), 3) if figures else searched,
             "min": min(figures, default=searched), "max": max(figures, default=searched),
             "own_config": own_only or key.removeprefix("own: ") == baseline["key"],

@@ -229,8 +229,8 @@ def _finals(finals: Sequence[Mapping[str, Any]], winner: Mapping[str, Any]) -> l
     lines = [
         f"Finals: the config(s) the search measured within reach of the best "
         f"({sum(bool(f.get('finalist', True)) for f in finals)}), measured again in {rounds} alternating rounds at the "
-        "concurrency the search found (a lower level when that broke the budget; † the load generator at "
-        "its limit there: a lower bound, more `--workers` would draw more), the model's own config in "
+        "concurrency the search found (a lower level when that broke the budget; a level the load "
+        "generator limited is never a figure: it ends the tune), the model's own config in "
         "the same rounds; the winner has the highest median of the fresh figures, and the spread (min-max) "
         "is what one config measured again shows.",
         "",
@@ -241,10 +241,8 @@ def _finals(finals: Sequence[Mapping[str, Any]], winner: Mapping[str, Any]) -> l
     ]
     order = sorted(finals, key=lambda f: (f["key"] != winner["key"], bool(f.get("own_config"))))
     for f in order:
-        limited = f.get("limited") or [False] * len(f["figures"])
         cells = " | ".join(
-            f"{x:.1f} (c={c}){' †' if lim else ''}"
-            for x, c, lim in zip(f["figures"], f.get("concurrencies") or [], limited, strict=False)
+            f"{x:.1f} (c={c})" for x, c in zip(f["figures"], f.get("concurrencies") or [], strict=False)
         )
         label = f"`{f['key']}`" + (" (model's own config)" if f.get("own_config") else "")
         low, high = f.get("min", f["median"]), f.get("max", f["median"])
