@@ -132,6 +132,23 @@ def test_profile_with_perf_analyzer_as_the_generator(
     assert "generator: perf_analyzer (Perf Analyzer Version" in out and " c2 " in out
 
 
+def test_compare_with_perf_analyzer_as_the_generator(
+    server: EmbeddedServer, on_path: pa.Binary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["compare", "add", "work", "--url", server.http_url, "--generator", "perf_analyzer", "--rounds", "1",
+         "--concurrency", "1", *FAST, "--json", str(tmp_path / "c.json")]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["generator"].startswith("perf_analyzer (Perf Analyzer Version")
+    (round_,) = data["per_round"]
+    assert set(round_) == {"add", "work"} and all(r["throughput"] > 0 for r in round_.values())
+    captured = capsys.readouterr()
+    assert captured.err.count("(generator: perf_analyzer (") == 2
+    assert f"Generator: {data['generator']}." in captured.out
+
+
 def test_every_profile_shows_perf_analyzer_beside_tritonkit(
     server: EmbeddedServer, on_path: pa.Binary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

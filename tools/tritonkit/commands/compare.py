@@ -1,7 +1,9 @@
 """``tritonkit compare``: two or more models or versions under identical load, in interleaved rounds.
 
 Prints (and with ``--json``/``--markdown`` writes) each target's median throughput and p99 and the
-median and interquartile range of its per-round ratios to the first target.
+median and interquartile range of its per-round ratios to the first target. ``--generator
+perf_analyzer`` measures every round with NVIDIA's perf_analyzer (:mod:`tritonkit.tune.perf_analyzer`:
+one process per round and target, the same window and stability flags); the summary names the generator.
 """
 
 from __future__ import annotations
@@ -12,17 +14,26 @@ import sys
 from pathlib import Path
 
 from tritonkit.atomic import write_text
-from tritonkit.commands.measure_args import add_measure_args, connect, measure_options, target
+from tritonkit.commands.measure_args import (
+    add_generator_arg,
+    add_measure_args,
+    connect,
+    generator_problem,
+    measure_options,
+    target,
+)
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
 from tritonkit.tune.loadgen import Level
 from tritonkit.tune.measure import LevelResult, Measurer, refuse_limited
+from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, locate
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", help="NAME[:VERSION], at least two; the first is the reference")
     add_measure_args(parser)
+    add_generator_arg(parser)
     parser.add_argument("--concurrency", type=int, help="closed-loop level (default 4)")
     parser.add_argument("--request-rate", type=float, help="open-loop level in requests/s instead")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
@@ -43,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
         Level("rate", args.request_rate) if args.request_rate else Level("concurrency", args.concurrency or 4)
     )
     options = measure_options(args)
+    if problem := generator_problem(args):
+        raise TritonKitError(f"--generator perf_analyzer: {problem}")
+    binary = locate() if args.generator == "perf_analyzer" else None
+    if isinstance(binary, str):
+        raise TritonKitError(f"--generator perf_analyzer: {binary}")
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
         provenance = collect(
             conn.url(args.protocol),
@@ -53,11 +69,16 @@ def run(args: argparse.Namespace) -> int:
 
         def measure(name: str, lvl: Level) -> LevelResult:
             model, _, version = name.partition(":")
-            with Measurer(target(conn, model, args, version), options) as measurer:
+            where = target(conn, model, args, version)
+            with (
+                PerfAnalyzerMeasurer(where, options, binary)
+                if binary
+                else Measurer(where, options) as measurer
+            ):
                 result = measurer.measure(lvl)
             print(
                 f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms"
-                f" (generator: {result.capacity.describe()})",
+                f" (generator: {_generator(binary) if binary else result.capacity.describe()})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -65,10 +86,15 @@ def run(args: argparse.Namespace) -> int:
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
     summary["provenance"] = provenance.as_dict()
-    text = markdown(summary)
+    summary["generator"] = _generator(binary)
+    text = markdown(summary) + f"\nGenerator: {summary['generator']}.\n"
     sys.stdout.write(text)
     if args.json:
         write_text(args.json, json.dumps(summary, indent=2) + "\n")
     if args.markdown:
         write_text(args.markdown, text)
     return 0
+
+
+def _generator(binary: Binary | None) -> str:
+    return f"perf_analyzer ({binary.version})" if binary is not None else "tritonkit"
