@@ -266,7 +266,7 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 #: Keys a ``parameters`` object may hold: Triton's cost per map grows faster than its size (100,000
 #: keys took 28-31 s of its CPU for one request; 10,000, 0.5 s).
-MAX_PARAMETERS = 256
+MAX_PARAMETERS = 128  # as the gRPC guard's per map
 
 
 def _check_fields(where: str, obj: dict[str, Any], kinds: dict[str, str]) -> None:
