@@ -44,7 +44,10 @@ def test_graph_and_served_records_come_back_per_version_with_what_was_made() -> 
     assert got is served
     assert [sorted(r.records) for r in records] == [["precision", "program"]]
     assert records[0].records["precision"]["mean"] == pytest.approx(1.0)
-    assert lines and lines[0].startswith("  accuracy vs fp32: cosine mean 1.000000")
+    assert lines and lines[0].startswith(
+        "  accuracy vs fp32, fp16 ONNX graph `tiny_fp16`: cosine mean 1.000000"
+    )
+    assert lines[1].startswith("  accuracy vs fp32, fp16 torch program `tiny_fp16`: cosine mean")
     with pytest.raises(AccuracyError, match="tiny_fp16"):
         gate_build(
             AccuracySpec(),

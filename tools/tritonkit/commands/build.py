@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.commands.shared_args import add_repo
+from tritonkit.convert.accuracy import describe
 from tritonkit.convert.buildspec import (
     ENV_OVERRIDES,
     PRECISIONS,
@@ -99,7 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision", metavar="LIST", help=f"comma-separated precisions to build ({', '.join(PRECISIONS)})"
     )
     group.add_argument(
-        "--gpu", metavar="PROFILE", help="GPU profile: T4, L4, A10, A100, H100 (default: detected, else T4)"
+        "--gpu",
+        metavar="PROFILE",
+        help="GPU profile: T4, L4, A10, A100, A100-40GB, H100 or a GPU listed here (default: the local GPU, else T4)",
     )
     group.add_argument(
         "--exporter",
@@ -178,7 +181,7 @@ def _summary(result: BuildResult, spec: BuildSpec, repo: str) -> str:
             f"({len(config.inputs)} inputs, {len(config.outputs)} outputs, {batching})"
         )
     acc = result.accuracy
-    note = "reference" if acc is None else f"{acc['metric']} mean {acc['mean']:.6f} min {acc['min']:.6f}"
+    note = "reference" if acc is None else describe(acc)
     return f"built `{result.name}` version {result.path.name} ({result.precision}, {note}): {result.path}"
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "compare_models",
     "cosine_rows",
     "degenerate",
+    "describe",
     "gate",
     "top1_agreement",
 ]
@@ -42,7 +43,7 @@ METRICS = ("cosine", "top1")
 class Thresholds:
     """Pass marks for one precision: ``mean`` (average over samples) and ``min`` (worst sample).
 
-    For ``top1`` only ``mean`` (the agreement rate) is used.
+    For ``top1`` only ``mean``, the agreement rate, is used: each sample agrees or not.
     """
 
     metric: str = "cosine"
@@ -262,6 +263,46 @@ def degenerate(reference: NDArray[Any], metric: str) -> str | None:
     return None
 
 
+def _flipped(
+    candidate: NDArray[Any],
+    reference: NDArray[Any],
+    precision: str,
+    output: str,
+    labels: Sequence[str] | None,
+    worst: int,
+) -> str:
+    """The samples whose top-1 class differs, most moved logits first, each with both classes."""
+    cand = candidate.reshape(candidate.shape[0], -1)
+    ref = reference.reshape(reference.shape[0], -1)
+    picked, wanted = cand.argmax(1), ref.argmax(1)
+    flipped = np.flatnonzero(picked != wanted)
+    order = flipped[np.argsort(cosine_rows(candidate[flipped], reference[flipped]))][:worst]
+    named = []
+    for i in order:
+        label = f" {labels[i][:40]!r}" if labels is not None and i < len(labels) else ""
+        named.append(
+            f"`{output}`[{int(i)}]{label} fp32 class {int(wanted[i])}, {precision} class {int(picked[i])}"
+        )
+    more = f" (and {flipped.size - len(named)} more)" if flipped.size > len(named) else ""
+    return "; ".join(named) + more
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """A gate record in one phrase: ``top-1 agreement 0.992188, 1 of 128 flipped (pass mark 0.99)`` or
+    ``cosine mean 0.999990 min 0.999812 on 128 samples (pass marks 0.999 / 0.99)``."""
+    marks = record.get("thresholds", {})
+    if record.get("metric") == "top1":
+        flipped = record.get("flipped", round((1 - float(record["mean"])) * int(record["samples"])))
+        return (
+            f"top-1 agreement {record['mean']:.6f}, {flipped} of {record['samples']} flipped "
+            f"(pass mark {marks.get('mean')})"
+        )
+    return (
+        f"cosine mean {record['mean']:.6f} min {record['min']:.6f} on {record['samples']} samples "
+        f"(pass marks {marks.get('mean')} / {marks.get('min')})"
+    )
+
+
 def gate(
     model_name: str,
     precision: str,
@@ -276,44 +317,52 @@ def gate(
 ) -> dict[str, Any]:
     """Score ``candidate`` against ``reference``; AccuracyError naming the worst samples if below.
 
-    ``runtime`` names what produced ``candidate`` (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
+    Cosine: the mean and the worst sample against ``mean`` and ``min``; the worst outputs named are the
+    lowest-cosine rows. Top-1: the agreement rate against ``mean`` (each sample agrees or not, so no
+    ``min``) and the count of flipped samples; the samples named are the ones that flipped, with the
+    reference's class and the candidate's. ``runtime`` names what produced ``candidate``
+    (``onnxruntime-cpu``, ``tensorrt``) for ``build.json``.
     """
     _non_finite(model_name, precision, output, candidate, reference)
-    if thresholds.metric == "cosine":
-        scores = cosine_rows(candidate, reference)
-    else:
-        scores = top1_agreement(candidate, reference)
-        # Disagreeing samples are ranked by how far their logits moved, to name the worst.
-    mean, low = float(scores.mean()), float(scores.min())
-    result: dict[str, Any] = {
-        "metric": thresholds.metric,
-        "samples": int(scores.shape[0]),
-        "mean": round(mean, 6),
-        "min": round(low, 6),
-        "thresholds": {"mean": thresholds.mean, "min": thresholds.min},
-        "runtime": runtime,
-    }
-    if thresholds.metric == "top1":
+    top1 = thresholds.metric == "top1"
+    scores = top1_agreement(candidate, reference) if top1 else cosine_rows(candidate, reference)
+    mean, samples = float(scores.mean()), int(scores.shape[0])
+    result: dict[str, Any] = {"metric": thresholds.metric, "precision": precision, "samples": samples}
+    result["mean"] = round(mean, 6)
+    if top1:
+        result["flipped"] = int(samples - int(scores.sum()))
+        result["thresholds"] = {"mean": thresholds.mean}
         result["cosine_mean"] = round(float(cosine_rows(candidate, reference).mean()), 6)
+    else:
+        result["min"] = round(float(scores.min()), 6)
+        result["thresholds"] = {"mean": thresholds.mean, "min": thresholds.min}
+    result["runtime"] = runtime
     trivial = degenerate(reference, thresholds.metric)
     if trivial is not None:
         result["warning"] = f"`{model_name}` ({precision}) gate: {trivial}"
     failures = []
-    if not mean >= thresholds.mean:  # NaN never passes
-        failures.append(f"mean {thresholds.metric} {mean:.4f} < {thresholds.mean}")
-    if thresholds.metric == "cosine" and not low >= thresholds.min:
-        failures.append(f"min {thresholds.metric} {low:.4f} < {thresholds.min}")
+    if top1 and not mean >= thresholds.mean:
+        failures.append(
+            f"top-1 agreement {mean:.4f} < {thresholds.mean} ({result['flipped']} of {samples} held-out "
+            "samples flipped)"
+        )
+    elif not top1:
+        if not mean >= thresholds.mean:  # NaN never passes
+            failures.append(f"mean cosine {mean:.4f} < {thresholds.mean}")
+        if not result["min"] >= thresholds.min:
+            failures.append(f"min cosine {float(scores.min()):.4f} < {thresholds.min}")
     result["passed"] = not failures
     if failures:
-        order = np.argsort(cosine_rows(candidate, reference))[:worst]
-        named = []
-        for i in order:
-            label = f" {labels[i][:40]!r}" if labels is not None and i < len(labels) else ""
-            named.append(
-                f"`{output}`[{int(i)}]{label} cos {cosine_rows(candidate[i : i + 1], reference[i : i + 1])[0]:.4f}"
-            )
+        if top1:
+            named = f"; flipped samples: {_flipped(candidate, reference, precision, output, labels, worst)}"
+        else:
+            rows = []
+            for i in np.argsort(scores)[:worst]:
+                label = f" {labels[i][:40]!r}" if labels is not None and i < len(labels) else ""
+                rows.append(f"`{output}`[{int(i)}]{label} cos {scores[i]:.4f}")
+            named = f" on {samples} held-out samples; worst outputs: {'; '.join(rows)}"
         raise AccuracyError(
-            f"accuracy gate failed for `{model_name}` ({precision}): {', '.join(failures)} "
-            f"on {scores.shape[0]} held-out samples; worst outputs: {'; '.join(named)}; nothing was written"
+            f"accuracy gate failed for `{model_name}` ({precision}): {', '.join(failures)}{named}; "
+            "nothing was written"
         )
     return result

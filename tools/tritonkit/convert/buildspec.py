@@ -127,8 +127,11 @@ class EvaluationSpec(DataSpec):
 
 @dataclass
 class Threshold:
-    mean: float = 0.99
-    min: float = 0.0
+    """A precision's pass marks; None: the metric's default (:data:`tritonkit.convert.gates.DEFAULT_MARKS`:
+    cosine fp16 mean 0.999 / min 0.99, top-1 fp16 agreement 0.99 and no ``min``)."""
+
+    mean: float | None = None
+    min: float | None = None
 
 
 @dataclass
@@ -137,9 +140,9 @@ class AccuracySpec:
     output: str | None = None
     atol: float = 1e-2
     rtol: float = 1e-2
-    fp16: Threshold = field(default_factory=lambda: Threshold(0.999, 0.99))
-    int8: Threshold = field(default_factory=lambda: Threshold(0.99, 0.97))
-    bf16: Threshold = field(default_factory=lambda: Threshold(0.999, 0.99))
+    fp16: Threshold = field(default_factory=Threshold)
+    int8: Threshold = field(default_factory=Threshold)
+    bf16: Threshold = field(default_factory=Threshold)
 
 
 @dataclass

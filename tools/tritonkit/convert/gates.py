@@ -25,13 +25,37 @@ from numpy.typing import NDArray
 
 from tritonkit.convert import accuracy
 from tritonkit.convert.buildspec import AccuracySpec
+from tritonkit.errors import SpecError
 
-__all__ = ["ROLES", "Comparison", "Gated", "Served", "gate_all", "gate_build", "thresholds"]
+__all__ = [
+    "DEFAULT_MARKS",
+    "ROLES",
+    "Comparison",
+    "Gated",
+    "Served",
+    "gate_all",
+    "gate_build",
+    "log_line",
+    "thresholds",
+]
 
 #: The order comparisons are judged in.
 ROLES: tuple[str, ...] = ("precision", "fp16_base", "engine", "program")
-#: Thresholds of an FP32 artifact (an engine built from the FP32 graph): close to the reference.
-_FP32_MARKS = (0.999, 0.99)
+#: What each role's artifact is, in the log's words.
+_ROLE_WORDS = {
+    "precision": "ONNX graph",
+    "fp16_base": "FP16-base Q/DQ graph",
+    "engine": "TensorRT engine",
+    "program": "torch program",
+}
+#: The marks a spec that gives none gets, by metric and precision: (mean, min). Cosine: close to the
+#: reference on average and on the worst sample. Top-1: an agreement rate a classifier can meet, since
+#: a sample on the decision boundary may flip at FP16 (0.99: one flip in 128 passes, ten do not); there
+#: is no per-sample minimum (each sample agrees or not). FP32: an engine built from the FP32 graph.
+DEFAULT_MARKS: dict[str, dict[str, tuple[float, float | None]]] = {
+    "cosine": {"fp32": (0.999, 0.99), "fp16": (0.999, 0.99), "bf16": (0.999, 0.99), "int8": (0.99, 0.97)},
+    "top1": {"fp32": (0.99, None), "fp16": (0.99, None), "bf16": (0.99, None), "int8": (0.98, None)},
+}
 
 
 @dataclass(frozen=True)
@@ -57,17 +81,46 @@ class Gated:
 
 
 def thresholds(spec: AccuracySpec, precision: str) -> accuracy.Thresholds:
-    """The spec's marks for ``precision`` (FP32: :data:`_FP32_MARKS`)."""
+    """The spec's marks for ``precision``, each one it does not give the metric's default
+    (:data:`DEFAULT_MARKS`; FP32 always the default). SpecError (one line) for a mark outside 0..1 or
+    a ``min`` for top-1."""
+    default_mean, default_min = DEFAULT_MARKS[spec.metric].get(precision, DEFAULT_MARKS[spec.metric]["fp16"])
     marks = getattr(spec, precision, None) if precision != "fp32" else None
-    mean, low = (marks.mean, marks.min) if marks is not None else _FP32_MARKS
-    return accuracy.Thresholds(spec.metric, mean, low)
+    given_mean = marks.mean if marks is not None else None
+    given_min = marks.min if marks is not None else None
+    if spec.metric == "top1" and given_min is not None:
+        raise SpecError(
+            f"spec key `accuracy.{precision}.min`: top-1 has no per-sample minimum (each sample agrees or not); "
+            f"expected only `mean`, the agreement rate (default {default_mean}), got min {given_min}"
+        )
+    for key, value in (("mean", given_mean), ("min", given_min)):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise SpecError(
+                f"spec key `accuracy.{precision}.{key}`: expected a share within 0..1, got {value}"
+            )
+    mean = given_mean if given_mean is not None else default_mean
+    low = given_min if given_min is not None else default_min
+    return accuracy.Thresholds(spec.metric, mean, 0.0 if low is None else low)
+
+
+def log_line(record: Mapping[str, Any], role: str, model: str) -> str:
+    """The build's line for one judged comparison, naming the precision, the artifact and the model:
+    ``  accuracy vs fp32, fp16 ONNX graph `m_fp16`: top-1 agreement 0.992188, 1 of 128 flipped (pass
+    mark 0.99): passed``."""
+    what = _ROLE_WORDS.get(role, role)
+    verdict = "passed" if record.get("passed") else "failed"
+    return f"  accuracy vs fp32, {record.get('precision', '?')} {what} `{model}`: {accuracy.describe(record)}: {verdict}"
 
 
 def gate_all(
-    spec: AccuracySpec, versions: Sequence[Sequence[Comparison]], labels: Sequence[str] | None
+    spec: AccuracySpec,
+    versions: Sequence[Sequence[Comparison]],
+    labels: Sequence[str] | None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[Gated, ...]:
     """Judge every comparison of every version (by role, in :data:`ROLES` order); AccuracyError at the
-    first below its thresholds, naming the worst samples (``labels``: the held-out texts, if any)."""
+    first below its thresholds, naming the worst samples (``labels``: the held-out texts, if any).
+    ``log`` gets one :func:`log_line` per comparison that passed."""
     records: list[dict[str, dict[str, Any]]] = [{} for _ in versions]
     for role in ROLES:
         for index, comparisons in enumerate(versions):
@@ -84,6 +137,8 @@ def gate_all(
                 )
                 result.update(item.stats)
                 records[index][role] = result
+                if log is not None:
+                    log(log_line(result, role, item.model))
     return tuple(Gated(r) for r in records)
 
 
@@ -106,17 +161,10 @@ def gate_build(
 ) -> tuple[S, tuple[Gated, ...]]:
     """A build's gate: each version's graph comparisons judged (and logged), then ``make()`` (the
     targets, made only once every graph passed) and what it serves judged; (what ``make`` made, each
-    version's records of both)."""
-    judged = gate_all(spec, graphs, labels)
-    for gated in judged:
-        record = gated.records.get("precision")
-        if record is not None:
-            log(
-                f"  accuracy vs fp32: {record['metric']} mean {record['mean']:.6f} min {record['min']:.6f} "
-                f"({record['samples']} samples)"
-            )
+    version's records of both). Every comparison judged is logged with its precision (:func:`log_line`)."""
+    judged = gate_all(spec, graphs, labels, log)
     made = make()
-    served = gate_all(spec, made.checks, labels)
+    served = gate_all(spec, made.checks, labels, log)
     return made, tuple(
         Gated({**graph.records, **artifact.records}) for graph, artifact in zip(judged, served, strict=True)
     )

@@ -2,7 +2,8 @@
 max batch size once the graph is known (:func:`max_batch`).
 
 Planning refuses, before anything is exported or converted, what the spec asks for and cannot be
-had: a GPU profile without a precision, a batch above the GPU's cap, impossible TensorRT settings
+had: accuracy marks the gate cannot judge (:func:`tritonkit.convert.gates.thresholds`), a GPU
+profile without a precision, a batch above the GPU's cap, impossible TensorRT settings
 (profiles, workspace, preferred sizes: :func:`tritonkit.convert.tensorrt.plan_for_spec`),
 ``serving.device: gpu`` with no GPU visible.
 """
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonkit.convert import gpu_profiles, tensorrt
+from tritonkit.convert import gates, gpu_profiles, tensorrt
 from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.execution import choose_device, visible_gpus
 from tritonkit.convert.memory import estimate_memory
@@ -68,6 +69,10 @@ class BuildPlan:
 def plan_build(spec: BuildSpec, *, gpus: Sequence[int] | None = None, log: Log = quiet) -> BuildPlan:
     """Plan ``spec``: the GPU profile (detected, or asked for), precisions on it, the max batch given,
     the TensorRT engine and the GPUs visible (``gpus``; None: ``nvidia-smi -L``) for the serving plan."""
+    for (
+        prec
+    ) in spec.precisions:  # marks that cannot be judged (a top-1 `min`, a share above 1): before any work
+        gates.thresholds(spec.accuracy, prec)
     planned = plans_execution(spec)
     visible = tuple(visible_gpus() if gpus is None else gpus) if planned else ()
     if planned:

@@ -31,6 +31,8 @@ class AccuracyRow:
     mean: float
     min: float
     thresholds: dict[str, Any]
+    #: top-1: samples whose class differs from the reference's (None: cosine, or an older build.json)
+    flipped: int | None
     passed: bool
     max_absdiff: float | None
     synthetic: bool
@@ -65,6 +67,7 @@ def collect(repo: str | Path, *, all_versions: bool = False) -> list[AccuracyRow
                     mean=float(acc.get("mean", float("nan"))),
                     min=float(acc.get("min", float("nan"))),
                     thresholds=dict(acc.get("thresholds", {})),
+                    flipped=int(acc["flipped"]) if "flipped" in acc else None,
                     passed=bool(acc.get("passed", False)),
                     max_absdiff=max_abs,
                     synthetic=bool(manifest.extra.get("synthetic_weights", False)),
@@ -85,10 +88,19 @@ def machine() -> str:
 
 
 def _threshold(row: AccuracyRow) -> str:
+    if row.metric == "top1":
+        return f"agreement >= {row.thresholds['mean']}" if "mean" in row.thresholds else ""
     parts = [f"mean >= {row.thresholds['mean']}"] if "mean" in row.thresholds else []
-    if row.metric == "cosine" and row.thresholds.get("min"):
+    if row.thresholds.get("min"):
         parts.append(f"min >= {row.thresholds['min']}")
     return ", ".join(parts)
+
+
+def _low(row: AccuracyRow) -> str:
+    """The min column: cosine's worst sample; for top-1 (no per-sample minimum) the flipped count."""
+    if row.metric == "cosine":
+        return f"{row.min:.6f}"
+    return f"{row.flipped} flipped" if row.flipped is not None else "-"
 
 
 def text_table(rows: list[AccuracyRow]) -> str:
@@ -97,7 +109,7 @@ def text_table(rows: list[AccuracyRow]) -> str:
     for r in rows:
         lines.append(
             f"{r.model:<22} {r.version:>3} {r.precision:<5} {r.target:<11} {r.metric:<7} {r.samples:>5} "
-            f"{r.mean:>9.6f} {r.min:>9.6f}  {'pass' if r.passed else 'FAIL'} ({_threshold(r)})"
+            f"{r.mean:>9.6f} {_low(r):>9}  {'pass' if r.passed else 'FAIL'} ({_threshold(r)})"
         )
     return "\n".join(lines)
 
@@ -115,13 +127,13 @@ def markdown(rows: list[AccuracyRow], *, repo: str) -> str:
         "",
         f"Measured on: {machine()}; {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
-        "| model | version | precision | target | metric | held-out samples | mean | min | threshold | Polygraphy max abs diff | result |",
+        "| model | version | precision | target | metric | held-out samples | mean (top1: agreement) | min (top1: flipped) | threshold | Polygraphy max abs diff | result |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         max_abs = f"{r.max_absdiff:.4g}" if r.max_absdiff is not None else "-"
         label = f"{r.model} (synthetic weights)" if r.synthetic else r.model
-        low = f"{r.min:.6f}" if r.metric == "cosine" else "-"
+        low = _low(r)
         out.append(
             f"| {label} | {r.version} | {r.precision} | {r.target} | {r.metric} | {r.samples} | {r.mean:.6f} | "
             f"{low} | {_threshold(r)} | {max_abs} | {'pass' if r.passed else 'FAIL'} |"
