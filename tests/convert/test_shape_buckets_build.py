@@ -149,3 +149,35 @@ def test_a_request_above_the_last_bucket_is_refused_in_one_line(built: Path) -> 
         _infer(server.http_url, 32, 0)  # still serving
     message = str(caught.value)
     assert "is 33 long on axis seq; the model takes at most 32" in message and "\n" not in message
+
+
+def test_an_output_axis_that_names_no_input_axis_gets_no_default_buckets_and_refuses_named_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onnx import TensorProto, helper  # noqa: PLC0415
+    from tests.support.onnx_zoo import make_model, save_model  # noqa: PLC0415
+
+    # `ids` [batch, seq] -> `twice` [batch, seq2] (the ids twice over): no request's length cuts it back
+    model = make_model(
+        [helper.make_node("Concat", ["ids", "ids"], ["twice"], axis=1)],
+        [("ids", TensorProto.INT64, ["batch", "seq"])],
+        [("twice", TensorProto.INT64, ["batch", "seq2"])],
+    )
+    save_model(model, tmp_path / "twice.onnx")
+    spec: dict[str, Any] = {
+        "name": "twice",
+        "source": {"onnx": "twice.onnx"},
+        "precisions": ["fp32"],
+        "serving": {"device": "cpu"},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    assert cli.main(["build", str(tmp_path / "spec.yaml"), "--repo", str(tmp_path / "repo")]) == 0
+    config = load(tmp_path / "repo" / "twice_fp32" / "config.pbtxt")
+    assert "shape_buckets" not in config.parameters and not any(t.allow_ragged_batch for t in config.inputs)
+    capsys.readouterr()
+    spec["serving"] = {"device": "cpu", "shape_buckets": {"seq": [8, 16]}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    assert cli.main(["build", str(tmp_path / "spec.yaml"), "--repo", str(tmp_path / "repo2")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "output `twice` axis 1 is dynamic and names no input axis" in err and "\n" not in err
+    assert not (tmp_path / "repo2").exists()

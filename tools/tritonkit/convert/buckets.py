@@ -10,7 +10,8 @@ lengths to one execute), the runners' helper file beside ``model.py``.
 
 Defaults follow from the model: an axis the spec does not name gets powers of two from 16 up to the
 longest length the model takes (``max_position_embeddings`` of a transformers-style ``config`` on the
-module, else ``preprocessing.max_seq_length``). ``tritonkit tune --input-data`` chooses edges from a
+module, else ``preprocessing.max_seq_length``); a model with a dynamic output axis that names no input axis
+gets none by default (its answers could not be cut back: it serves exact shapes, as before). ``tritonkit tune --input-data`` chooses edges from a
 traffic file's length histogram.
 """
 
@@ -96,6 +97,19 @@ def resolve_buckets(spec: BuildSpec, source: Source) -> Buckets | None:
         )
     if not carried:
         return None
+    unlinked = [
+        f"`{t}` axis {i}" for t, a in axes.items() if t not in inputs for i, n in a.items() if n not in known
+    ]
+    if unlinked:
+        # An output axis that names no input axis cannot be cut back to a request's length: padding
+        # would change its answers. Without edges in the spec the model serves exact shapes, as before.
+        if not wanted:
+            return None
+        raise SpecError(
+            f"serving.shape_buckets: output {', '.join(unlinked)} is dynamic and names no input axis "
+            f"(input axes: {', '.join(known)}); name the axes alike (dynamic_axes, or the ONNX graph's dim_param) "
+            "so each answer can be cut back to its request's length"
+        )
     edges = {axis: tuple(wanted.get(axis) or default_edges(longest_length(source, spec))) for axis in known}
     outputs = {t: {i: n for i, n in a.items() if n in edges} for t, a in axes.items() if t not in inputs}
     return Buckets(
