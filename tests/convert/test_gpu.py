@@ -74,7 +74,8 @@ def test_detection_prefers_request_then_spec_then_default() -> None:
 
 
 def test_precisions_follow_the_compute_capability() -> None:
-    assert derived_precisions("7.0") == {"fp32"}
+    assert derived_precisions("6.1") == {"fp32"}
+    assert derived_precisions("7.0") == {"fp32", "fp16"}  # a V100: FP16 tensor cores, no INT8 ones
     assert derived_precisions("7.5") == {"fp32", "fp16", "int8"}  # the T4's: no BF16
     assert derived_precisions("8.6") == {"fp32", "fp16", "int8", "bf16"}
     assert derived_precisions("8.9") == {"fp32", "fp16", "int8", "bf16", "fp8"}

@@ -69,9 +69,10 @@ PROFILES: dict[str, GpuProfile] = {
     )
 }
 DEFAULT_GPU = "T4"
-#: The compute capability from which a GPU computes each precision natively (FP32: always).
+#: The compute capability from which a GPU computes each precision natively (FP32: always). FP16 from
+#: Volta (7.0: the V100's tensor cores, and TensorRT's FP16 kernels), INT8 tensor cores from Turing (7.5).
 PRECISION_FROM: dict[str, tuple[int, int]] = {
-    "fp16": (7, 5),
+    "fp16": (7, 0),
     "int8": (7, 5),
     "bf16": (8, 0),
     "fp8": (8, 9),
@@ -134,7 +135,7 @@ def _capability(text: str | None) -> tuple[int, int] | None:
 
 
 def derived_precisions(compute_capability: str) -> frozenset[str]:
-    """What a GPU of ``compute_capability`` computes natively: FP32 always, FP16 and INT8 from 7.5,
+    """What a GPU of ``compute_capability`` computes natively: FP32 always, FP16 from 7.0, INT8 from 7.5,
     BF16 from 8.0, FP8 from 8.9, FP4 from 10.0 (:data:`PRECISION_FROM`)."""
     cc = _capability(compute_capability) or (0, 0)
     return frozenset({"fp32", *(p for p, since in PRECISION_FROM.items() if cc >= since)})
