@@ -51,9 +51,7 @@ __all__ = [
 ]
 
 #: why ``serving.runner: auto`` serves a model with dynamic non-batch axes by the python runner
-NATIVE_FIXED_SHAPES = (
-    "it serves fixed non-batch shapes; the python runner pads to the model's shape buckets"
-)
+NATIVE_FIXED_SHAPES = "it serves fixed non-batch shapes; the python runner pads to the model's shape buckets"
 #: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
 GPU_PRECISIONS = ("fp32", "fp16")
 
