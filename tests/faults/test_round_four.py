@@ -306,37 +306,44 @@ def test_yaml_bounds(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 # --- item 4: faults ------------------------------------------------------------------------------
-def test_http_port_taken_after_the_check(
-    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], record: Record
+@pytest.mark.parametrize("role", ["http", "grpc", "metrics"])
+def test_port_taken_after_the_check(
+    repo: Path,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    record: Record,
 ) -> None:
-    """Another process takes the HTTP port between serve's check and the guard's bind."""
+    """Another process takes a port between serve's check and its bind (the guards', Triton's own)."""
     taken: list[socket.socket] = []
     check = embedded_module.check_port
 
-    def check_then_take(host: str, port: int, role: str) -> None:
-        check(host, port, role)
-        if role == "http":
+    def check_then_take(host: str, port: int, checked: str) -> None:
+        check(host, port, checked)
+        if checked == role:
             sock = socket.socket()
             sock.bind((host, port))
             sock.listen()
             taken.append(sock)
 
     monkeypatch.setattr(embedded_module, "check_port", check_then_take)
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    ports = {}
+    for name in ("http", "grpc", "metrics"):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports[name] = probe.getsockname()[1]
+    flags = [f"--{name}-port={port}" for name, port in ports.items()]
     try:
-        code = main(["serve", "--repo", str(repo), "--http-port", str(port)])
+        code = main(["serve", "--repo", str(repo), *flags])
     finally:
         for sock in taken:
             sock.close()
     err = capsys.readouterr().err.strip()
     lines = [line for line in err.splitlines() if line.strip()]
-    passed = code != 0 and bool(lines) and f"port {port}" in lines[-1] and "Traceback" not in err
+    passed = code != 0 and bool(lines) and str(ports[role]) in lines[-1] and "Traceback" not in err
     record(
         "faults-41",
-        "HTTP port taken between the check and the guard's bind",
+        f"{role} port taken between serve's check and its bind",
         passed,
         exit=code,
         line=lines[-1][:120] if lines else "",

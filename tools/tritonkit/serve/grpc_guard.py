@@ -38,7 +38,7 @@ from collections.abc import Callable
 from tritonkit.serve.connection import trim_heap
 from tritonkit.serve.grpc_checks import RESOURCE_EXHAUSTED, CallRefusedError
 from tritonkit.serve.grpc_relay import ClientSide, ConfigMissingError
-from tritonkit.serve.guard import _event_loop
+from tritonkit.serve.guard import _event_loop, bind_error
 
 __all__ = ["GrpcGuard"]
 
@@ -96,7 +96,11 @@ class GrpcGuard:
     # --- life cycle (called from other threads) ------------------------------------------------
     def start(self) -> None:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
+        try:
+            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
+        except OSError as exc:  # taken since serve checked it: one line, as the HTTP guard's
+            self.close()
+            raise bind_error("grpc", self.host, self.port, exc) from None
 
     async def _listen(self) -> None:
         self._server = await self._loop.create_server(

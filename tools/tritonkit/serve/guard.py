@@ -50,6 +50,14 @@ _TRIM_BYTES = 32 << 20
 _TRIM_DELAY_S = 0.25
 
 
+def bind_error(role: str, host: str, port: int, exc: OSError) -> PortInUseError:
+    """The one line for a guard's listener that could not bind (the gRPC guard's too)."""
+    return PortInUseError(
+        f"{role} port {port} could not be bound on {host}: {exc.strerror or exc}; expected a free port of "
+        "this host (another process may have taken it since the start was checked)"
+    )
+
+
 def _event_loop() -> asyncio.AbstractEventLoop:
     """uvloop's event loop where uvloop is installed, else asyncio's."""
     try:
@@ -106,10 +114,7 @@ class Guard:
             asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
         except OSError as exc:  # taken since serve checked it, or not an address of this host
             self.close()
-            raise PortInUseError(
-                f"http port {self.port} could not be bound on {self.host}: {exc.strerror or exc}; expected "
-                "a free port of this host (another process may have taken it since the start was checked)"
-            ) from None
+            raise bind_error("http", self.host, self.port, exc) from None
 
     async def _listen(self) -> None:
         self._server = await self._loop.create_server(
