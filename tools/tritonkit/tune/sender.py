@@ -38,6 +38,7 @@ from tritonkit.client.transport import GrpcTransport, HttpTransport
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
 from tritonkit.tune.capacity import HTTP_POOL
+from tritonkit.tune.lone_grpc import LoneGrpcTransport
 
 __all__ = ["Lanes", "OpenLoop", "Requests", "Session", "Target", "blocking_transport"]
 
@@ -74,6 +75,9 @@ class Target:
     #: one request in flight is sent with blocking calls (:meth:`_Loop._single`); False: on the asyncio
     #: path like any other level (benchmarks compare the two; worker processes get it with the target)
     blocking_single: bool = True
+    #: a lone gRPC request goes on :class:`~tritonkit.tune.lone_grpc.LoneGrpcTransport`'s socket; False:
+    #: on tritonclient's grpcio stub (benchmarks compare the two)
+    lone_grpc_socket: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +133,21 @@ class Lanes:
         await asyncio.gather(*(t.close() for t in transports), return_exceptions=True)
 
 
+#: a lone request's blocking transport (one connection, this thread's)
+Blocking = HttpTransport | GrpcTransport | LoneGrpcTransport
+
+
 def blocking_transport(
-    url: str, protocol: str, headers: Mapping[str, str] | None, timeout_s: float
-) -> HttpTransport | GrpcTransport:
-    """The blocking transport of a lone request (one connection, this thread's)."""
-    return (GrpcTransport if protocol == "grpc" else HttpTransport)(url, headers, timeout_s)
+    url: str, protocol: str, headers: Mapping[str, str] | None, timeout_s: float, socket: bool = True
+) -> Blocking:
+    """The blocking transport of a lone request (one connection, this thread's): on gRPC
+    :class:`~tritonkit.tune.lone_grpc.LoneGrpcTransport`, HTTP/2 spoken on a socket (grpcio's Python
+    call path cost a lone request about 0.2 ms more than perf_analyzer's C++ client:
+    docs/benchmarks-lone-request.md), or with ``socket=False`` tritonclient's grpcio stub; on HTTP
+    tritonclient's keep-alive connection."""
+    if protocol != "grpc":
+        return HttpTransport(url, headers, timeout_s)
+    return (LoneGrpcTransport if socket else GrpcTransport)(url, headers, timeout_s)
 
 
 class Session:
@@ -148,7 +162,7 @@ class Session:
     def __init__(self, target: Target) -> None:
         self.target = target
         self._client: AsyncClient | None = None
-        self._blocking: Client | HttpTransport | GrpcTransport | None = None
+        self._blocking: Client | Blocking | None = None
         self._requests: Requests | None = None
         #: the loop's transports (None: shared memory, sent through the client)
         self.lanes: Lanes | None = None
@@ -199,7 +213,7 @@ class Session:
                     )
         return self._client, self._requests.inputs
 
-    def blocking(self, inputs: Sequence[Mapping[str, Any]]) -> Client | HttpTransport | GrpcTransport:
+    def blocking(self, inputs: Sequence[Mapping[str, Any]]) -> Client | Blocking:
         """The blocking sender of one request in flight (a :class:`~tritonkit.client.Client` with shared
         memory, else the protocol's blocking transport), warmed as the session's is: its connection (and
         shared-memory regions) made before any timing."""
@@ -209,7 +223,9 @@ class Session:
                 if t.shared_memory == "none":
                     requests = self.requests
                     url, headers = self.client.url, dict(t.headers) or None
-                    self._blocking = blocking_transport(url, t.protocol, headers, t.timeout_s)
+                    self._blocking = blocking_transport(
+                        url, t.protocol, headers, t.timeout_s, t.lone_grpc_socket
+                    )
                     self._blocking.infer(requests.encoded[0], requests.names, t.timeout_s)
                 else:
                     self._blocking = self._new(Client)
