@@ -16,10 +16,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tools" / "tritonkit"
 MAX_LINES = 600
 
 #: Stage packages, lowest first: a package may import only from packages before it in this list (or
-#: itself). ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: its runners are
-#: plain files that builds copy and checks read; ``deploy`` sits below ``loadtest``: the load-test
-#: scenario names it checks are passed in, not imported) and nothing below imports them.
+#: itself). ``backends`` is the floor: the code Triton runs (runners copied into versions, the C++
+#: backend), importing nothing from tritonkit (:func:`test_backends_import_nothing_from_tritonkit`).
+#: ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: ``repository.check`` reports
+#: what ``serve.sources`` refuses; ``deploy`` sits below ``loadtest``: the load-test scenario names it
+#: checks are passed in, not imported) and nothing below imports them.
 LAYERS: tuple[str, ...] = (
+    "backends",
     "errors",
     "machine",
     "atomic",
@@ -47,11 +50,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {
-        _module_name(p): p
-        for p in PACKAGE.rglob("*.py")
-        if "runners" not in p.relative_to(PACKAGE).parts  # copied into versions, import no tritonkit
-    }
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def _imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
@@ -146,6 +145,22 @@ def test_stage_packages_import_only_lower_layers() -> None:
         if src != "tritonkit" and dst != "tritonkit" and _layer(dst) > _layer(src)
     )
     assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_backends_import_nothing_from_tritonkit() -> None:
+    """The floor imports only itself (its runners' type-checking imports of their siblings): not the
+    package root, not ``errors``; a runner is copied into a version and runs in the stub without
+    tritonkit."""
+    modules = _modules()
+    known = set(modules)
+    offenders = sorted(
+        f"{name}:{line} imports {target}"
+        for name, path in modules.items()
+        if name.startswith("tritonkit.backends")
+        for target, line in _imports(name, path, known)
+        if not target.startswith("tritonkit.backends")
+    )
+    assert offenders == [], "backends importing the rest of tritonkit:\n" + "\n".join(offenders)
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -176,15 +176,15 @@ def engine(lengths: list[int]) -> None:
     sys.path.insert(0, str(WORK))
     from bert_dynamic import Cls  # noqa: PLC0415
 
+    from tritonkit.backends.runners.shape_buckets import Buckets, edge_for  # noqa: PLC0415
     from tritonkit.config import load  # noqa: PLC0415
-    from tritonkit.serve.runners.shape_buckets import Buckets, edge_for  # noqa: PLC0415
 
     config = load(WORK / "repo" / "bert_dyn_fp16" / "config.pbtxt")
     buckets = Buckets.parse(config.parameters["shape_buckets"])
     assert buckets is not None
     edges = list(buckets.axes["seq"])
     times: dict[str, dict[int, float]] = {"64": {}, "1": {}, "program-64": {}, "program-1": {}}
-    sys.path.insert(0, str(ROOT / "tools" / "tritonkit" / "serve" / "runners"))
+    sys.path.insert(0, str(ROOT / "tools" / "tritonkit" / "backends" / "runners"))
     from torch_runner import load_program  # noqa: PLC0415
 
     program, _ = load_program(str(WORK / "repo" / "bert_dyn_fp16" / "1" / "model.pt2"), "cuda:0")

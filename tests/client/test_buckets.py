@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from tests.support.python_models import model_source
 
+from tritonkit.backends.runners.shape_buckets import PARAMETER, Buckets
 from tritonkit.client import AsyncClient, Client
 from tritonkit.client.buckets import InputTooLongError, cut_outputs, pad_request
 from tritonkit.client.errors import InvalidInputError
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners.shape_buckets import PARAMETER, Buckets
 
 PROTOCOLS = ("http", "grpc")
 BUCKETS = Buckets(

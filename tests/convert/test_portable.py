@@ -13,12 +13,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.config import from_pbtxt
 from tritonkit.convert.onnx_import import DEFAULT_MAX_BATCH_SIZE, import_onnx
 from tritonkit.errors import ConfigError, ModelImportError, RepositoryError
 from tritonkit.repository.store import ModelRepository
-from tritonkit.serve.runners import runner_path
 
 Snap = Callable[[Path], dict[str, str]]
 Unwritable = Callable[[Path], contextlib.AbstractContextManager[None]]

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tritonkit.backends import native
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.convert import torch_program
 from tritonkit.convert.buildspec import apply_overrides, parse_spec
@@ -31,8 +33,6 @@ from tritonkit.errors import BuildError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.store import ModelRepository
-from tritonkit.serve import native
-from tritonkit.serve.runners import runner_path
 
 SpecDict = Callable[..., dict[str, Any]]
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tritonkit.backends import native
 from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.export import TorchSource
 from tritonkit.convert.pipeline import build_from_spec
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import ModelRepository
-from tritonkit.serve import native
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.gpu

@@ -20,10 +20,10 @@ from tritonclient import http
 from tritonclient.utils import InferenceServerException
 
 from tritonkit import cli
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import load
 from tritonkit.convert.export import TorchSource
 from tritonkit.serve import EmbeddedServer
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 EDGES = [8, 16, 32]
 

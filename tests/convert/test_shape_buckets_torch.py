@@ -16,12 +16,12 @@ from numpy.typing import NDArray
 from tests.convert.test_shape_buckets_build import tokens
 from tritonclient import http
 
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, save
 from tritonkit.convert.buckets import apply_buckets
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve import EmbeddedServer
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 BUCKETS = Buckets(
     axes={"seq": (8, 16, 32)},

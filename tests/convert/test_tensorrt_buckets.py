@@ -15,6 +15,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
+from tritonkit.backends.runners.shape_buckets import PARAMETER, Buckets
 from tritonkit.cli import main
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.buckets import apply_buckets
@@ -27,7 +28,6 @@ from tritonkit.convert.tensorrt_buckets import bucketed_plan, check_lengths, che
 from tritonkit.convert.tensorrt_loaders import engine_loader_graph
 from tritonkit.errors import SpecError
 from tritonkit.repository.onnx_io import GraphIO, read_io
-from tritonkit.serve.runners.shape_buckets import PARAMETER, Buckets
 
 T4 = PROFILES["T4"]
 IO = GraphIO(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tritonkit.backends.runners import load_runner
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.convert.execution import (
     ExecutionPlan,
@@ -26,7 +27,6 @@ from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import AccuracyError, BuildError, SpecError
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import load_runner
 
 
 def _runner() -> ModuleType:

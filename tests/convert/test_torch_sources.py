@@ -18,13 +18,13 @@ from tests.support import torch_zoo_more
 from torch import nn
 
 from tritonkit import cli
+from tritonkit.backends.runners import load_runner
 from tritonkit.config import InstanceGroup
 from tritonkit.convert import torch_io
 from tritonkit.convert.execution import ExecutionPlan, ServingSpec, plan_execution
 from tritonkit.convert.export import TorchSource
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import BuildError, ModelImportError
-from tritonkit.serve.runners import load_runner
 
 
 class KeywordOnly(nn.Module):

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tritonkit import deploy
+from tritonkit.backends import runners
 from tritonkit.deploy.checks.server import TRITON_UID
-from tritonkit.serve import runners
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "k8s" / "images" / "Dockerfile"

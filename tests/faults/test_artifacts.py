@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper
 from tests.support.python_models import ADD_ONE
 
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.config import save
 from tritonkit.config.model_config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.serve.runners import runner_path
 
 from .conftest import Record
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tritonkit import config
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, TensorConfig
 from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
-from tritonkit.serve.runners import runner_path
 
 
 def edit_config(model_dir: Path, change: Callable[[ModelConfig], None]) -> None:

@@ -19,13 +19,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonkit import config
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.convert.buildspec import load_spec
 from tritonkit.errors import RepositoryError
 from tritonkit.repository import STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.repository.check import check_repository
-from tritonkit.serve.runners import runner_path
 
 
 def _encoder(path: Path, width: int = 384) -> None:

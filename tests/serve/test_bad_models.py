@@ -27,9 +27,9 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from tritonkit import config
+from tritonkit.backends.runners import runner_path
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import runner_path
 
 pytest.importorskip("tokenizers")
 minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")

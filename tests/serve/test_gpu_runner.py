@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tritonkit.backends.runners import load_runner
 from tritonkit.convert.execution import Placement, ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import load_runner
 
 pytestmark = pytest.mark.gpu
 

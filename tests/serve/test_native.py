@@ -22,13 +22,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tritonkit.backends.native import cache_key
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import ServerError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.native import cache_key
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
 
@@ -419,7 +419,7 @@ def test_runner_auto_is_native_on_a_gpu_where_the_backend_compiles() -> None:
 def test_the_toolchain_check_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.utils import cpp_extension  # noqa: PLC0415
 
-    from tritonkit.serve import native  # noqa: PLC0415
+    from tritonkit.backends import native  # noqa: PLC0415
 
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no compiler on it

@@ -21,9 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from tritonkit import config
+from tritonkit.backends.runners import runner_path
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.runners import runner_path
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
 

@@ -1,10 +1,10 @@
-"""The shape-bucket description every runner, the client and the build share (serve/runners/shape_buckets.py)."""
+"""The shape-bucket description every runner, the client and the build share (backends/runners/shape_buckets.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tritonkit.serve.runners.shape_buckets import (
+from tritonkit.backends.runners.shape_buckets import (
     BucketError,
     Buckets,
     TooLongError,

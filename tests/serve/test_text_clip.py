@@ -16,10 +16,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from tritonkit import config
+from tritonkit.backends.runners import runner_path
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.process import stubs_of
-from tritonkit.serve.runners import runner_path
 
 tokenizers = pytest.importorskip("tokenizers")
 minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")

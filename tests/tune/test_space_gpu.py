@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.commands import tune as tune_command
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems, to_pbtxt
@@ -18,7 +19,6 @@ from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import gpu_config
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.runners import runner_path
 from tritonkit.tune.report import short_label
 from tritonkit.tune.search import Outcome, brute, snap
 from tritonkit.tune.space import (

@@ -1,7 +1,7 @@
 """What the GPU benchmark measures (:mod:`tritonkit_bench.gpu`): engines in-process, accuracy against
 the FP32 reference, and versions served by the embedded tritonserver, level by level.
 
-In-process figures run the torch runner's own engine (``serve/runners/torch_runner.py``; for a native
+In-process figures run the torch runner's own engine (``backends/runners/torch_runner.py``; for a native
 version, the same engine replaying its ``model.ts`` methods) on the GPU with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
 measured). Served figures are requests of one row kept in flight by the raw gRPC or HTTP generator
 (:mod:`tritonkit_bench.gpu_load`), next to Triton's own statistics over the level (queue, compute
@@ -23,11 +23,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
+from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
-from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit_bench.gpu_load import is_http, pool, run_load
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples

@@ -20,11 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tritonkit.backends.runners import load_runner
 from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit.serve.runners import load_runner
 from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload
 
 __all__ = [
@@ -67,7 +67,7 @@ class Part:
 
 
 def runner(name: str) -> ModuleType:
-    """A runner file (serve/runners) imported as a module: its engine runs in-process."""
+    """A runner file (backends/runners) imported as a module: its engine runs in-process."""
     return load_runner(name)
 
 

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tritonkit.backends.native import BACKEND, export_program
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit.serve.native import BACKEND, export_program
 from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
 from tritonkit_bench.gpu_load import PROTOCOLS, Payload, is_http
 from tritonkit_bench.gpu_measure import in_process, sweep

@@ -1,5 +1,5 @@
 """Shape buckets on the client side: a model whose config carries the parameter ``shape_buckets``
-(:mod:`tritonkit.serve.runners.shape_buckets`, the description the build writes) takes each dynamic
+(:mod:`tritonkit.backends.runners.shape_buckets`, the description the build writes) takes each dynamic
 axis up to its last edge; a longer request is refused here, before any bytes are sent, in one line
 naming the input, its length and the longest (:class:`InputTooLongError`). Where the config says
 ``pad_at: client`` (engines that take no ragged input: TensorRT), the request's inputs are padded up
@@ -18,8 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 
+from tritonkit.backends.runners.shape_buckets import PARAMETER, BucketError, Buckets, TooLongError
 from tritonkit.client.errors import InvalidInputError, UnexpectedAnswerError
-from tritonkit.serve.runners.shape_buckets import PARAMETER, BucketError, Buckets, TooLongError
 
 __all__ = [
     "BucketError",

@@ -3,7 +3,7 @@
 Owns turning the spec's ``serving.shape_buckets`` / ``serving.pad_values`` and the source's dynamic
 axes (``TorchSource.dynamic_axes`` names, or the ONNX graph's ``dim_param`` names) into the one
 description the runners, the client and the TensorRT target read
-(:class:`~tritonkit.serve.runners.shape_buckets.Buckets`), and writing it into a version's config:
+(:class:`~tritonkit.backends.runners.shape_buckets.Buckets`), and writing it into a version's config:
 the parameter ``shape_buckets``, ``allow_ragged_batch`` on the inputs that carry an axis where the
 server pads (python-backend runners: Triton 2.51's dynamic batcher then hands requests of different
 lengths to one execute), the runners' helper file beside ``model.py``.
@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonkit.backends.runners import runner_path
+from tritonkit.backends.runners.shape_buckets import PARAMETER, Buckets, default_edges
 from tritonkit.config import ModelConfig
 from tritonkit.errors import SpecError
-from tritonkit.serve.runners import runner_path
-from tritonkit.serve.runners.shape_buckets import PARAMETER, Buckets, default_edges
 
 if TYPE_CHECKING:
     from tritonkit.convert.buildspec import BuildSpec

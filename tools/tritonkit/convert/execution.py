@@ -51,7 +51,7 @@ ENGINES: tuple[str, ...] = ("auto", "torch", "onnxruntime")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "fp16")
 #: How a torch-engine version is served: ``python`` (the torch runner in Triton's python backend),
 #: ``native`` (tritonkit's C++ backend ``tritonkit_torch`` in Triton's own process: no per-request trip
-#: through the python backend's stub; ``tritonkit.serve.native``) or ``auto``: native for a GPU version
+#: through the python backend's stub; ``tritonkit.backends.native``) or ``auto``: native for a GPU version
 #: where it can be compiled (a C++ compiler and CUDA's headers here) and no pipeline is asked for, else
 #: python. On an H200 host, same call, the native backend served one-row requests of BERT-base at 0.97
 #: of the engine alone where the python runner served 0.86 (MiniLM 48,255 against 32,478 samples/s).
@@ -107,7 +107,7 @@ class ServingSpec:
     #: BERT-base's loads from 3-6 s to 7-16 s and a quick tune past 5 minutes; so it is opt-in.
     jit_optimize: bool = False
     #: edges per dynamic non-batch axis (by its ``dynamic_axes`` name), ascending; the last is the
-    #: longest length the model takes (see ``convert.buckets``, ``serve/runners/shape_buckets.py``)
+    #: longest length the model takes (see ``convert.buckets``, ``backends/runners/shape_buckets.py``)
     shape_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: the value each input is padded with up to its bucket (0 where absent)
     pad_values: Mapping[str, float] = field(default_factory=dict)
@@ -326,7 +326,7 @@ class ExecutionPlan:
         }
 
     def runner_parameters(self) -> dict[str, str]:
-        """Config parameters the runners read (see serve/runners/torch_runner.py, onnx_cuda_runner.py)."""
+        """Config parameters the runners read (see backends/runners/torch_runner.py, onnx_cuda_runner.py)."""
         pipeline = {"pipeline": "on" if self.pipeline else "off"} if self.engine == "torch" else {}
         return {
             "engine": self.engine,

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tritonkit.backends import native
 from tritonkit.config import InstanceGroup, ModelConfig
 from tritonkit.convert.buckets import dynamic_axes, resolve_buckets
 from tritonkit.convert.buildspec import BuildSpec
@@ -38,7 +39,6 @@ from tritonkit.convert.torch_program import (
     torch_version,
 )
 from tritonkit.errors import SpecError
-from tritonkit.serve import native
 
 __all__ = [
     "GPU_PRECISIONS",

@@ -57,7 +57,7 @@ def import_onnx(
     """Write ``<repo>/<name>/<version>/`` serving ``onnx_path`` with the portable runner; return its path.
 
     Everything is checked (name, graph, config values) before anything is written; the version is
-    written atomically. ``parameters`` are extra runner parameters (see ``serve/runners/onnx_runner.py``)
+    written atomically. ``parameters`` are extra runner parameters (see ``backends/runners/onnx_runner.py``)
     merged over the defaults.
     """
     # The library call keeps its own argument names in errors (`instance_count`, not `instances.count`).

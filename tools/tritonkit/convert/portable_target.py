@@ -1,5 +1,5 @@
 """The portable target: the python-backend configuration that serves any ONNX graph with the ONNX
-runner of :mod:`tritonkit.serve.runners` on the embedded server.
+runner of :mod:`tritonkit.backends.runners` on the embedded server.
 
 Owns the decisions that turn a graph's interface into a Triton configuration: ``max_batch_size``
 (batching only when every input and output has a dynamic leading axis), dims (batch axis dropped
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict, Unpack
 
+from tritonkit.backends.runners import ONNX_RUNNER
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
@@ -20,7 +21,6 @@ from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import text_ensemble, text_runner_config
 from tritonkit.errors import ConfigError, ModelImportError
 from tritonkit.repository.onnx_io import GraphIO
-from tritonkit.serve.runners import ONNX_RUNNER
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
@@ -41,7 +41,7 @@ ONNX_FILE = "model.onnx"
 RUNNER_FILE = "model.py"
 
 
-#: Runner parameters with a closed set of values (see ``serve/runners/onnx_runner.py``).
+#: Runner parameters with a closed set of values (see ``backends/runners/onnx_runner.py``).
 RUNNER_CHOICES: dict[str, tuple[str, ...]] = {
     "tensor_exchange": ("auto", "dlpack", "numpy"),
     "execution_provider": ("auto", "cuda", "cpu"),

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonkit.backends.runners import runner_path
+from tritonkit.backends.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import ModelConfig
 from tritonkit.convert import accuracy, tensorrt, tensorrt_loaders
 from tritonkit.convert.buckets import apply_buckets, resolve_buckets
@@ -32,9 +35,6 @@ from tritonkit.convert.portable_target import ONNX_FILE, RUNNER_FILE, portable_c
 from tritonkit.convert.source import Source
 from tritonkit.convert.text_models import ensemble_config, text_ensemble, tokenizer_config
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.serve.runners import runner_path
-from tritonkit.serve.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = ["Files", "Made", "Targets", "Tokenizer", "make_targets"]
 

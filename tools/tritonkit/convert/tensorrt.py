@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.gpu_profiles import GIB, GpuProfile, check_precision
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = [
     "TENSORRT_DROPPED",

@@ -26,11 +26,11 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.buildspec import DEFAULT_MAX_BATCH_SIZE, BuildSpec
 from tritonkit.convert.tensorrt import EnginePlan, EngineProfile, ShapeRange, resolve_profiles
 from tritonkit.errors import SpecError
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 if TYPE_CHECKING:
     from tritonkit.convert.export import TorchSource

@@ -1,6 +1,6 @@
 """Versions that the embedded server runs on the GPU: a ``torch.export`` program (``model.pt2``)
-served by ``serve/runners/torch_runner.py``, or an ONNX graph served by
-``serve/runners/onnx_cuda_runner.py`` (ONNX Runtime's CUDA provider with I/O binding).
+served by ``backends/runners/torch_runner.py``, or an ONNX graph served by
+``backends/runners/onnx_cuda_runner.py`` (ONNX Runtime's CUDA provider with I/O binding).
 
 Owns exporting a torch module to a program at the plan's precision (an FP16 program is exported
 from a half module, so the runner never casts weights and the graph's own constants agree), the
@@ -34,6 +34,12 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 from numpy.typing import NDArray
 
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
+from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
+from tritonkit.backends.native import export_program as export_native
+from tritonkit.backends.native import trace_device
+from tritonkit.backends.runners import GPU_REQUESTS, TORCH_PIPELINE, load_runner, runner_path
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
 from tritonkit.convert import torch_io
@@ -44,12 +50,6 @@ from tritonkit.convert.gates import Comparison, gate_all
 from tritonkit.errors import BuildError
 from tritonkit.repository import Manifest, ModelRepository, VersionWrite, validate_model_name
 from tritonkit.repository.onnx_io import read_io
-from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
-from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
-from tritonkit.serve.native import export_program as export_native
-from tritonkit.serve.native import trace_device
-from tritonkit.serve.runners import GPU_REQUESTS, TORCH_PIPELINE, load_runner, runner_path
-from tritonkit.serve.runners.shape_buckets import Buckets
 
 __all__ = [
     "FAST_FILE",

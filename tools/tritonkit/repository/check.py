@@ -21,6 +21,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
+from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
+from tritonkit.backends.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
+from tritonkit.backends.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
+from tritonkit.backends.runners.shape_buckets import BucketError, Buckets
 from tritonkit.config import ModelConfig, TensorConfig, load
 from tritonkit.config import problems as config_problems
 from tritonkit.config.tensors import TensorSpec
@@ -29,11 +34,6 @@ from tritonkit.repository.manifest import MANIFEST_FILE, Manifest
 from tritonkit.repository.onnx_io import read_io
 from tritonkit.repository.staging import STAGING_PREFIX
 from tritonkit.repository.store import CONFIG_FILE, ModelRepository
-from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
-from tritonkit.serve.native import PROGRAM as NATIVE_PROGRAM
-from tritonkit.serve.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
-from tritonkit.serve.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
-from tritonkit.serve.runners.shape_buckets import BucketError, Buckets
 from tritonkit.serve.sources import external_data_problems
 
 SHAPE_BUCKETS = "shape_buckets"
@@ -53,7 +53,7 @@ __all__ = [
 #: Servers ``tritonkit check --target`` knows.
 CHECK_TARGETS = ("embedded", "triton-image")
 #: What the embedded server (nvidia-pytriton's tritonserver) can run: python-backend models and ensembles.
-#: tritonkit's native backend (``tritonkit.serve.native``) is among them: the embedded server gets it
+#: tritonkit's native backend (``tritonkit.backends.native``) is among them: the embedded server gets it
 #: compiled for the local torch; NVIDIA's Triton image does not have it.
 _EMBEDDED_BACKENDS = ("python", NATIVE_BACKEND)
 _EMBEDDED_PLATFORMS = ("ensemble",)

@@ -1,5 +1,5 @@
 """Serving: the embedded ``tritonserver`` (``embedded``, with ``install``, ``options``, ``process``,
-``tritonlog``, and the HTTP ``guard``) and the python-backend runners versions carry (``runners``)."""
+``tritonlog``, the HTTP ``guard`` and the gRPC one); the code Triton runs inside it is :mod:`tritonkit.backends`."""
 
 from __future__ import annotations
 

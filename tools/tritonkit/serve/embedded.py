@@ -41,10 +41,10 @@ from tritonkit.serve.install import (
     check_port,
     find_triton,
     free_port,
+    link_native,
     prepare_backends,
     state_dir,
 )
-from tritonkit.serve.native import prepare_native
 from tritonkit.serve.options import (
     ADMIN_HEADER,
     DEFAULT_LOG_MAX_BYTES,
@@ -255,7 +255,7 @@ class EmbeddedServer(GrpcFront):
         """The full ``tritonserver`` command line (ports must be resolved)."""
         install = find_triton()
         backends = prepare_backends(install)
-        prepare_native(backends, self.repo)  # tritonkit's C++ backend, when a model uses it
+        link_native(backends, self.repo)  # tritonkit's C++ backend, when a model uses it
         args = [
             str(install.binary),
             f"--model-repository={self.repo}",

@@ -1,4 +1,5 @@
-"""Where the server's parts live: the ``nvidia-pytriton`` wheel, the private backend folder, ports.
+"""Where the server's parts live: the ``nvidia-pytriton`` wheel, the private backend folder (with
+tritonkit's native backend linked in when a model names it), ports.
 
 Why the set-up is needed: the wheel ships one python-backend stub per Python minor version; the stub
 must sit next to ``libtriton_python.so`` and it embeds the system ``libpython``, finding the virtual
@@ -18,7 +19,8 @@ import sys
 from pathlib import Path
 
 from tritonkit.atomic import make_dir, replace_dir
-from tritonkit.errors import PortInUseError, ServerNotInstalledError
+from tritonkit.backends.native import NativeBackendError, prepare_native
+from tritonkit.errors import PortInUseError, ServerError, ServerNotInstalledError
 
 __all__ = [
     "TritonInstall",
@@ -26,6 +28,7 @@ __all__ = [
     "check_port",
     "find_triton",
     "free_port",
+    "link_native",
     "prepare_backends",
     "state_dir",
 ]
@@ -92,6 +95,16 @@ def prepare_backends(install: TritonInstall) -> Path:
     except OSError:  # another process prepared it first
         shutil.rmtree(staging, ignore_errors=True)
     return backends
+
+
+def link_native(backends: Path, repo: Path) -> Path | None:
+    """tritonkit's C++ backend (:mod:`tritonkit.backends.native`) linked into ``backends`` when a model
+    of ``repo`` names it (compiled once into this cache); None when none does. A compile failure is a
+    :class:`~tritonkit.errors.ServerError` with the backend's one line."""
+    try:
+        return prepare_native(backends, repo, cache_home() / "native")
+    except NativeBackendError as err:
+        raise ServerError(str(err)) from None
 
 
 def cache_home() -> Path:

@@ -35,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems, to_pbtxt
 from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style, preferred_sizes
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.search import Axis
 from tritonkit.tune.traffic import (
     EDGES,
@@ -352,7 +352,7 @@ def padded_share(batches: Mapping[Any, int], buckets: Sequence[int]) -> float | 
     """Share of the rows a bucketed runner computed that were padding, for executions of the given
     sizes (batch size -> count: Triton's ``batch_stats``): each batch padded up to the smallest bucket
     that holds it, batches over the largest in chunks of it (the torch runner's own rule,
-    ``serve/runners/torch_runner.py``). None without buckets or executions."""
+    ``backends/runners/torch_runner.py``). None without buckets or executions."""
     if not buckets:
         return None
     top, real, padded = buckets[-1], 0, 0

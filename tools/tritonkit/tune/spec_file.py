@@ -31,10 +31,10 @@ from typing import Any, Protocol
 import yaml
 
 from tritonkit.atomic import write_text
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.config import ModelConfig
 from tritonkit.convert.buildspec import load_spec, parse_spec
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.native import BACKEND as NATIVE_BACKEND
 from tritonkit.tune.apply import write_as_model, write_config
 from tritonkit.tune.space import apply_point, jit_on
 from tritonkit.tune.traffic import buckets_in

@@ -1,7 +1,7 @@
 """A measurement's traffic on a model's shape-bucketed axes: its lengths, the edges a tune tries from
 them, and what the edges cost in tokens.
 
-A model whose config carries the parameter ``shape_buckets`` (:mod:`tritonkit.serve.runners.shape_buckets`)
+A model whose config carries the parameter ``shape_buckets`` (:mod:`tritonkit.backends.runners.shape_buckets`)
 pads each request up to the smallest edge that covers it on every dynamic axis. Owns:
 
 - :func:`traffic_of`: each request's length per axis, from a perf_analyzer ``--input-data`` file (its
@@ -10,7 +10,7 @@ pads each request up to the smallest edge that covers it on every dynamic axis. 
   a request above the last edge is one line naming the entry.
 - :func:`edge_candidates`: the ``edges.<axis>`` values ``tritonkit tune --input-data`` searches: the
   current edges, the default powers of two, and edges at the traffic's length quantiles for 2 to 6
-  buckets (:func:`~tritonkit.serve.runners.shape_buckets.edges_from_lengths`), every set ending at the
+  buckets (:func:`~tritonkit.backends.runners.shape_buckets.edges_from_lengths`), every set ending at the
   current last edge, the longest length the model takes (a GPU torch program's dynamic axis is fixed at
   build to it). Values are text (``"40,72,128"``: the trial log's keys stay JSON-stable), ordered by
   bucket count; :func:`with_edges` writes a point's edges into a config's parameter.
@@ -29,13 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tritonkit.config import ModelConfig
-from tritonkit.config.dtypes import normalize_dtype
-from tritonkit.config.tensors import TensorSpec
-from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.input_data import requests
-from tritonkit.loadtest.payloads import VARIABLE_DIM, generated_lengths
-from tritonkit.serve.runners.shape_buckets import (
+from tritonkit.backends.runners.shape_buckets import (
     PARAMETER,
     BucketError,
     Buckets,
@@ -43,6 +37,12 @@ from tritonkit.serve.runners.shape_buckets import (
     edge_for,
     edges_from_lengths,
 )
+from tritonkit.config import ModelConfig
+from tritonkit.config.dtypes import normalize_dtype
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.errors import TritonKitError
+from tritonkit.loadtest.input_data import requests
+from tritonkit.loadtest.payloads import VARIABLE_DIM, generated_lengths
 
 __all__ = [
     "EDGES",

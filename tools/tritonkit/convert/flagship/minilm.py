@@ -3,7 +3,7 @@ package, offline) exported as one ONNX graph: BERT encoder + attention-masked me
 normalisation, exactly what ``SentenceTransformer.encode`` computes. Inputs ``input_ids`` and
 ``attention_mask`` (INT64, dynamic batch and sequence); output ``embedding`` (FP32, [batch, 384]).
 
-Tokenization stays outside the graph and runs server-side in ``serve/runners/text_embedding.py``.
+Tokenization stays outside the graph and runs server-side in ``backends/runners/text_embedding.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tritonkit.serve.runners.gpu_requests import BucketedPath, GeneralPath, Member
+    from tritonkit.backends.runners.gpu_requests import BucketedPath, GeneralPath, Member
 else:  # the copy beside this file: the stub puts the version folder on sys.path
     from gpu_requests import BucketedPath, GeneralPath
 

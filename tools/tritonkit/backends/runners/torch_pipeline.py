@@ -1,7 +1,7 @@
 """tritonkit GPU runner's helper: the pipelined execute, the host-time statistics of executes and
 the profiler of executes (diagnosis).
 
-Copied by the build beside ``model.py`` (``serve/runners/torch_runner.py``) into every torch-runner
+Copied by the build beside ``model.py`` (``backends/runners/torch_runner.py``) into every torch-runner
 version; the runner imports it from its own folder (the stub puts the version folder on ``sys.path``).
 Self-contained like the runner: it imports only the standard library and, inside the stub,
 ``triton_python_backend_utils``.

@@ -1,5 +1,5 @@
 // tritonkit's native Triton backend: serves a version's TorchScript program (``model.ts``, one
-// method per batch bucket, written by ``tritonkit.serve.native.export``) from Triton's own process.
+// method per batch bucket, written by ``tritonkit.backends.native.export``) from Triton's own process.
 //
 // Why: the python backend costs every request a trip through shared memory and Python objects (60-70 us
 // on an H100 host), far below what the GPU does for one-row requests; here a memcpy in and one out.

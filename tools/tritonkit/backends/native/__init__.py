@@ -29,9 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.errors import TritonKitError
-from tritonkit.serve.install import cache_home
-
 __all__ = [
     "BACKEND",
     "LIBRARY",
@@ -65,8 +62,9 @@ _DTYPES = {
 }
 
 
-class NativeBackendError(TritonKitError):
-    """The native backend could not be compiled or its program not exported."""
+class NativeBackendError(Exception):
+    """The native backend could not be compiled or its program not exported (this floor imports
+    nothing from tritonkit: its callers give it a place in :mod:`tritonkit.errors`' hierarchy)."""
 
 
 def _compiler() -> str | None:
@@ -131,15 +129,16 @@ def cache_key(cuda: bool) -> str:
     return digest.hexdigest()[:16]
 
 
-def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path:
-    """The backend library for this interpreter's torch (compiled once per source, torch and flags).
+def compile_backend(cache: Path, cuda: bool | None = None) -> Path:
+    """The backend library for this interpreter's torch (compiled once per source, torch and flags,
+    in a folder of ``cache`` named by :func:`cache_key`).
 
     ``cuda`` None: with CUDA where this torch was built with it and sees a GPU."""
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if cuda is None:
         cuda = torch.version.cuda is not None and torch.cuda.is_available()
-    folder = (cache or cache_home() / "native") / cache_key(cuda)
+    folder = cache / cache_key(cuda)
     target = folder / LIBRARY
     if target.is_file():
         return target
@@ -156,15 +155,15 @@ def compile_backend(cuda: bool | None = None, cache: Path | None = None) -> Path
     return target
 
 
-def prepare_native(backends: Path, repo: Path) -> Path | None:
-    """When a model of ``repo`` names this backend, put the library compiled for this torch at
-    ``backends/tritonkit_torch/`` (the embedded server's backend directory) and return its path; None
-    when no model names it."""
+def prepare_native(backends: Path, repo: Path, cache: Path) -> Path | None:
+    """When a model of ``repo`` names this backend, put the library compiled for this torch (kept in
+    ``cache``) at ``backends/tritonkit_torch/`` (the embedded server's backend directory) and return its
+    path; None when no model names it."""
     marker = f'"{BACKEND}"'
     configs = [p for p in Path(repo).glob("*/config.pbtxt") if p.is_file()]
     if not any(marker in p.read_text(encoding="utf-8", errors="replace") for p in configs):
         return None
-    library = compile_backend()
+    library = compile_backend(cache)
     folder = backends / BACKEND
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / LIBRARY

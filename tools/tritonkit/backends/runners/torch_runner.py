@@ -51,8 +51,8 @@ except ImportError:  # pragma: no cover - exercised only inside the stub
     pb_utils = None
 
 if TYPE_CHECKING:
-    from tritonkit.serve.runners.gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath, Member
-    from tritonkit.serve.runners.torch_pipeline import (
+    from tritonkit.backends.runners.gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath, Member
+    from tritonkit.backends.runners.torch_pipeline import (
         PIPELINE_PHASES,
         SYNC_PHASES,
         HostStats,

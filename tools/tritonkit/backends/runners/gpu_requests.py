@@ -1,7 +1,7 @@
 """The general request path of the GPU runners (``torch_runner.py``, ``onnx_cuda_runner.py``).
 
 Copied by the build beside their ``model.py`` as ``gpu_requests.py``; each runner loads it from its own
-folder by path (the version folder inside the stub, ``serve/runners/`` where tests load a runner by
+folder by path (the version folder inside the stub, ``backends/runners/`` where tests load a runner by
 path), so, like the runners, it imports nothing from tritonkit. It owns what both runners do with
 requests in any memory and of any shapes: inputs read by DLPack (a view of the request's buffer,
 host or GPU), requests grouped by shape and dtype, each group run as one batch by the runner's
