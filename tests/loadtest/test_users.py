@@ -20,7 +20,7 @@ from tritonkit_bench.probe_model import ERROR_TEXT
 PROTOCOLS = [
     pytest.param("http", {"http_transport": "lean"}, id="http-lean"),
     pytest.param("http", {"http_transport": "tritonclient"}, id="http-tritonclient"),
-    pytest.param("grpc", {"grpc_transport": "wire"}, id="grpc-wire"),
+    pytest.param("grpc", {}, id="grpc-wire"),
 ]
 
 

@@ -45,7 +45,6 @@ def _locust(
         users=USERS,
         duration=seconds,
         workers=workers,
-        grpc_transport=transport if protocol == "grpc" and transport else "wire",
         http_transport=transport if protocol == "http" and transport else "lean",
         plots=False,
         progress=False,

@@ -441,11 +441,6 @@ class ModelSpec:
         return array
 
 
-def data_type_name(tensor: Any) -> str:
-    """Proto enum name ("TYPE_FP32") of a ``ModelInput``/``ModelOutput``'s data type."""
-    return str(model_config_pb2.DataType.Name(tensor.data_type))
-
-
 def _fmt(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 

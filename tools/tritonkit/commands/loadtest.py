@@ -54,11 +54,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default="60s", help="run length, e.g. 60s, 5m (default %(default)s)")
     parser.add_argument("--workers", type=int, default=0, help="Locust worker processes (0: one process)")
     parser.add_argument(
-        "--grpc-transport",
-        default="wire",
-        help="wire (hand-framed HTTP/2 in the Locust process; the only gRPC transport)",
-    )
-    parser.add_argument(
         "--http-transport",
         default="lean",
         help="lean (pre-encoded bodies on geventhttpclient, default) or tritonclient (InferenceServerClient.infer)",

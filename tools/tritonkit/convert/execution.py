@@ -1,10 +1,16 @@
-"""Where and how a version served by the embedded server executes: device, engine, precision,
+"""Where and how a version served by the embedded server executes: device, engine, runner, precision,
 batch buckets and instance placement.
 
-Owns the spec's ``serving`` section (:class:`ServingSpec`), the decision that turns it plus the
-machine into an :class:`ExecutionPlan` (GPU by default when one is visible and the model allows it),
-the ``KIND_GPU`` instance groups (count and per-GPU ``gpus`` lists) and the refusal of ``KIND_GPU``
-where no GPU is visible. The plan is what build.json records (:meth:`ExecutionPlan.manifest_extra`)
+Owns the spec's ``serving`` section (:class:`ServingSpec`: device, engine, runner, precision, buckets,
+instances, pipeline, ``jit_optimize``, ``shape_buckets``), the decision that turns it plus the machine
+into an :class:`ExecutionPlan` (GPU by default when one is visible and the model allows it; the runner,
+native or python, by :data:`RUNNERS`' rule; :func:`choose_device`, :func:`plan_execution`), the batch
+bucket ladders (``pow2`` and ``fine``: :func:`bucket_ladder`, :func:`default_buckets`, every bucket a
+tuned config may name for the native program, :func:`method_buckets`, and the batcher's preferred sizes,
+:func:`preferred_sizes`), the config parameters the GPU runners read
+(:meth:`ExecutionPlan.runner_parameters`), the ``KIND_GPU`` instance groups (count and per-GPU ``gpus``
+lists, :func:`instance_groups`) and the refusal of ``KIND_GPU`` where no GPU is visible (re-exported
+from ``repository.check``). The plan is what build.json records (:meth:`ExecutionPlan.manifest_extra`)
 and what ``tritonkit check`` shows.
 """
 

@@ -8,12 +8,15 @@ Entry point for Python callers (``tritonkit loadtest``, ``make demo``)::
                                   duration="30s", slo=SLO(p95_ms=250)))
 
 Modules: ``options`` (what a run is asked to do, and its checks), ``run`` (orchestration),
-``supervise`` (the Locust child processes and the progress line), ``payloads`` (model metadata →
-seeded requests), ``validation`` (answer checks), ``users`` (Locust users), ``transports/`` (how a
-gRPC user's request reaches Triton: ``wire``), ``scenarios`` / ``shapes`` (load profiles), ``slo``
-(gates, histograms), ``report/`` (``summary``: the capacity report; ``locust_csv``: Locust's CSVs;
-``metrics``: Triton's ``/metrics``; ``plots``), ``wrk`` (C cross-check), ``locustfile`` (what
-``tritonkit loadtest`` runs).
+``supervise`` (the Locust child processes and the progress line), ``watch`` (how a run ends early: the
+server found dead, or Ctrl-C), ``payloads`` (model metadata → seeded requests; the one generator of
+request data, tune's too), ``input_data`` (requests from a perf_analyzer ``--input-data`` file),
+``validation`` (answer checks), ``users`` (Locust users), ``transports/`` (how a gRPC user's request
+reaches Triton: ``wire``, HTTP/2 framed by hand, on ``hub``, the socket driven by the gevent hub),
+``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms, quantile intervals),
+``provenance`` (what a measurement ran on, carried by every measuring output), ``report/``
+(``summary``: the capacity report; ``locust_csv``: Locust's CSVs; ``metrics``: Triton's ``/metrics``;
+``plots``), ``wrk`` with ``post.lua`` (C cross-check), ``locustfile`` (what ``tritonkit loadtest`` runs).
 Nothing here imports Locust or gevent at import time (Locust monkey-patches the process that
 imports it); the names below load lazily.
 """

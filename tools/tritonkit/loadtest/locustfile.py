@@ -95,7 +95,6 @@ def build_users(config: dict[str, Any]) -> dict[str, type]:
                 "payload_source": model.get("source", "auto"),
                 "seed": int(config.get("seed", 0)) + index,
                 "request_timeout": float(config.get("request_timeout", 60.0)),
-                "grpc_transport": config.get("grpc_transport", "wire"),
                 "http_transport": config.get("http_transport", "lean"),
                 "__module__": __name__,
                 **paced,

@@ -23,7 +23,6 @@ from tritonkit.loadtest.slo import SLO
 
 __all__ = [
     "ADMIN_KEY_ENV",
-    "GRPC_TRANSPORTS",
     "HTTP_TRANSPORTS",
     "LoadTestOptions",
     "ModelTarget",
@@ -31,7 +30,6 @@ __all__ = [
     "stop_timeout",
 ]
 
-GRPC_TRANSPORTS = ("wire",)
 HTTP_TRANSPORTS = ("lean", "tritonclient")
 #: where ``--admin-key`` is read from when not given
 ADMIN_KEY_ENV = "TRITONKIT_ADMIN_KEY"
@@ -108,9 +106,6 @@ class LoadTestOptions:
     admin_key: str | None = None
     seed: int = 0
     request_timeout: float = 60.0
-    #: gRPC transport of the users: ``wire`` (hand-framed HTTP/2 in the gevent loop), the only one;
-    #: see :class:`~tritonkit.loadtest.users.TritonGrpcUser`
-    grpc_transport: str = "wire"
     #: HTTP transport of the users: ``lean`` (pre-encoded bodies on geventhttpclient, default) or
     #: ``tritonclient`` (``InferenceServerClient.infer`` per request, as applications call it)
     http_transport: str = "lean"
@@ -140,10 +135,6 @@ class LoadTestOptions:
         if self.workers > (os.cpu_count() or 1) * 4:
             raise LoadTestError(
                 f"workers {self.workers}: expected at most {(os.cpu_count() or 1) * 4} on this machine"
-            )
-        if self.grpc_transport not in GRPC_TRANSPORTS:
-            raise LoadTestError(
-                f"gRPC transport {self.grpc_transport!r}: expected one of {', '.join(GRPC_TRANSPORTS)}"
             )
         if self.http_transport not in HTTP_TRANSPORTS:
             raise LoadTestError(

@@ -163,7 +163,6 @@ def _locust_config(
         "ramp_steps": options.ramp_steps,
         "seed": options.seed,
         "request_timeout": options.request_timeout,
-        "grpc_transport": options.grpc_transport,
         "http_transport": options.http_transport,
         "slo": options.slo.to_json(),
         "report_dir": str(report),

@@ -41,7 +41,7 @@ from tritonkit.client.buckets import pad_request
 from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_result
 from tritonkit.client.errors import InvalidInputError
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.options import GRPC_TRANSPORTS, HTTP_TRANSPORTS, stop_timeout
+from tritonkit.loadtest.options import HTTP_TRANSPORTS, stop_timeout
 from tritonkit.loadtest.payloads import (
     BatchMix,
     ModelSpec,
@@ -69,7 +69,6 @@ __all__ = [
     "bucketed",
 ]
 
-_PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
 #: what builds a user's client: (Locust environment, ``host:port``, payloads, timeout) -> client
 ClientClass = Callable[[Any, str, "PayloadSet", float], "InferClient"]
 
@@ -365,20 +364,14 @@ class TritonUser(User):
         self.request_name = self.spec.label
         self.client: InferClient = self.make_client()
 
-    #: transport name -> the client class that speaks it (each protocol's)
-    clients: ClassVar[Mapping[str, ClientClass]] = {}
+    def client_class(self) -> ClientClass:
+        """The class of the user's client (each protocol's user says which)."""
+        raise NotImplementedError
 
     def make_client(self) -> InferClient:
-        """The user's client: the class of its protocol's transport (``http_transport``/``grpc_transport``)."""
-        transport = getattr(self, f"{self.protocol}_transport", "")
-        client = self.clients.get(transport)
-        if client is None:
-            raise LoadTestError(
-                f"{_PROTOCOL_NAMES.get(self.protocol, self.protocol)} transport {transport!r}: "
-                f"expected {' or '.join(self.clients)}"
-            )
+        """The user's client, of :meth:`client_class`, on its protocol's URL."""
         url = self.grpc_url if self.protocol == "grpc" else self.http_url
-        return client(self.environment, url, self.payload_set, self.request_timeout)
+        return self.client_class()(self.environment, url, self.payload_set, self.request_timeout)
 
     @classmethod
     def shared_payloads(cls) -> PayloadSet:
@@ -433,9 +426,18 @@ class TritonHttpUser(TritonUser):
     abstract = True
     protocol = "http"
     http_transport: ClassVar[str] = os.environ.get("TRITONKIT_HTTP_TRANSPORT", "lean")
+    #: transport name -> the client class that speaks it
     clients: ClassVar[Mapping[str, ClientClass]] = dict(
         zip(HTTP_TRANSPORTS, (HttpLeanClient, HttpTritonClient), strict=True)
     )
+
+    def client_class(self) -> ClientClass:
+        client = self.clients.get(self.http_transport)
+        if client is None:
+            raise LoadTestError(
+                f"HTTP transport {self.http_transport!r}: expected {' or '.join(self.clients)}"
+            )
+        return client
 
 
 class TritonGrpcUser(TritonUser):
@@ -449,8 +451,9 @@ class TritonGrpcUser(TritonUser):
 
     abstract = True
     protocol = "grpc"
-    grpc_transport: ClassVar[str] = os.environ.get("TRITONKIT_GRPC_TRANSPORT", "wire")
-    clients: ClassVar[Mapping[str, ClientClass]] = dict(zip(GRPC_TRANSPORTS, (GrpcClient,), strict=True))
+
+    def client_class(self) -> ClientClass:
+        return GrpcClient
 
 
 def _wrong(

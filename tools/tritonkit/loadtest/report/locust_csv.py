@@ -1,5 +1,5 @@
-"""Locust's CSV files read back: ``locust_stats.csv``, ``locust_failures.csv`` and the last
-``Aggregated`` row of ``locust_stats_history.csv``.
+"""Locust's CSV files read back: ``locust_failures.csv`` and the ``Aggregated`` rows of
+``locust_stats_history.csv``.
 
 Owns the column names Locust writes (``--csv PREFIX --csv-full-history``), so the summary
 (:mod:`.summary`) and the progress line (:mod:`tritonkit.loadtest.supervise`) read the same way.
@@ -12,27 +12,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-__all__ = ["aggregated_rows", "as_float", "last_aggregated", "read_failures", "read_locust_stats"]
-
-
-def read_locust_stats(path: Path) -> dict[str, dict[str, Any]]:
-    """``locust_stats.csv`` → name → {requests, failures, rps, ...}; ``Aggregated`` included."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return rows
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            rows[row["Name"]] = {
-                "type": row["Type"],
-                "requests": int(row["Request Count"]),
-                "failures": int(row["Failure Count"]),
-                "rps": float(row["Requests/s"]),
-                "avg_size": float(row["Average Content Size"] or 0),
-                "locust_p50_ms": _number(row.get("50%")),
-                "locust_p95_ms": _number(row.get("95%")),
-                "locust_p99_ms": _number(row.get("99%")),
-            }
-    return rows
+__all__ = ["aggregated_rows", "as_float", "last_aggregated", "read_failures"]
 
 
 def read_failures(path: Path) -> dict[str, dict[str, int]]:

@@ -255,7 +255,7 @@ def collect(
     data: dict[str, Any] = {
         "scenario": options.scenario,
         "protocol": options.protocol,
-        "grpc_transport": options.grpc_transport if options.protocol == "grpc" else None,
+        "grpc_transport": "wire" if options.protocol == "grpc" else None,  # the one gRPC transport
         "http_transport": options.http_transport if options.protocol == "http" else None,
         "users": options.users,
         "workers": options.workers,

@@ -109,11 +109,6 @@ class Stream:
         self.done = False
 
 
-def grpc_body(message: bytes) -> bytes:
-    """A gRPC message as one uncompressed length-prefixed frame."""
-    return b"\x00" + len(message).to_bytes(4, "big") + message
-
-
 class HubConnection:
     """One HTTP/2 connection carrying the unary ``ModelInfer`` calls of every user of a process."""
 
