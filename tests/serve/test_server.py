@@ -20,6 +20,7 @@ from tests.support.processes import assert_adds_one, http_infer, serve_cli
 from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_model
 from tritonclient.utils import InferenceServerException
 
+from tritonkit.deploy.checks.server import REQUIRED_FLAGS
 from tritonkit.errors import (
     ModelLoadError,
     PortInUseError,
@@ -28,7 +29,7 @@ from tritonkit.errors import (
     ServerStartTimeoutError,
 )
 from tritonkit.serve.embedded import EmbeddedServer, find_triton, free_port
-from tritonkit.serve.options import ADMIN_HEADER
+from tritonkit.serve.options import ADMIN_HEADER, SERVER_SWITCHES
 
 FAILS_TO_LOAD = """
 class TritonPythonModel:
@@ -81,6 +82,16 @@ def test_restricted_model_repository_api_needs_the_admin_key(served: EmbeddedSer
     # Inference itself is never restricted.
     assert client.is_model_ready("add_one")
     client.close()
+
+
+def test_the_command_line_holds_every_flag_a_deployment_must_run_with(tmp_path: Path) -> None:
+    """One description of a server (``serve.options.SERVER_FLAGS``): the embedded server writes each flag
+    ``tritonkit k8s check`` requires of a deployment, with the value it requires."""
+    command = EmbeddedServer(tmp_path, http_port=1, grpc_port=2, metrics_port=3).command()
+    assert [
+        f"{flag}={value}" for flag, value in REQUIRED_FLAGS.items() if f"{flag}={value}" not in command
+    ] == []
+    assert [switch for switch in SERVER_SWITCHES if switch not in command] == []
 
 
 def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from tritonkit.serve.options import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RESTRICTED_APIS,
     check_options,
+    server_flags,
 )
 from tritonkit.serve.process import (
     LogPump,
@@ -265,13 +266,8 @@ class EmbeddedServer(GrpcFront):
             f"--grpc-address={'127.0.0.1' if self.grpc_guard else self.host}",
             f"--grpc-port={self._triton_grpc_port or self.grpc_port}",
             f"--allow-metrics={str(self.metrics).lower()}",
-            f"--model-control-mode={self.model_control_mode}",
-            f"--strict-readiness={str(self.strict_readiness).lower()}",
-            f"--exit-on-error={str(self.exit_on_error).lower()}",
+            *server_flags(self.model_control_mode, self.strict_readiness, self.exit_on_error),
             f"--exit-timeout-secs={self.exit_timeout}",
-            "--disable-auto-complete-config",
-            "--allow-sagemaker=false",
-            "--allow-vertex-ai=false",
             f"--log-verbose={self.log_verbose}",
         ]
         if self.metrics:

@@ -1,8 +1,10 @@
-"""Options of the embedded server: defaults, the API groups Triton knows, and range checks."""
+"""Options of the embedded server: defaults, the flags every tritonkit server runs with (embedded or
+deployed), the API groups Triton knows, and range checks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from tritonkit.errors import ServerError
 
@@ -12,8 +14,11 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_RESTRICTED_APIS",
     "KNOWN_APIS",
+    "SERVER_FLAGS",
+    "SERVER_SWITCHES",
     "ServerOptionError",
     "check_options",
+    "server_flags",
 ]
 
 #: API groups restricted by default; calling them needs the admin header (see ``EmbeddedServer.admin_key``).
@@ -27,6 +32,38 @@ DEFAULT_RESTRICTED_APIS: tuple[str, ...] = (
     "trace",
     "logging",
 )
+#: The tritonserver flags every tritonkit server runs with, described once: the embedded server writes
+#: them (``EmbeddedServer.command``; its ``model_control_mode``, ``strict_readiness`` and ``exit_on_error``
+#: options replace the first three) and ``tritonkit k8s check`` requires each in a deployment, exactly once
+#: with this value (``deploy.checks.server``; a fleet group's pod may run ``explicit`` with the models it
+#: loads at start named). No model loaded or unloaded after the start, ready only when every model is, exit
+#: when a model fails to load, no SageMaker or Vertex AI front end.
+SERVER_FLAGS: Mapping[str, str] = MappingProxyType(
+    {
+        "--model-control-mode": "none",
+        "--strict-readiness": "true",
+        "--exit-on-error": "true",
+        "--allow-sagemaker": "false",
+        "--allow-vertex-ai": "false",
+    }
+)
+#: Flags without a value every tritonkit server runs with: each config as written, never completed by Triton.
+SERVER_SWITCHES: tuple[str, ...] = ("--disable-auto-complete-config",)
+
+
+def server_flags(
+    model_control_mode: str = "none", strict_readiness: bool = True, exit_on_error: bool = True
+) -> list[str]:
+    """:data:`SERVER_FLAGS` and :data:`SERVER_SWITCHES` as arguments, with the embedded server's options."""
+    given = {
+        "--model-control-mode": model_control_mode,
+        "--strict-readiness": str(strict_readiness).lower(),
+        "--exit-on-error": str(exit_on_error).lower(),
+    }
+    flags = [f"{flag}={given.get(flag, value)}" for flag, value in SERVER_FLAGS.items()]
+    return [*flags, *SERVER_SWITCHES]
+
+
 #: Every API group Triton 2.51 accepts in ``--http-restricted-api``/``--grpc-restricted-protocol``.
 KNOWN_APIS: tuple[str, ...] = (
     "health",

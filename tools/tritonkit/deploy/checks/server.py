@@ -3,7 +3,8 @@
 Owns finding the Triton Deployment in a server overlay, resolving its arguments through the ConfigMaps,
 asserting the flags every deployment must run with (no model control, or explicit control with the
 models loaded at start listed by ``--load-model``, as a fleet plan's group pod runs; strict readiness,
-exit on error, no SageMaker/Vertex endpoints, no auto-complete) and the admin header (``tritonkit-admin-key``, the name
+exit on error, no SageMaker/Vertex endpoints, no auto-complete: what ``tritonkit serve`` writes, read from
+:data:`tritonkit.serve.options.SERVER_FLAGS`) and the admin header (``tritonkit-admin-key``, the name
 ``tritonkit serve`` uses) on every restricted API group; then
 it hands the :class:`~tritonkit.deploy.checks.context.Server` to the pod checks of
 :mod:`~tritonkit.deploy.checks.serving` and the security context check.
@@ -18,20 +19,16 @@ from tritonkit.deploy.checks.context import Problems, Server
 from tritonkit.deploy.checks.security import check_security
 from tritonkit.deploy.checks.serving import SERVING_CHECKS
 from tritonkit.deploy.objects import Obj, container_env, expand, flags, ref, unresolved
-from tritonkit.serve import ADMIN_HEADER
+from tritonkit.serve.options import ADMIN_HEADER, DEFAULT_RESTRICTED_APIS, SERVER_FLAGS, SERVER_SWITCHES
 
 __all__ = ["REQUIRED_FLAGS", "REQUIRED_RESTRICTED_APIS", "TRITON_UID", "check_triton"]
 
-#: API groups that need the admin header (Triton's secure deployment guide).
-REQUIRED_RESTRICTED_APIS = frozenset({"model-repository", "shared-memory", "trace", "logging"})
-#: Flags the server must run with, each exactly once with this value.
-REQUIRED_FLAGS = {
-    "--model-control-mode": "none",
-    "--strict-readiness": "true",
-    "--exit-on-error": "true",
-    "--allow-sagemaker": "false",
-    "--allow-vertex-ai": "false",
-}
+#: API groups that need the admin header (Triton's secure deployment guide): those ``tritonkit serve``
+#: restricts by default.
+REQUIRED_RESTRICTED_APIS = frozenset(DEFAULT_RESTRICTED_APIS)
+#: Flags the server must run with, each exactly once with this value: those ``tritonkit serve`` writes
+#: (:data:`~tritonkit.serve.options.SERVER_FLAGS`, the one description of both).
+REQUIRED_FLAGS = SERVER_FLAGS
 TRITON_UID = 1000
 
 
@@ -114,9 +111,8 @@ def check_triton(p: Problems, objects: Sequence[Obj]) -> tuple[Obj, Obj] | None:
             _explicit(p, where, server.flags.get("--load-model", []))
             continue
         p.expect(found_values == [value], where, f"expected `{flag}={value}`, found {found_values or 'none'}")
-    p.expect(
-        "--disable-auto-complete-config" in server.flags, where, "expected `--disable-auto-complete-config`"
-    )
+    for switch in SERVER_SWITCHES:
+        p.expect(switch in server.flags, where, f"expected `{switch}`")
     for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
         _restricted(p, where, flag, server.flags.get(flag, []))
     for serving_check in SERVING_CHECKS:
