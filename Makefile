@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: demo test lint typecheck bench accuracy k8s-check clean venv tools
+.PHONY: demo test test-fast lint typecheck bench accuracy k8s-check clean venv tools
 
 # Areas add their own targets and test prerequisites in mk/<area>.mk (TEST_DEPS += ...).
 .DEFAULT_GOAL := test
@@ -38,6 +38,11 @@ typecheck: venv
 
 test: venv tools $(TEST_DEPS) lint typecheck
 	$(BIN)/python -m pytest
+
+# The quick tier: `make test` less the tests marked `slow` (each seconds of server, build or Locust run,
+# measured with --durations) and the fault suite's reduced form (marker `faults`).
+test-fast: venv tools lint typecheck
+	$(BIN)/python -m pytest -m "not slow and not faults"
 
 bench: venv tools
 	$(BIN)/python -m tritonkit.demo --build-only

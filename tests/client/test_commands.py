@@ -219,6 +219,7 @@ def test_models_restricted_index(
     ]
 
 
+@pytest.mark.slow
 def test_serve_prints_a_key_line_that_models_accepts(
     repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

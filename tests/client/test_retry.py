@@ -107,6 +107,7 @@ def _restart(repo: Path, ports: dict[str, int]) -> EmbeddedServer:
     raise AssertionError("unreachable")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_server_started_late(small_repo: Path, protocol: str) -> None:
     ports = _ports()
@@ -131,6 +132,7 @@ def test_server_started_late(small_repo: Path, protocol: str) -> None:
             s.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timeout", [20.0, None], ids=["deadline", "no-deadline"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_server_restarted_mid_run(small_repo: Path, protocol: str, timeout: float | None) -> None:
@@ -176,6 +178,7 @@ def test_server_restarted_mid_run(small_repo: Path, protocol: str, timeout: floa
     assert retries >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_async_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
     """AsyncClient tasks ride out a restart: every call returns or raises, and calls after it succeed."""
@@ -270,6 +273,7 @@ def test_queue_full_retried_when_asked(server: EmbeddedServer) -> None:
         assert c.stats.retries >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, protocol: str, mode: str) -> None:

@@ -17,6 +17,8 @@ from tritonkit.convert.data import english_sentences
 from tritonkit.convert.flagship.minilm import model_dir
 from tritonkit.repository.store import ModelRepository
 
+pytestmark = pytest.mark.slow  # the flagship builds (the fixture: 44 s here) and their server
+
 SENTENCES = [
     "A quick brown fox jumps over the lazy dog.",
     "Triton serves models over HTTP and gRPC.",

@@ -166,6 +166,7 @@ def test_serving_survives_overrides(
     assert again.serving.batch_buckets == (2, 8) and again.batching.max_batch_size == 16
 
 
+@pytest.mark.slow
 def test_where_the_native_backend_compiles_the_default_build_is_native(
     tmp_path: Path, torch_spec: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,6 +421,7 @@ def test_server_side_tokenization_keeps_the_text_runner_on_the_cpu(tiny_onnx: Pa
         )
 
 
+@pytest.mark.slow
 def test_flagship_builds_record_where_each_member_executes(flagship_repo: tuple[Path, Any]) -> None:
     repo = flagship_repo[0]
     if visible_gpus():

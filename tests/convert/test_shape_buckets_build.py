@@ -92,6 +92,7 @@ def _infer(url: str, length: int, seed: int) -> dict[str, NDArray[Any]]:
     return {"ids": ids, "hidden": result.as_numpy("hidden"), "pooled": result.as_numpy("pooled")}
 
 
+@pytest.mark.slow
 def test_build_writes_buckets_ragged_inputs_and_the_helper(built: Path) -> None:
     config = load(built / "tokens_fp32" / "config.pbtxt")
     buckets = Buckets.parse(config.parameters["shape_buckets"])
@@ -103,6 +104,7 @@ def test_build_writes_buckets_ragged_inputs_and_the_helper(built: Path) -> None:
     assert manifest["extra"]["shape_buckets"]["axes"] == {"seq": EDGES}
 
 
+@pytest.mark.slow
 def test_check_names_the_buckets(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check", "--repo", str(built)]) == 0
     assert (
@@ -111,6 +113,7 @@ def test_check_names_the_buckets(built: Path, capsys: pytest.CaptureFixture[str]
     )
 
 
+@pytest.mark.slow
 def test_mixed_lengths_batch_in_one_execute_and_come_back_at_their_own_length(built: Path) -> None:
     module = tokens().module
     lengths = [3, 9, 17, 32, 5, 12, 30, 8, 1, 20, 15, 26]
@@ -142,6 +145,7 @@ def test_mixed_lengths_batch_in_one_execute_and_come_back_at_their_own_length(bu
         np.testing.assert_allclose(got["pooled"], pooled.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_request_above_the_last_bucket_is_refused_in_one_line(built: Path) -> None:
     with EmbeddedServer(built, exit_timeout=1) as server:
         with pytest.raises(InferenceServerException) as caught:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from numpy.typing import NDArray
 from tests.convert.test_shape_buckets_build import tokens
@@ -41,6 +42,7 @@ def _call(url: str, ids: NDArray[Any]) -> dict[str, NDArray[Any]]:
         return {"hidden": result.as_numpy("hidden"), "pooled": result.as_numpy("pooled")}
 
 
+@pytest.mark.slow
 def test_torch_runner_pads_batches_and_cuts_mixed_lengths(tmp_path: Path) -> None:
     source = tokens()
     examples = dict(zip(source.input_names, source.example_inputs, strict=True))

@@ -171,6 +171,7 @@ class _Tiny:  # built lazily so collection does not import torch
         return Tiny()
 
 
+@pytest.mark.slow
 def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
@@ -232,6 +233,7 @@ def test_fast_artifact_moves_every_device_written_in_the_graph(tmp_path: Path) -
     torch.testing.assert_close(eager(x)[0], Pick()(x))
 
 
+@pytest.mark.slow
 def test_fast_path_answers_with_numpy_and_dlpack_and_logs_its_host_time(tmp_path: Path) -> None:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
@@ -286,6 +288,7 @@ def _fp16_plan() -> ExecutionPlan:
     )
 
 
+@pytest.mark.slow
 def test_an_fp16_program_with_half_io_takes_and_answers_fp16_on_the_server(tmp_path: Path) -> None:
     """``half_io``: the served version declares its float input and output FP16 and answers FP16 rows
     the FP16 program's way; an FP32 request is refused in one answer and the server keeps serving."""

@@ -142,6 +142,7 @@ def test_an_output_count_that_differs_from_the_names_is_one_line() -> None:
     assert torch_io.adapt(plain, [torch.zeros(2, 3)], ["x"], ["y", "z"]) is plain  # nothing to adapt
 
 
+@pytest.mark.slow
 def test_an_unpicklable_module_wav2vec2_builds_fp32_fp16_int8(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

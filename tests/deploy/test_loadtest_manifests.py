@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tritonkit import deploy
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit_bench.probe_model import write_probe_model
@@ -39,6 +41,7 @@ def _scenario(objects: list[Obj]) -> dict[str, Any]:
     raise AssertionError("no locust-scenario ConfigMap")
 
 
+@pytest.mark.slow
 def test_master_and_worker_run_the_project_locustfile(
     rendered: Callable[[str], list[Obj]], tmp_path: Path
 ) -> None:

@@ -138,6 +138,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
     return Tuned(code, printed.getvalue(), spec, repo, root / "report")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overlay", "component"), [("t4", "engine-build"), ("dev", "model-build")])
 def test_tune_write_spec_then_the_cluster_build_serves_the_tuned_config(
     rendered: Callable[[str], list[Obj]],

@@ -96,6 +96,7 @@ def _wait_for_requests(server: EmbeddedServer, model: str, *, deadline_s: float)
     raise AssertionError(f"{model} answered no request within {deadline_s} s")
 
 
+@pytest.mark.slow
 def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
     """A server that dies 1 s into a 4 s run: the users' connection errors over the ~3 s left stay
     within what the back-off allows."""
@@ -140,6 +141,7 @@ def test_dead_server_sees_a_bounded_request_rate(tmp_path: Path) -> None:
     assert 0 < refused < users * DEAD_ERRORS_PER_USER, refused
 
 
+@pytest.mark.slow
 def test_throughput_counts_only_successes_against_the_real_server(loadtest: Callable[..., Any]) -> None:
     summary = loadtest(("probe_add", "probe_error"), duration="2s")
     assert summary["failures"] > 0 and summary["succeeded"] > 0
@@ -154,6 +156,7 @@ def test_throughput_counts_only_successes_against_the_real_server(loadtest: Call
     assert "The server restarted during the run (1 restart(s) seen)" in markdown(summary)
 
 
+@pytest.mark.slow
 def test_restart_mid_run_is_counted_per_segment(tmp_path: Path) -> None:
     """The server stops and a new one starts on the same ports during the run: Triton's counters
     restart from 0, and the report sums them per segment (never negative) and says so."""

@@ -71,6 +71,7 @@ def test_unreachable_server(tmp_path: Path) -> None:
     assert "cannot reach Triton at 127.0.0.1:" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_slo_breach_exits_non_zero_and_is_named(server: EmbeddedServer, tmp_path: Path) -> None:
     result = _cli(
         "--url",

@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
 from tritonkit.serve.embedded import EmbeddedServer
 
@@ -54,6 +56,7 @@ def _settled(server: EmbeddedServer, seconds: float = 3.0) -> int:
     return last
 
 
+@pytest.mark.slow
 def test_locust_stopping_mid_flight_abandons_no_call(server: EmbeddedServer, tmp_path: Path) -> None:
     """``-t`` ends the run with users in calls and no ``--stop-timeout`` (Locust's default 0:
     users killed at once): each call is still answered and reported, none cancelled."""

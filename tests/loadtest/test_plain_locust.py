@@ -39,6 +39,7 @@ def _locust(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["environment", "argument"])
 def test_plain_locust_runs_with_locust_options(server: EmbeddedServer, tmp_path: Path, how: str) -> None:
     before = triton_requests(server)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tritonkit.loadtest.report.summary import _knee
 from tritonkit.loadtest.slo import SLO
 
@@ -20,6 +22,7 @@ def _valid_png(path: Path) -> bool:
     return data.startswith(PNG_MAGIC) and b"IEND" in data[-16:] and len(data) > 2000
 
 
+@pytest.mark.slow
 def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     report = tmp_path / "steady"
     loadtest(("probe_add",), report_dir=report, plots=True, slo=SLO(p99_ms=10_000))
@@ -55,6 +58,7 @@ def test_report_files(loadtest: Callable[..., Any], tmp_path: Path) -> None:
         assert f"]({name})" in md
 
 
+@pytest.mark.slow
 def test_ramp_records_steps_and_plots_the_knee(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     report = tmp_path / "ramp"
     summary = loadtest(
@@ -79,6 +83,7 @@ def test_ramp_records_steps_and_plots_the_knee(loadtest: Callable[..., Any], tmp
     assert all(s["samples"] == s["requests"] and s["settle_s"] > 0 for s in steps)
 
 
+@pytest.mark.slow
 def test_workers_mode_smoke(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     summary = loadtest(("probe_add",), report_dir=tmp_path / "workers", workers=2, users=4, duration="3s")
     assert summary["workers"] == 2

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tritonkit.loadtest.report.summary import EXIT_INTERRUPTED, EXIT_SERVER_DIED, explain_difference, markdown
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
@@ -27,6 +29,7 @@ from .test_accounting import _wait_for_requests
 PLANNED_S = 60.0
 
 
+@pytest.mark.slow
 def test_a_dead_server_stops_the_run_and_its_failures_are_no_latency(tmp_path: Path) -> None:
     """The server is killed mid-run: the run stops within seconds (not after the 60 s planned), the
     report says when the server died, and the failures stay out of the percentiles."""
@@ -79,6 +82,7 @@ def test_every_accounting_difference_is_explained() -> None:
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_the_partial_report(server: EmbeddedServer, tmp_path: Path) -> None:
     """SIGINT to ``tritonkit loadtest`` mid-run: the users stop, the partial report is written and
     named, exit 130, no traceback."""

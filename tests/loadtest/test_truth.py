@@ -25,6 +25,7 @@ def _formed(summary: Any, label: str) -> dict[str, Any]:
     return dict(stats)
 
 
+@pytest.mark.slow
 def test_no_batching_shows_batch_1_only(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     summary = loadtest(("probe_nobatch",), users=6)
     stats = _formed(summary, "probe_nobatch:1")
@@ -35,6 +36,7 @@ def test_no_batching_shows_batch_1_only(loadtest: Callable[..., Any], tmp_path: 
     assert f"| 1: {stats['executions']:,} |" in md
 
 
+@pytest.mark.slow
 def test_batching_run_shows_the_real_distribution(loadtest: Callable[..., Any]) -> None:
     summary = loadtest(("probe_add",), users=8)
     stats = _formed(summary, "probe_add:1")
@@ -45,6 +47,7 @@ def test_batching_run_shows_the_real_distribution(loadtest: Callable[..., Any]) 
     assert summary["models"]["probe_add:1"]["server"]["executions"] == stats["executions"]
 
 
+@pytest.mark.slow
 def test_restricted_statistics_are_said_not_invented(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A server that restricts statistics (``tritonkit serve`` leaves them open by default; a cluster may
     not): the report says so and invents no batch sizes."""
@@ -103,6 +106,7 @@ def _whole_us(ms: float | None) -> bool:
     return ms is not None and abs(ms * 1000 - round(ms * 1000)) < 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_ramp_steps_percentiles_are_microseconds(
     loadtest: Callable[..., Any], tmp_path: Path, workers: int
@@ -122,6 +126,7 @@ def test_ramp_steps_percentiles_are_microseconds(
     assert counted >= (0.5 if workers else 0.9) * summary["requests"]
 
 
+@pytest.mark.slow
 def test_plots_show_the_slo_throughput_one_time_axis_and_whole_users(
     loadtest: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -151,6 +156,7 @@ def test_plots_show_the_slo_throughput_one_time_axis_and_whole_users(
     assert "SLO p99 10000 ms" in [line.get_label() for line in ramp.axes[0].get_lines()]
 
 
+@pytest.mark.slow
 def test_embedded_server_reads_its_own_statistics(tmp_path: Path) -> None:
     """Without --url the run starts its own server and opens the statistics with that server's key."""
     repo = tmp_path / "repo"

@@ -29,6 +29,7 @@ def _stats_rows(report: Path) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(handle) if row["Name"] != "Aggregated"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "transport"), PROTOCOLS)
 def test_user_reports_every_request_as_one_event(
     protocol: str, transport: dict[str, str], loadtest: Callable[..., Any], tmp_path: Path
@@ -48,6 +49,7 @@ def test_user_reports_every_request_as_one_event(
     assert summary.exit_code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "transport"), PROTOCOLS)
 def test_wrong_answer_is_a_failure(
     protocol: str, transport: dict[str, str], loadtest: Callable[..., Any], tmp_path: Path
@@ -62,6 +64,7 @@ def test_wrong_answer_is_a_failure(
     assert summary.exit_code != 0 and any("failure ratio" in b for b in summary["slo"]["breaches"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "transport"), PROTOCOLS)
 def test_failures_carry_tritons_text(
     protocol: str, transport: dict[str, str], loadtest: Callable[..., Any], tmp_path: Path
@@ -76,6 +79,7 @@ def test_failures_carry_tritons_text(
     assert acc["triton_requests"] == acc["sent"] == acc["failed"]
 
 
+@pytest.mark.slow
 def test_mixed_models_by_weight(loadtest: Callable[..., Any], tmp_path: Path) -> None:
     summary = loadtest(("probe_add@3", "probe_nan@1"), users=4, report_dir=tmp_path / "mixed")
     config = json.loads((tmp_path / "mixed" / "run_config.json").read_text())

@@ -56,6 +56,7 @@ def _build(onnx_path: Path, repo: Path, *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_build_killed_mid_write_is_cleaned_by_the_next_build(tmp_path: Path) -> None:
     big, small = tmp_path / "big" / "m.onnx", tmp_path / "small" / "m.onnx"

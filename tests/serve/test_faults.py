@@ -88,6 +88,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
@@ -109,6 +110,7 @@ def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
         stop(wrapper)
 
 
+@pytest.mark.slow
 def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     first = EmbeddedServer(tmp_path, exit_timeout=1).start()
@@ -172,6 +174,7 @@ def test_dead_stub_is_reported_while_triton_still_says_ready(tmp_path: Path) -> 
             raw.close()
 
 
+@pytest.mark.slow
 def test_cli_serve_restarts_after_a_dead_stub(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()
@@ -248,6 +251,7 @@ def test_server_log_is_rotated_at_its_cap(tmp_path: Path) -> None:
         assert path.stat().st_size <= 2 * cap, path  # one 64 KiB read may land after the cap
 
 
+@pytest.mark.slow
 def test_cli_serve_restarts_a_crashed_server(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     port = free_port()

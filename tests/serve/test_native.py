@@ -109,6 +109,7 @@ def _feeds(rows: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, 
     return rng.standard_normal((rows, 8)).astype(np.float32), rng.integers(0, 2, (rows, 5)).astype(np.int64)
 
 
+@pytest.mark.slow
 def test_build_writes_a_native_version_that_checks_clean(native_repo: Path) -> None:
     config = load(native_repo / "two" / "config.pbtxt")
     assert config.backend == "tritonkit_torch"
@@ -124,6 +125,7 @@ def test_build_writes_a_native_version_that_checks_clean(native_repo: Path) -> N
     )
 
 
+@pytest.mark.slow
 def test_native_answers_equal_the_module_over_http_and_grpc(server: EmbeddedServer) -> None:
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     http = httpclient.InferenceServerClient(server.http_url)
@@ -143,6 +145,7 @@ def test_native_answers_equal_the_module_over_http_and_grpc(server: EmbeddedServ
             assert result.as_numpy("S").dtype == np.int32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["two", "split", "answering"])
 def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: EmbeddedServer, model: str) -> None:
     """``split`` copies every batch's inputs over three threads (from one byte on), ``answering`` writes
@@ -170,6 +173,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server: Embedded
     assert stats.inference_stats.compute_infer.count > 0
 
 
+@pytest.mark.slow
 def test_a_lone_request_leaves_at_once_and_rows_off_the_buckets_wait_the_delay(
     server: EmbeddedServer,
 ) -> None:
@@ -202,6 +206,7 @@ def test_a_lone_request_leaves_at_once_and_rows_off_the_buckets_wait_the_delay(
     assert seconds(3) >= LONG_DELAY_US / 1e6 * 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["two", "answering"])
 def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: EmbeddedServer, model: str) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -219,6 +224,7 @@ def test_a_bad_request_fails_alone_and_the_server_keeps_serving(server: Embedded
     )
 
 
+@pytest.mark.slow
 def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(native_repo, repo)
@@ -230,6 +236,7 @@ def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path
         pass
 
 
+@pytest.mark.slow
 def test_a_server_stopped_under_load_with_an_answer_thread_exits_cleanly(
     native_repo: Path, tmp_path: Path
 ) -> None:
@@ -263,6 +270,7 @@ def test_a_server_stopped_under_load_with_an_answer_thread_exits_cleanly(
     assert "wrong" not in outcomes and "answered" in outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "key", "value", "message"),
     [
@@ -285,6 +293,7 @@ def test_a_bad_backend_parameter_fails_to_load_with_one_line(
         pass
 
 
+@pytest.mark.slow
 def test_a_half_io_version_takes_and_answers_fp16_through_the_native_backend(tmp_path: Path) -> None:
     """An FP16 program whose float input and output travel as FP16 (``half_io``): the backend stages
     and answers FP16 rows, the FP16 program's answer; an FP32 request is refused alone."""
@@ -356,6 +365,7 @@ def test_jit_optimize_is_the_native_gpu_runners_and_opt_in() -> None:
     assert "jit_optimize" not in on_cpu.runner_parameters()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "swin", "lstm"])
 def test_held_out_families_trace_per_bucket_as_the_module_answers(tmp_path: Path, family: str) -> None:
     """Families the project did not write (keyword-bound inputs, shifted windows, a recurrent layer):

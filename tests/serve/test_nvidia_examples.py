@@ -174,6 +174,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_memory_growth_example_passes_on_the_default_ports(repo: Path) -> None:
     """memory_growth_test.py has no URL option: it calls localhost:8000 (HTTP) and :8001 (gRPC)."""
     if not (_port_free(8000) and _port_free(8001)):
@@ -209,6 +210,7 @@ def test_model_control_examples_are_refused_by_default(
     assert "restricted" in (done.stdout + done.stderr)
 
 
+@pytest.mark.slow
 def test_shared_memory_examples_pass_with_shared_memory_open(repo: Path) -> None:
     for urls in _serve(repo, *OPEN_SHARED_MEMORY):
         for program, protocol, args in SHARED_MEMORY:

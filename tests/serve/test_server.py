@@ -136,6 +136,7 @@ def test_model_that_fails_to_load_reports_tritons_line(tmp_path: Path) -> None:
     assert not server.is_running()
 
 
+@pytest.mark.slow
 def test_readiness_timeout_is_reported_and_the_process_stopped(tmp_path: Path) -> None:
     write_python_model(tmp_path, "sleepy", SLOW_TO_LOAD)
     server = EmbeddedServer(tmp_path, startup_timeout=3)
@@ -156,6 +157,7 @@ def test_missing_wheel_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) ->
         find_triton()
 
 
+@pytest.mark.slow
 def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     write_python_model(tmp_path, "slow", SLOW_ADD_ONE.replace("SECONDS", "1.5"))
     server = EmbeddedServer(tmp_path, exit_timeout=10).start()
@@ -172,6 +174,7 @@ def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v2/health/live", timeout=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_cli_serve_until_signal(tmp_path: Path, sig: signal.Signals) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)

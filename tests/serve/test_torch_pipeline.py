@@ -26,6 +26,8 @@ from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 
+pytestmark = pytest.mark.slow  # a torch version built and served per test: seconds each
+
 VOCAB = 50
 SEQ = 5
 

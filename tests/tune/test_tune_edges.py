@@ -130,6 +130,7 @@ def test_edges_written_into_a_block_style_spec_keep_its_comments() -> None:
     }
 
 
+@pytest.mark.slow
 def test_profile_says_which_length_it_generates(
     built: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -145,6 +146,7 @@ def test_profile_says_which_length_it_generates(
     assert "tokens/s (" in out and "0.0% of them padding" in out  # before the tune: 16 is an edge
 
 
+@pytest.mark.slow
 def test_tune_chooses_edges_from_the_traffic_and_writes_them_into_config_and_spec(
     built: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
