@@ -15,7 +15,7 @@ SRC=${SRC:-.}
 } 2>&1 | tee "$OUT/machine.txt"
 if [ $# -eq 0 ]; then
   # The gpu-marked tests anywhere, plus every test that serves a python-backend model.
-  set -- "$SRC/tests/serve" "$SRC/tests/config" "$SRC/tests/client" "$SRC/tests/repository/test_e2e_serving.py" \
+  set -- "$SRC/tests/backends" "$SRC/tests/serve" "$SRC/tests/config" "$SRC/tests/client" "$SRC/tests/repository/test_e2e_serving.py" \
     "$SRC/tests/convert/test_torch_program.py" "$SRC/tests/convert/test_tensorrt.py" \
     "$SRC/tests/convert/test_serving_gpu.py" "$SRC/tests/convert/test_serving_build.py"
 fi

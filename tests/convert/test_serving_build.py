@@ -53,7 +53,7 @@ def tiny_torch() -> TorchSource:
 def no_cuda_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     """These builds happen on a host like CI's: a C++ compiler but no CUDA headers, so ``runner: auto``
     chooses the python runner whatever this machine has (the native choice: the tests that set it back
-    here, and tests/serve/test_native.py)."""
+    here, and tests/backends/test_native.py)."""
     monkeypatch.setattr(native, "unavailable", lambda cuda=True: NO_HEADERS)
 
 

@@ -2,7 +2,7 @@
 tritonkit's C++ backend (compiled here for this torch) inside the real tritonserver, answers as the
 module does over HTTP and gRPC, batches concurrent requests, refuses a bad request alone, and a config
 naming a bucket its program lacks fails to load with one line. The GPU half (CUDA graphs) runs in
-``tests/serve/test_gpu_runner.py`` and ``scripts/gpu/native_ab.sh``."""
+``tests/backends/test_gpu_runner.py`` and ``scripts/gpu/native_ab.sh``."""
 
 from __future__ import annotations
 
