@@ -27,6 +27,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.fleet.openloop import GroupLevel, MeasureSettings, Stream, measure_streams
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.endpoint import Endpoint, endpoint
+from tritonkit.serve.sources import trusting
 from tritonkit.tune.apply import RepositoryApi
 from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.plan import queue_at
@@ -142,7 +143,9 @@ class ServerSession:
         for name, folder in self.models.items():
             os.symlink(Path(folder).resolve(), root / name, target_is_directory=True)
         try:
-            self._where = self._stack.enter_context(endpoint(repo=root, load=(), exit_timeout=1))
+            # the view links the models' own folders: the server reads them where they are
+            with trusting(Path(f) for f in self.models.values()):
+                self._where = self._stack.enter_context(endpoint(repo=root, load=(), exit_timeout=1))
             self.server = self._where.server
             self._api = RepositoryApi(self._where.http, self._where.headers)
         except BaseException:

@@ -29,6 +29,7 @@ from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
 from tritonkit.repository.views import link_view
 from tritonkit.serve.endpoint import Endpoint
+from tritonkit.serve.sources import trusting
 
 __all__ = ["WARM_UP", "GroupCheck", "paced_users", "verify_group"]
 
@@ -115,7 +116,8 @@ def verify_group(
             plots=False,
             progress=False,
         )
-        summary = run_loadtest(options, on_ready=lambda endpoints: _warm_up(endpoints, fleet, group))
+        with trusting(sources.values()):  # the view links the models' own version folders
+            summary = run_loadtest(options, on_ready=lambda endpoints: _warm_up(endpoints, fleet, group))
     measured: dict[str, dict[str, Any]] = {}
     for entry in summary["models"].values():
         name = entry["model"]

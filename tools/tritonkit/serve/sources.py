@@ -11,7 +11,10 @@ is one the server serves. Links that stay inside the repository are served as th
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ __all__ = [
     "foreign_files",
     "location_problem",
     "refuse_foreign",
+    "trusting",
 ]
 
 #: Prefix of the staging folders a repository writer works in (``repository.staging``'s).
@@ -74,10 +78,30 @@ def _links_out(model_dir: Path, root: Path) -> list[str]:
             path = Path(dirpath) / name
             if path.is_symlink():
                 target = path.resolve()
-                if not target.is_relative_to(root):
+                if not _inside(target, root):
                     rel = path.relative_to(model_dir)
                     problems.append(f"`{rel}` is a symlink leaving the repository (to {str(target)[:120]!r})")
     return problems
+
+
+#: folders outside the repository whose files a link may reach: tritonkit's own views of other
+#: repositories (the fleet's per-group repositories link the models' folders), set by :func:`trusting`
+_TRUSTED: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("tritonkit_trusted", default=())
+
+
+@contextlib.contextmanager
+def trusting(folders: Iterable[Path]) -> Iterator[None]:
+    """Within the block, links into ``folders`` count as inside the repository (a view tritonkit made
+    of repositories it was given, not files a repository brought from elsewhere)."""
+    token = _TRUSTED.set((*_TRUSTED.get(), *(Path(f).resolve() for f in folders)))
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def _inside(target: Path, root: Path) -> bool:
+    return target.is_relative_to(root) or any(target.is_relative_to(t) for t in _TRUSTED.get())
 
 
 def foreign_files(repo: Path) -> list[str]:
@@ -87,7 +111,7 @@ def foreign_files(repo: Path) -> list[str]:
     for entry in sorted(repo.iterdir()):
         if entry.is_symlink():
             target = entry.resolve()
-            if entry.is_dir() and not target.is_relative_to(root):
+            if entry.is_dir() and not _inside(target, root):
                 problems.append(
                     f"{entry.name}: the model folder is a symlink leaving the repository (to {str(target)[:120]!r})"
                 )
