@@ -261,4 +261,6 @@ def test_perf_analyzer_sends_tritonkits_requests_not_its_own_random_data(
         with pa.PerfAnalyzerMeasurer(target, LOOSE, binary, export=False, keep=tmp_path / "kept") as measurer:
             result = measurer.measure(Level("concurrency", 1))
     # perf_analyzer's own random INT64 data is past any vocabulary: every request would have failed
-    assert result.throughput > 0 and result.error == "", result.error
+    # (a loaded 2-core host may leave the level unstable: what is checked is that requests succeeded)
+    assert result.throughput > 0 and "fail" not in result.error, result.error
+    assert result.failures == 0 and all(w.failures == 0 for w in result.windows)

@@ -236,8 +236,15 @@ def _verdict(
         percentiles=latency_percentiles(latencies),
         failures=sum(w.failures for w in used),
         successes=len(latencies),
-        generator_limited=cpu > options.max_generator_cpu
-        or (level.mode != "concurrency" and options.max_late_share < 1.0 and late > options.max_late_share),
+        # a level whose every request failed measured no server at all: its failures are the answer,
+        # not the generator's limit (failed requests come back at once and keep a process busy)
+        generator_limited=bool(latencies)
+        and (
+            cpu > options.max_generator_cpu
+            or (
+                level.mode != "concurrency" and options.max_late_share < 1.0 and late > options.max_late_share
+            )
+        ),
         generator_cpu=cpu,
         late_share=late,
         server=merge_splits([w.server for w in used]),
