@@ -194,23 +194,7 @@ def engine(lengths: list[int]) -> None:
     module = Cls(12).eval().half().cuda()
     for batch in (64, 1):
         for edge in edges + ([256] if 256 not in edges else []):
-            ids = torch.randint(1000, 30000, (batch, edge), device="cuda")
-            mask = torch.ones_like(ids)
-            with torch.inference_mode():
-                for _ in range(3):
-                    module(ids, mask)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    module(ids, mask)
-            runs = []
-            for _ in range(20):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                runs.append(start.elapsed_time(end))
-            times[str(batch)][edge] = statistics.median(runs)
+            times[str(batch)][edge] = _graph_ms(module, batch, edge)
     counts: dict[int, int] = {}
     for n in lengths:
         counts[edge_for(n, edges)] = counts.get(edge_for(n, edges), 0) + 1
