@@ -38,7 +38,7 @@ from collections.abc import Callable
 from tritonkit.serve.connection import trim_heap
 from tritonkit.serve.grpc_checks import RESOURCE_EXHAUSTED, CallRefusedError
 from tritonkit.serve.grpc_relay import ClientSide, ConfigMissingError
-from tritonkit.serve.guard import _event_loop, bind_error
+from tritonkit.serve.guard import _event_loop, bind_error, call_on_loop
 
 __all__ = ["GrpcGuard"]
 
@@ -116,15 +116,7 @@ class GrpcGuard:
             self._loop.call_later(_SWEEP_S, self._sweep)
 
     def _call(self, function: Callable[[], object]) -> None:
-        if self._thread.is_alive():
-            done = threading.Event()
-
-            def run() -> None:
-                function()
-                done.set()
-
-            self._loop.call_soon_threadsafe(run)
-            done.wait(5)
+        call_on_loop(self._loop, self._thread, function)
 
     def hold(self, reason: str) -> None:
         """Answer new calls UNAVAILABLE (``reason``) and refuse new connections until :meth:`release`."""

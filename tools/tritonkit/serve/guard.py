@@ -50,6 +50,22 @@ _TRIM_BYTES = 32 << 20
 _TRIM_DELAY_S = 0.25
 
 
+def call_on_loop(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, function: Callable[[], object]
+) -> None:
+    """Run ``function`` on a guard's ``loop`` (its own ``thread``) and wait up to 5 s for it; nothing when
+    the thread has ended."""
+    if thread.is_alive():
+        done = threading.Event()
+
+        def run() -> None:
+            function()
+            done.set()
+
+        loop.call_soon_threadsafe(run)
+        done.wait(5)
+
+
 def bind_error(role: str, host: str, port: int, exc: OSError) -> PortInUseError:
     """The one line for a guard's listener that could not bind (the gRPC guard's too)."""
     return PortInUseError(
@@ -122,15 +138,7 @@ class Guard:
         )
 
     def _call(self, function: Callable[[], object]) -> None:
-        if self._thread.is_alive():
-            done = threading.Event()
-
-            def run() -> None:
-                function()
-                done.set()
-
-            self._loop.call_soon_threadsafe(run)
-            done.wait(5)
+        call_on_loop(self._loop, self._thread, function)
 
     def hold(self, reason: str) -> None:
         """Answer every new request 503 (``reason``, ``Retry-After: 1``) until :meth:`release`."""
