@@ -30,7 +30,7 @@ from tritonkit.tune.stats import StabilityRule
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / ".cache" / "perf_analyzer"
 #: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
-LOOSE = MeasureOptions(window=WindowSpec(0.3), stability=StabilityRule(3, 0.6), max_windows=6)
+LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10)
 FAST = ["--window-s", "0.3", "--stability-pct", "60", "--max-windows", "6", "--timeout-s", "10"]
 
 
@@ -66,7 +66,7 @@ def test_one_level_read_into_the_level_record(
     target = Target(server.grpc_url, "add", "grpc")
     with pa.PerfAnalyzerMeasurer(target, LOOSE, binary, keep=tmp_path) as measurer:
         result = measurer.measure(Level("concurrency", 2))
-    assert result.stable and result.error == "" and result.throughput > 0
+    assert result.stable and result.error == "" and result.throughput > 0, (result.error, result.windows)
     # the figures are perf_analyzer's own CSV row, the windows its export's requests
     row = pa.parse_csv((tmp_path / "c2.csv").read_text())[0]
     assert row["Concurrency"] == 2 and result.throughput == row["Inferences/Second"]
