@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from tritonkit.errors import TritonKitError
+from tritonkit.serve.grpc_parse import Raw, parse_infer
 
 __all__ = [
     "INTERNAL",
@@ -89,7 +90,7 @@ def _elements(name: str, shape: list[int]) -> int:
     return count
 
 
-def _check_strings(name: str, data: bytes, count: int) -> None:
+def _check_strings(name: str, data: bytes | memoryview, count: int) -> None:
     """BYTES raw data: ``count`` elements, each a 4-byte little-endian length and that many bytes."""
     if count * 4 > len(data):
         raise _invalid(f"input `{name}` (BYTES): {count} elements cannot fit in {len(data)} bytes")
@@ -104,9 +105,7 @@ def _check_strings(name: str, data: bytes, count: int) -> None:
         )
 
 
-def _check_input(
-    tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: bytes | None, model: str
-) -> int:
+def _check_input(tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: Raw | None, model: str) -> int:
     """The checks of one input; returns its first dim (-1 for a scalar)."""
     name, datatype = tensor.name[:60], tensor.datatype
     shape = list(tensor.shape)
@@ -138,7 +137,7 @@ def _check_input(
             raise _invalid(f"input `{name}`: shape {shape[:8]} needs {count} elements, {given} given")
     elif raw is not None:
         if size == 0:
-            _check_strings(name, raw, count)
+            _check_strings(name, raw.data(), count)
         elif len(raw) != count * size:
             raise _invalid(
                 f"input `{name}` ({datatype}): shape {shape[:8]} needs {count * size} bytes, {len(raw)} given"
@@ -148,20 +147,24 @@ def _check_input(
     return shape[0] if shape else -1
 
 
-def check_infer(message: bytes | bytearray | memoryview, max_batch: Callable[[str, str], int | None]) -> None:
+def check_infer(
+    message: bytes | bytearray | memoryview | Sequence[bytes | memoryview],
+    max_batch: Callable[[str, str], int | None],
+) -> None:
     """Refuse (:class:`CallRefusedError`) a serialized ``ModelInferRequest`` Triton would mishandle.
 
-    ``max_batch(model, version)`` is the model's ``max_batch_size`` (0: no batching; None: unknown,
-    Triton answers for the model).
+    ``message`` is the serialized request, whole or as the pieces it was read in (:mod:`.grpc_parse`
+    reads its tensor bytes where they lie). ``max_batch(model, version)`` is the model's
+    ``max_batch_size`` (0: no batching; None: unknown, Triton answers for the model).
     """
     try:
-        request = service_pb2.ModelInferRequest.FromString(message)
+        request, raws = parse_infer(message)
     except DecodeError:
         raise _invalid("the message is not a ModelInferRequest protobuf") from None
     _check_parameters("the request", len(request.parameters))
     for output in request.outputs:
         _check_parameters(f"output `{output.name[:60]}`", len(output.parameters))
-    raws, model = request.raw_input_contents, request.model_name
+    model = request.model_name
     firsts = [
         _check_input(tensor, raws[i] if i < len(raws) else None, model)
         for i, tensor in enumerate(request.inputs)

@@ -87,10 +87,10 @@ class _Stream:
         self.id, self.checked, self.encoding = stream_id, checked, encoding
         self.cwin = self.uwin = window  # the client's window towards the guard; the guard's towards Triton
         self.head = bytearray()  # the 5-byte prefix of the next message, as it comes
-        self.message: bytearray | None = None  # the message being gathered (prefix included)
+        self.message: list[memoryview | bytes] | None = None  # the message being gathered, as read
         self.need = 0  # bytes the message still needs
-        self.pending: list[bytearray] = []  # whole messages waiting for a model's config
-        self.out: list[memoryview] = []  # checked bytes waiting for Triton's windows
+        self.pending: list[list[memoryview | bytes]] = []  # whole messages waiting for a model's config
+        self.out: list[memoryview | bytes] = []  # checked bytes waiting for Triton's windows
         self.reserved = 0  # budget this stream holds
         self.end_in = self.end_sent = self.waiting = self.answered = False
         self.started = 0.0
@@ -104,7 +104,11 @@ class ClientSide(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._connecting: asyncio.Future[None] | None = None
         self.up: _UpstreamSide | None = None
-        self.buf = bytearray()
+        self.buf = bytearray()  # the start of a frame the last read cut (but a DATA frame's payload)
+        self.chunk = 0  # the size of the read being taken
+        self.passing = 0  # payload bytes of the DATA frame begun that are still to come
+        self.data_stream: _Stream | None = None  # that frame's stream (None: its bytes are dropped)
+        self.data_flags = 0
         self.preface = False
         self.streams: dict[int, _Stream] = {}
         self.refused: dict[int, None] = {}
@@ -186,10 +190,9 @@ class ClientSide(asyncio.Protocol):
 
     # --- frames from the client ---------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos = 0
         if not self.preface:
+            buf = self.buf
+            buf += data
             if len(buf) < len(w.PREFACE):
                 if not w.PREFACE.startswith(bytes(buf)):
                     self.abort()
@@ -198,36 +201,90 @@ class ClientSide(asyncio.Protocol):
                 self.abort()
                 return
             self.preface = True
-            pos = len(w.PREFACE)
             self.to_up.append(w.PREFACE)
             self._grant_connection()
-        end = len(buf)
-        limit = self.up_frame
+            data = bytes(buf[len(w.PREFACE) :])
+            buf.clear()
         try:
-            while end - pos >= 9:
-                length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
-                if length > limit:
-                    raise _ConnectionError(_FRAME_SIZE, "frame over the peer's SETTINGS_MAX_FRAME_SIZE")
-                if end - pos < 9 + length:
-                    break
-                self._frame(
-                    buf[pos + 3], buf[pos + 4], _U32.unpack_from(buf, pos + 5)[0] & 0x7FFFFFFF, pos, length
-                )
-                pos += 9 + length
+            self._frames(data)
         except _ConnectionError as exc:
             self._fail(exc.code, exc.reason)
             return
-        del buf[:pos]
         self._flush()
 
-    def _frame(self, kind: int, flags: int, stream_id: int, pos: int, length: int) -> None:
-        buf = self.buf
+    def _frames(self, data: bytes) -> None:
+        """The frames in one read; DATA payloads are taken as slices of it (a frame cut by the read's
+        end goes on in the next), any other frame cut so is gathered in ``buf``."""
+        view, pos, end, limit = memoryview(data), 0, len(data), self.up_frame
+        self.chunk = end
+        if self.passing:
+            take = min(self.passing, end)
+            self.passing -= take
+            self._data_part(view[:take], not self.passing)
+            pos = take
+        elif self.buf:
+            pos = self._gathered(view, limit)
+        while end - pos >= 9:
+            length = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
+            if length > limit:
+                raise _ConnectionError(_FRAME_SIZE, "frame over the peer's SETTINGS_MAX_FRAME_SIZE")
+            kind, flags = data[pos + 3], data[pos + 4]
+            stream_id = _U32.unpack_from(data, pos + 5)[0] & 0x7FFFFFFF
+            if end - pos < 9 + length:
+                if kind == w.DATA and not flags & w.PADDED:  # the rest comes in the next reads
+                    self._data_start(flags, stream_id, length)
+                    self.passing = length - (end - pos - 9)
+                    self._data_part(view[pos + 9 :], False)
+                    return
+                break
+            if kind == w.DATA and not flags & w.PADDED:
+                self._data_start(flags, stream_id, length)
+                self._data_part(view[pos + 9 : pos + 9 + length], True)
+            else:
+                self._frame(kind, flags, stream_id, view, pos, length)
+            pos += 9 + length
+        if pos < end:
+            self.buf += view[pos:]
+
+    def _gathered(self, view: memoryview, limit: int) -> int:
+        """Go on with the frame ``buf`` holds the start of; returns the bytes of ``view`` it took."""
+        buf, pos, end = self.buf, 0, len(view)
+        if len(buf) < 9:
+            pos = min(9 - len(buf), end)
+            buf += view[:pos]
+            if len(buf) < 9:
+                return pos
+        length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
+        if length > limit:
+            raise _ConnectionError(_FRAME_SIZE, "frame over the peer's SETTINGS_MAX_FRAME_SIZE")
+        kind, flags, stream_id = buf[3], buf[4], _U32.unpack_from(buf, 5)[0] & 0x7FFFFFFF
+        if kind == w.DATA and not flags & w.PADDED:
+            buf.clear()
+            self._data_start(flags, stream_id, length)
+            take = min(length, end - pos)
+            self.passing = length - take
+            self._data_part(view[pos : pos + take], not self.passing)
+            return pos + take
+        take = min(9 + length - len(buf), end - pos)
+        buf += view[pos : pos + take]
+        if len(buf) < 9 + length:
+            return pos + take
+        whole = bytes(buf)
+        buf.clear()
+        self.chunk = len(whole)
+        self._frame(kind, flags, stream_id, memoryview(whole), 0, length)
+        self.chunk = end
+        return pos + take
+
+    def _frame(
+        self, kind: int, flags: int, stream_id: int, source: memoryview, pos: int, length: int
+    ) -> None:
         if self.block is not None and kind != w.CONTINUATION:
             raise _ConnectionError(_PROTOCOL_ERROR, "a header block interrupted")
-        if kind == w.DATA:
-            self._data(flags, stream_id, memoryview(buf)[pos + 9 : pos + 9 + length])
+        if kind == w.DATA:  # a padded one (the others go by _data_start and _data_part)
+            self._data(flags, stream_id, source[pos + 9 : pos + 9 + length])
             return
-        whole = bytes(buf[pos : pos + 9 + length])
+        whole = bytes(source[pos : pos + 9 + length])
         if kind == w.HEADERS:
             self._headers_start(flags, stream_id, whole[9:])
             self.to_up.append(whole)
@@ -301,37 +358,55 @@ class ClientSide(asyncio.Protocol):
             self._refuse(stream, UNAVAILABLE, reason, reset=_REFUSED_STREAM if self.draining else None)
 
     def _data(self, flags: int, stream_id: int, payload: memoryview) -> None:
-        self.granted -= len(payload)
+        """A padded DATA frame, whole."""
+        pad = payload[0] if len(payload) else 0
+        if pad >= len(payload):
+            raise _ConnectionError(_PROTOCOL_ERROR, "DATA padding past the frame")
+        self._data_start(flags, stream_id, len(payload))
+        self._data_part(payload[1 : len(payload) - pad], True)
+
+    def _data_start(self, flags: int, stream_id: int, length: int) -> None:
+        """A DATA frame of ``length`` payload bytes begins (flow control counts them all now)."""
+        if self.block is not None:
+            raise _ConnectionError(_PROTOCOL_ERROR, "a header block interrupted")
+        self.granted -= length
         stream = self.streams.get(stream_id)
-        if flags & w.PADDED and len(payload):
-            pad = payload[0]
-            if pad >= len(payload):
-                raise _ConnectionError(_PROTOCOL_ERROR, "DATA padding past the frame")
-            body = payload[1 : len(payload) - pad]
-        else:
-            body = payload
         if stream is None or stream.end_in:
             if stream_id > self.last_id:
                 raise _ConnectionError(_PROTOCOL_ERROR, "DATA on a stream never opened")
-            return  # a refused or finished stream: its bytes are dropped (and the window given back)
-        stream.cwin -= len(payload)
+            stream = None  # a refused or finished stream: its bytes are dropped (the window given back)
+        else:
+            stream.cwin -= length
+        self.data_stream, self.data_flags = stream, flags
+
+    def _data_part(self, body: memoryview, last: bool) -> None:
+        """Bytes of the DATA frame begun (``last``: its end)."""
+        stream = self.data_stream
+        if stream is None:
+            return
+        if self.streams.get(stream.id) is not stream:  # refused by an earlier part
+            self.data_stream = None
+            return
         try:
             self._take(stream, body)
-            if flags & w.END_STREAM:
+            if last and self.data_flags & w.END_STREAM:
                 stream.end_in = True
                 if stream.message is not None or stream.head:
                     raise CallRefusedError(INVALID_ARGUMENT, "the request ended inside a gRPC message")
         except CallRefusedError as exc:
+            self.data_stream = None
             self._refuse(stream, exc.code, exc.message)
             return
-        if not stream.end_in and stream.cwin < stream.need + _STREAM_ROOM // 2:
+        if last and not stream.end_in and stream.cwin < stream.need + _STREAM_ROOM // 2:
             grant = stream.need + _STREAM_ROOM - stream.cwin
             stream.cwin += grant
-            self.to_client.append(w.frame(w.WINDOW_UPDATE, 0, stream_id, _U32.pack(grant)))
+            self.to_client.append(w.frame(w.WINDOW_UPDATE, 0, stream.id, _U32.pack(grant)))
         self._send(stream)
 
     def _take(self, stream: _Stream, body: memoryview) -> None:
-        """Gather ``body`` into the stream's messages; each whole one is checked and queued for Triton."""
+        """Gather ``body`` into the stream's messages (as slices of what was read: one of under half its
+        read is copied, so that a slice never holds much more than itself); each whole one is checked
+        and queued for Triton."""
         at, size = 0, len(body)
         while at < size:
             if stream.message is None:
@@ -345,7 +420,8 @@ class ClientSide(asyncio.Protocol):
                     continue
             else:
                 take = min(stream.need, size - at)
-                stream.message += body[at : at + take]
+                part = body[at : at + take]
+                stream.message.append(part if 2 * take >= self.chunk else bytes(part))
                 stream.need -= take
                 at += take
             if not stream.need:
@@ -370,7 +446,7 @@ class ClientSide(asyncio.Protocol):
                 RESOURCE_EXHAUSTED, f"a gRPC message of {length} bytes; at most {limit} are served"
             )
         self._reserve(stream, length + 5)
-        stream.message, stream.need, stream.head = bytearray(stream.head), length, bytearray()
+        stream.message, stream.need, stream.head = [memoryview(bytes(stream.head))], length, bytearray()
         stream.started = time.monotonic()
 
     def _reserve(self, stream: _Stream, size: int) -> None:
@@ -401,7 +477,7 @@ class ClientSide(asyncio.Protocol):
                     self.guard.fetch_config(missing.key, functools.partial(self._resume, stream))
                     return
             stream.pending.pop(0)
-            stream.out.append(memoryview(message))
+            stream.out.extend(message)
         if stream.end_in and not stream.pending:
             self._send(stream)
 
@@ -416,11 +492,11 @@ class ClientSide(asyncio.Protocol):
         self._send(stream)
         self._flush()
 
-    def _check(self, stream: _Stream, message: bytearray) -> None:
-        body: bytes | memoryview = memoryview(message)[5:]
-        if message[0]:
-            body = self._inflate(stream, body)
-        check_infer(body, self.guard.max_batch)
+    def _check(self, stream: _Stream, message: list[memoryview | bytes]) -> None:
+        if message[0][0]:
+            check_infer(self._inflate(stream, b"".join(message[1:])), self.guard.max_batch)
+        else:
+            check_infer(message[1:], self.guard.max_batch)
 
     def _inflate(self, stream: _Stream, data: memoryview | bytes) -> bytes:
         """The message inflated, at most the message cap; each piece reserved as it grows."""

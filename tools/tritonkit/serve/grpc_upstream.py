@@ -212,11 +212,10 @@ class UpstreamSide(asyncio.Protocol):
     def _headers_end(self, out: list[bytes | memoryview]) -> None:
         assert self.block is not None
         block, self.block = bytes(self.block), None
-        fields = self.decoder.decode(block)  # always: the guard's decoder must follow Triton's encoder
+        encoded = self.decoder.recode(block)  # always: the guard's decoder must follow Triton's encoder
         stream_id, end = self.block_stream, self.block_end
         if not self.owner.answered(stream_id, end):
             return
-        encoded = w.encode_block(fields)
         flags: int | None = w.END_STREAM if end else 0
         while True:
             piece, encoded = encoded[:_CLIENT_FRAME], encoded[_CLIENT_FRAME:]

@@ -6,7 +6,7 @@ to the client are decoded and written anew by :func:`encode_block`, from the sta
 never added to the client's dynamic table, so the guard can drop or add header blocks (a refusal's
 trailers) without the client's HPACK state ever differing from what it was sent. Decoded blocks are
 cached while they consist of indexed fields only, which cannot change a decoder's table (RFC 7541
-§6.1); a block with literals clears the cache.
+§6.1), and so are their new encodings (:meth:`BlockDecoder.recode`); a block with literals clears both.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ class BlockDecoder:
     def __init__(self, max_header_list_size: int) -> None:
         self.decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
         self._cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._encoded: dict[bytes, bytes] = {}
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """The block's fields (raises ``hpack.HPACKError`` on a bad block: a connection error)."""
@@ -134,7 +135,20 @@ class BlockDecoder:
             self._cache[block] = fields
         else:
             self._cache.clear()
+            self._encoded.clear()
         return fields
+
+    def recode(self, block: bytes) -> bytes:
+        """The block decoded and written anew by :func:`encode_block` (cached as :meth:`decode` is)."""
+        encoded = self._encoded.get(block)
+        if encoded is not None:
+            return encoded
+        encoded = encode_block(self.decode(block))
+        if block in self._cache:
+            if len(self._encoded) >= _CACHE_ENTRIES:
+                self._encoded.clear()
+            self._encoded[block] = encoded
+        return encoded
 
 
 def trailers(code: int, message: str, *, with_head: bool) -> bytes:
