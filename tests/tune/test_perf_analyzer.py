@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.python_models import model_source
+from tests.tune.perf_analyzer_binary import SETUP, find
 
 from tritonkit.cli import main
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
@@ -27,28 +27,14 @@ from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.stats import StabilityRule
 
-ROOT = Path(__file__).resolve().parents[2]
-SETUP = ROOT / ".cache" / "perf_analyzer"
 #: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
 LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10)
 FAST = ["--window-s", "0.3", "--stability-pct", "60", "--max-windows", "6", "--timeout-s", "10"]
 
 
-def _binary() -> pa.Binary | str:
-    named = os.environ.get(pa.ENV) or str(SETUP / "bin" / "perf_analyzer")
-    if not Path(named).exists():
-        why = (SETUP / "UNAVAILABLE").read_text().strip() if (SETUP / "UNAVAILABLE").is_file() else ""
-        return why or f"{named} missing: run `make perf-analyzer` (scripts/perf_analyzer/setup.sh)"
-    os.environ[pa.ENV] = named
-    try:
-        return pa.locate()
-    finally:
-        del os.environ[pa.ENV]
-
-
 @pytest.fixture(scope="module")
 def binary() -> pa.Binary:
-    found = _binary()
+    found = find()
     if isinstance(found, str):
         pytest.skip(f"perf_analyzer: {found}")
     return found

@@ -87,7 +87,7 @@ def test_tune_survives_an_interruption_resumes_and_writes_the_winner(tmp_path: P
         "successfully loaded 'add'" in (report / "server.log").read_text()
     )  # the embedded server's log, kept
     # a resume with another budget is refused
-    with pytest.raises(TritonKitError, match="expected the same model, budget and grid"):
+    with pytest.raises(TritonKitError, match="expected the same model, budget, generator and grid"):
         tune(_options(repo, report, resume=True, latency_budget_ms=5.0))
 
 

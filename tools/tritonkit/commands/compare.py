@@ -3,7 +3,8 @@
 Prints (and with ``--json``/``--markdown`` writes) each target's median throughput and p99 and the
 median and interquartile range of its per-round ratios to the first target. ``--generator
 perf_analyzer`` measures every round with NVIDIA's perf_analyzer (:mod:`tritonkit.tune.perf_analyzer`:
-one process per round and target, the same window and stability flags); the summary names the generator.
+one process per round and target, the same window and stability flags; chosen by
+:func:`tritonkit.tune.generators.choose`, as profile and tune choose); the summary names the generator.
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ from tritonkit.commands.measure_args import (
     add_generator_arg,
     add_measure_args,
     connect,
-    generator_problem,
     measure_options,
     target,
 )
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
+from tritonkit.tune.generators import choose, label, measurer_of
 from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import LevelResult, Measurer, refuse_limited
-from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, locate
+from tritonkit.tune.measure import LevelResult, refuse_limited
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,11 +54,7 @@ def run(args: argparse.Namespace) -> int:
         Level("rate", args.request_rate) if args.request_rate else Level("concurrency", args.concurrency or 4)
     )
     options = measure_options(args)
-    if problem := generator_problem(args):
-        raise TritonKitError(f"--generator perf_analyzer: {problem}")
-    binary = locate() if args.generator == "perf_analyzer" else None
-    if isinstance(binary, str):
-        raise TritonKitError(f"--generator perf_analyzer: {binary}")
+    binary = choose(args.generator, options, args.shared_memory)  # one line when it cannot measure
     with connect(args, [m.partition(":")[0] for m in args.models]) as conn:
         provenance = collect(
             conn.url(args.protocol),
@@ -70,15 +66,11 @@ def run(args: argparse.Namespace) -> int:
         def measure(name: str, lvl: Level) -> LevelResult:
             model, _, version = name.partition(":")
             where = target(conn, model, args, version)
-            with (
-                PerfAnalyzerMeasurer(where, options, binary)
-                if binary
-                else Measurer(where, options) as measurer
-            ):
+            with measurer_of(binary, where, options) as measurer:
                 result = measurer.measure(lvl)
             print(
                 f"{name}: {result.throughput:.1f} req/s, p99 {result.p99_ms:.3f} ms"
-                f" (generator: {_generator(binary) if binary else result.capacity.describe()})",
+                f" (generator: {label(binary) if binary else result.capacity.describe()})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -86,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
         summary = summarize(compare(args.models, measure, level, args.rounds))
     summary["provenance"] = provenance.as_dict()
-    summary["generator"] = _generator(binary)
+    summary["generator"] = label(binary)
     text = markdown(summary) + f"\nGenerator: {summary['generator']}.\n"
     sys.stdout.write(text)
     if args.json:
@@ -94,7 +86,3 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         write_text(args.markdown, text)
     return 0
-
-
-def _generator(binary: Binary | None) -> str:
-    return f"perf_analyzer ({binary.version})" if binary is not None else "tritonkit"

@@ -1,7 +1,8 @@
-"""Arguments shared by ``tritonkit profile``, ``tune`` and ``compare``, and the server they measure.
+"""Arguments shared by ``tritonkit profile``, ``tune``, ``compare`` and ``plan --fleet``, and the server they measure.
 
 Owns the measurement flags (server, windows, stability, generator workers: ``auto`` or N, transport, shared memory)
-and their checks (one line, expected vs given), and :func:`connect`: the server of ``--url`` or the
+and their checks (one line, expected vs given), ``--generator`` (its choice is
+:func:`tritonkit.tune.generators.choose`'s, shared by every command that measures), and :func:`connect`: the server of ``--url`` or the
 embedded one on ``--repo`` with only the named models loaded (:func:`tritonkit.serve.endpoint.endpoint`),
 and the :class:`~tritonkit.tune.loadgen.Target` of a model on it.
 """
@@ -20,6 +21,7 @@ from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.input_data import read_entries
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.options import ADMIN_HEADER
+from tritonkit.tune import generators
 from tritonkit.tune.capacity import AUTO, parse_workers
 from tritonkit.tune.loadgen import Level, Target, WindowSpec
 from tritonkit.tune.measure import MeasureOptions
@@ -182,11 +184,11 @@ def target(where: Endpoint, model: str, args: argparse.Namespace, version: str =
     )  # fmt: skip
 
 
-# --generator: whose load measures a level (profile; tritonkit.tune.perf_analyzer owns the other one)
-GENERATORS = ("tritonkit", "perf_analyzer")
+# --generator: whose load measures a level (tritonkit.tune.generators chooses; .perf_analyzer runs the other)
+GENERATORS = generators.GENERATORS
 
 
-def add_generator_arg(parser: argparse.ArgumentParser) -> None:
+def add_generator_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--generator",
         default="tritonkit",
@@ -198,12 +200,7 @@ def add_generator_arg(parser: argparse.ArgumentParser) -> None:
 
 def generator_problem(args: argparse.Namespace) -> str | None:
     """Why ``--generator perf_analyzer`` cannot measure as the other flags ask (None: it can)."""
-    if args.generator != "perf_analyzer":
-        return None
-    if args.stability_windows != 3:
-        return f"--stability-windows {args.stability_windows}: perf_analyzer's rule is fixed at 3 windows"
-    if args.shared_memory != "none":
-        return f"--shared-memory {args.shared_memory}: perf_analyzer would need the admin key in its argv"
-    if args.workers not in (AUTO, 1):
-        return f"--workers {args.workers}: perf_analyzer sizes its own threads (leave --workers out)"
-    return None
+    return generators.generator_problem(
+        args.generator, stability_windows=args.stability_windows, shared_memory=args.shared_memory,
+        workers=args.workers,
+    )  # fmt: skip

@@ -2,6 +2,9 @@
 
 Parses the fleet flags into :class:`~tritonkit.fleet.run.FleetRunOptions`, prints every error of the fleet
 file on a line of its own (exit 1, nothing written), and a short summary of the plan written.
+``--generator perf_analyzer`` (with ``--tune``) measures the tunes run now with perf_analyzer
+(:func:`tritonkit.tune.generators.choose`, as ``tritonkit tune`` chooses: one line when it cannot);
+the open-loop levels of models alone and together stay tritonkit's generator.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.commands.shared_args import add_protocol, options_from
+from tritonkit.errors import TritonKitError
 
 __all__ = ["fleet_arguments", "run_fleet_command"]
 
@@ -43,6 +47,13 @@ def fleet_arguments(parser: argparse.ArgumentParser) -> None:
         help="throughput within this share of the plan (default 0.15)",
     )
     add_protocol(group, "protocol of the measurements")
+    group.add_argument(
+        "--generator",
+        default="tritonkit",
+        choices=("tritonkit", "perf_analyzer"),
+        help="with --tune: the load generator of record of the tunes run now (perf_analyzer where installed; "
+        "$TRITONKIT_PERF_ANALYZER names it); the open-loop levels are tritonkit's (default tritonkit)",
+    )
     group.add_argument(
         "--min-seconds", type=float, default=5.0, help="seconds measured per level at least (default 5)"
     )
@@ -78,6 +89,16 @@ def run_fleet_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if args.generator != "tritonkit":
+        if not args.tune:
+            raise TritonKitError(
+                f"--generator {args.generator}: expected --tune (it measures the tunes run now; the open-loop "
+                "levels are tritonkit's)"
+            )
+        from tritonkit.tune.generators import choose  # noqa: PLC0415
+        from tritonkit.tune.measure import MeasureOptions  # noqa: PLC0415
+
+        choose(args.generator, MeasureOptions())  # the binary, or its one line before anything is measured
     settings = options_from(MeasureSettings, args)
     options = FleetRunOptions(
         fleet_file=args.fleet,
@@ -86,7 +107,7 @@ def run_fleet_command(args: argparse.Namespace) -> int:
             tune=args.tune,
             settings=settings,
             max_group=args.max_group,
-            tune_overrides={"protocol": args.protocol},
+            tune_overrides={"protocol": args.protocol, "generator": args.generator},
         ),
         verify=args.verify,
         verify_seconds=args.verify_seconds,

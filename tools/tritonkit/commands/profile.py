@@ -10,7 +10,8 @@ it says which length generated requests give a variable (-1) dim. Exit code 0, o
 when no level met the budget.
 
 ``--generator perf_analyzer`` measures every level with NVIDIA's perf_analyzer instead
-(:mod:`tritonkit.tune.perf_analyzer`: one process per level, the same window and stability flags), read
+(:mod:`tritonkit.tune.perf_analyzer`: one process per level, the same window and stability flags; chosen
+by :func:`tritonkit.tune.generators.choose`, as compare and tune choose), read
 into the same table, CSV and JSON. With tritonkit's generator, every report carries perf_analyzer's
 figure beside each level's (each level of a sweep, the best of ``--find-max``: a ``perf_analyzer`` line,
 ``pa_*`` CSV columns, ``cross_check`` by level in the JSON) when the binary is installed, and says
@@ -39,15 +40,9 @@ from tritonkit.config import from_proto
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect, markdown_lines
 from tritonkit.tune.export import table, write_csv, write_json
+from tritonkit.tune.generators import choose, measurer_of
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import (
-    LevelResult,
-    MeasureOptions,
-    Measurer,
-    find_max,
-    generator_line,
-    refuse_limited,
-)
+from tritonkit.tune.measure import LevelResult, MeasureOptions, find_max, generator_line, refuse_limited
 from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
 from tritonkit.tune.traffic import buckets_in, generated_line, token_figures, token_line, traffic_of
@@ -76,11 +71,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     options = measure_options(args)
-    if problem := generator_problem(args):
-        raise TritonKitError(f"--generator perf_analyzer: {problem}")
-    binary = locate() if args.generator == "perf_analyzer" or not args.no_cross_check else None
-    if args.generator == "perf_analyzer" and not isinstance(binary, Binary):
-        raise TritonKitError(f"--generator perf_analyzer: {binary}")
+    of_record = choose(args.generator, options, args.shared_memory)  # one line when it cannot measure
+    binary: Binary | str | None = of_record or (None if args.no_cross_check else locate())
     if args.concurrency and args.request_rate:
         raise TritonKitError("--concurrency and --request-rate: expected one of them")
     mode = ("poisson" if args.poisson else "rate") if args.request_rate else "concurrency"
@@ -95,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     checks: dict[str, dict[str, Any]] = {}
     with (
         connect(args, [model]) as conn,
-        _measurer(args, target(conn, model, args, version), options) as measurer,
+        measurer_of(of_record, target(conn, model, args, version), options) as measurer,
     ):
         provenance = collect(
             conn.url(args.protocol), args.protocol, [(model, version)],
@@ -197,14 +189,6 @@ def run(args: argparse.Namespace) -> int:
             f"{best.throughput:.1f} req/s, p99 {best.p99_ms:.3f} ms"
         )
     return 0
-
-
-def _measurer(
-    args: argparse.Namespace, where: Target, options: MeasureOptions
-) -> Measurer | PerfAnalyzerMeasurer:
-    if args.generator == "perf_analyzer":
-        return PerfAnalyzerMeasurer(where, options)
-    return Measurer(where, options)
 
 
 def _generator_line(args: argparse.Namespace, binary: Binary | str | None) -> str:

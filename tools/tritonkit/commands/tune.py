@@ -14,8 +14,12 @@ report; nothing written). ``--resume`` replays the log from the config it began 
 --write spec:FILE`` after a tune that wrote ``config.pbtxt`` measures nothing and writes the same winner
 into the spec. A model with shape buckets tuned with ``--input-data FILE`` also searches the bucket
 edges (candidates from the file's length histogram, every set ending at the model's longest length), and
-its figures carry tokens/s beside req/s with the padded share of the tokens sent. Exit code 0, 3 when no
-config met the budget.
+its figures carry tokens/s beside req/s with the padded share of the tokens sent. ``--generator
+perf_analyzer`` measures every level (trials, baseline, finals) with NVIDIA's perf_analyzer, the same
+windows and stability flags (:func:`tritonkit.tune.generators.choose`, as profile and compare choose;
+one line and a non-zero exit when the binary is absent); its CSV and output per level are kept in
+``--report``'s ``perf_analyzer/`` folder and each level of ``trials.jsonl`` names its CSV (``source``).
+Exit code 0, 3 when no config met the budget.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonkit.commands.measure_args import add_measure_args, measure_options
+from tritonkit.commands.measure_args import add_generator_arg, add_measure_args, measure_options
 from tritonkit.commands.shared_args import options_from
 from tritonkit.errors import OptionError, TritonKitError
 from tritonkit.tune.tuner import TuneOptions, TuneResult, tune
@@ -97,6 +101,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true")
     add_measure_args(parser)
+    add_generator_arg(parser)
     parser.set_defaults(func=run)
 
 

@@ -2,7 +2,7 @@
 
 Owns :class:`PlanOptions`, :class:`FleetPlan` and :func:`plan_fleet`, in this order: each model's tuned
 config and capacity per GPU type from its ``tune.json`` (or a tune run now on this machine's type:
-``tune=True``); on this machine's type, one explicit-mode server loads each model alone with its tuned
+``tune=True``, measured by the generator ``tune_overrides`` names); on this machine's type, one explicit-mode server loads each model alone with its tuned
 config, finds the share of its target one pod carries open loop within its budget, and reads its memory
 per instance (host RSS of its stubs; GPU memory where ``nvidia-smi`` is); a model that fits no type's
 memory is an error here, before anything is written. Then packing and measuring alternate: the best
@@ -249,6 +249,11 @@ def plan_fleet(fleet: Fleet, options: PlanOptions, work: Path) -> FleetPlan:
     local = options.local_type or local_type()
     notes: list[str] = []
     tuned = _tuned(fleet, options, local, work)
+    if options.tune and options.tune_overrides.get("generator", "tritonkit") != "tritonkit":
+        notes.append(
+            f"the tunes run now measured with {options.tune_overrides['generator']} (their tune.json says which "
+            "build); the open-loop levels alone and together with tritonkit's generator"
+        )
     memory: dict[str, Memory] = {}
     alone: dict[str, ShareResult] = {}
     groups: dict[tuple[str, ...], ShareResult] = {}

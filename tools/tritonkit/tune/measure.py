@@ -152,6 +152,8 @@ class LevelResult:
     capacity: Capacity = Capacity(1, 1, False)  # noqa: RUF009 - frozen, never mutated
     #: the generator's earlier tries at this level, each limited: [{"processes", "generator_cpu"}]
     limited_tries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: where the generator's own record of this level is (perf_analyzer's kept CSV; "": none kept)
+    source: str = ""
 
     @property
     def p99_ms(self) -> float:
@@ -217,6 +219,7 @@ class LevelResult:
             "average_batch": round(self.server.average_batch, 3),
             "batches": {str(k): v for k, v in sorted(self.server.batches.items())},
             **({"error": self.error} if self.error else {}),
+            **({"source": self.source} if self.source else {}),
         }
 
 

@@ -372,7 +372,9 @@ class PerfAnalyzerMeasurer:
 
     ``export``: also ask for the profile export (every request's timestamps, inputs and outputs: large
     for large tensors), which gives the windows, the sample count and the p99's interval. ``keep``: a
-    folder that receives each level's CSV, export and output (``<label>.csv``, ``.json``, ``.log``).
+    folder that receives each level's CSV, export and output (``<label>.csv``, ``.json``, ``.log``; a
+    level measured again ``<label>-2.csv``, ...), each result naming its CSV (``source``); ``keep_export``
+    False keeps the CSV and output only (the export holds every request's tensors).
     """
 
     def __init__(
@@ -383,6 +385,7 @@ class PerfAnalyzerMeasurer:
         *,
         export: bool = True,
         keep: str | os.PathLike[str] | None = None,
+        keep_export: bool = True,
     ) -> None:
         found = binary if binary is not None else locate()
         if isinstance(found, str):
@@ -392,6 +395,7 @@ class PerfAnalyzerMeasurer:
         self.options = options or MeasureOptions()
         self.export = export
         self.keep = Path(keep) if keep is not None else None
+        self.keep_export = keep_export
         self.measurements = 0
         self.discarded = 0
         self._dir: tempfile.TemporaryDirectory[str] | None = None
@@ -445,23 +449,34 @@ class PerfAnalyzerMeasurer:
         windows: list[ExportWindow] | None = None
         if self.export and export_path.is_file():
             windows = parse_export(json.loads(export_path.read_text())).get(float(level.value))
-        self._keep(level, folder, output)
+        source = self._keep(level, folder, output)
         if done.returncode not in (0, STABILITY_ERROR) or (done.returncode and not stdout.unstable):
             reason = _first_error(done.stderr or done.stdout)
             if not stdout.passes:
                 raise PerfAnalyzerError(f"perf_analyzer at {level.label()} failed: {reason}")
-            return level_result(level, None, stdout, None, self.options, f"perf_analyzer: {reason}")
-        return level_result(level, rows[0] if rows else None, stdout, windows, self.options)
+            result = level_result(level, None, stdout, None, self.options, f"perf_analyzer: {reason}")
+        else:
+            result = level_result(level, rows[0] if rows else None, stdout, windows, self.options)
+        result.source = source
+        return result
 
-    def _keep(self, level: Level, folder: Path, output: str) -> None:
+    def _keep(self, level: Level, folder: Path, output: str) -> str:
+        """Copy the level's files into ``keep`` (``<label>.*``; ``<label>-2.*`` and on when a level is
+        measured again, so none is overwritten); the CSV's path as ``<keep's name>/<file>`` ("": none)."""
         if self.keep is None:
-            return
+            return ""
         self.keep.mkdir(parents=True, exist_ok=True)
-        name = level.label().replace("/", "per")
+        label = level.label().replace("/", "per")
+        name, again = label, 1
+        while any((self.keep / f"{name}.{suffix}").exists() for suffix in ("log", "csv", "json")):
+            again += 1
+            name = f"{label}-{again}"
         (self.keep / f"{name}.log").write_text(output)
-        for suffix in ("csv", "json"):
+        for suffix in ("csv", "json") if self.keep_export else ("csv",):
             if (folder / f"pa.{suffix}").is_file():
                 shutil.copyfile(folder / f"pa.{suffix}", self.keep / f"{name}.{suffix}")
+        csv = self.keep / f"{name}.csv"
+        return f"{self.keep.name}/{csv.name}" if csv.is_file() else ""
 
 
 def write_input_data(target: Target, path: Path, count: int = 4) -> None:

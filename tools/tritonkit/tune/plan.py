@@ -45,8 +45,9 @@ from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import Provenance, markdown_lines
 from tritonkit.serve.endpoint import endpoint
+from tritonkit.tune.generators import choose, measurer_of
 from tritonkit.tune.loadgen import Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions, Measurer, find_max, wait_ready
+from tritonkit.tune.measure import MeasureOptions, find_max, wait_ready
 from tritonkit.tune.stats import StabilityRule
 
 __all__ = ["PATCH_FILE", "Plan", "apply_patch", "check_knee", "check_patch", "kustomize_patch", "make_plan"]
@@ -504,6 +505,10 @@ def check_knee(
     different figure (``tritonkit loadtest --scenario ramp`` reports it)."""
     options, require_stable = _measure_options(method)
     protocol = str(method.get("protocol", "http"))
+    shared_memory = str(method.get("shared_memory", "none"))
+    # the tune's generator of record (a tune.json from before perf_analyzer could tune: tritonkit's)
+    pa = str(method.get("generator", "")).startswith("perf_analyzer")
+    binary = choose("perf_analyzer" if pa else "tritonkit", options, shared_memory)
     start = max(1, plan.concurrency)
     where = endpoint(
         url, protocol=protocol, repo=repo or "model_repository", admin_key=admin_key, load=[plan.model],
@@ -513,9 +518,9 @@ def check_knee(
         wait_ready(server.url(protocol), protocol, plan.model, server.headers)
         target = Target(
             server.url(protocol), plan.model, protocol, headers=server.headers,
-            shared_memory=str(method.get("shared_memory", "none")), batch_size=int(method.get("batch_size", 1)),
+            shared_memory=shared_memory, batch_size=int(method.get("batch_size", 1)),
         )  # fmt: skip
-        with Measurer(target, options) as measurer:
+        with measurer_of(binary, target, options) as measurer:
             best, levels = find_max(
                 measurer.measure, plan.budget_ms, start=start, limit=2 * start, refine=1,
                 require_stable=require_stable,

@@ -65,6 +65,8 @@ def markdown(data: Mapping[str, Any]) -> str:
         "levels measured. Throughput counts successes only, at the highest concurrency whose p99 fits the budget "
         "(stable over 3 windows).",
         "",
+        f"Load generator: {(data.get('method') or {}).get('generator_of_record', 'tritonkit')}.",
+        "",
     ]
     partial = data.get("partial")
     if partial:

@@ -7,7 +7,8 @@ a quick search's trial starts its load search) and :func:`progress_line` (what t
 For a version with shape buckets every level and the row also carry the traffic's tokens
 (:func:`~tritonkit.tune.traffic.token_figures`: tokens/s beside req/s, the padded share of the tokens
 sent under the config's edges); a config whose clients pad (``pad_at: client``) and whose trial sets
-edges is measured by a load generator of its own, which pads the requests to those edges.
+edges is measured by a load generator of its own (of the tune's generator of record, ``generator``),
+which pads the requests to those edges.
 """
 
 from __future__ import annotations
@@ -20,15 +21,9 @@ from typing import Any, Protocol
 from tritonkit.config import ModelConfig, to_dict
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.apply import RepositoryApi
+from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import (
-    GeneratorLimitedError,
-    LevelResult,
-    MeasureOptions,
-    Measurer,
-    find_max,
-    wait_ready,
-)
+from tritonkit.tune.measure import GeneratorLimitedError, LevelResult, MeasureOptions, find_max, wait_ready
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit.tune.traffic import buckets_in, point_edges, token_figures, traffic_of
 
@@ -50,6 +45,7 @@ class Settings(Protocol):
     measure: MeasureOptions
     input_data: str | None
     batch_size: int
+    generator: str
 
 
 def measure_config(
@@ -62,7 +58,7 @@ def measure_config(
     start: int = 1,
     final: tuple[int, int] | None = None,
     *,
-    measurer: Measurer | None = None,
+    measurer: LevelMeasurer | None = None,
 ) -> dict[str, Any]:
     """One config measured: a trial (load search from ``start`` up to ``--max-concurrency``) or, with
     ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget (p99
@@ -89,7 +85,8 @@ def measure_config(
         loaded = time.monotonic()
         with contextlib.ExitStack() as stack:
             if measurer is None or _pads_itself(cfg, point):
-                measurer = stack.enter_context(Measurer(target, options.measure))
+                binary = choose(options.generator, options.measure, target.shared_memory)
+                measurer = stack.enter_context(measurer_of(binary, target, options.measure))
             used = measurer
             used.loaded()
             best, levels = find_max(

@@ -14,7 +14,10 @@ baseline of the second), so finished trials and finals rounds are read back, nev
 the finals' medians are never replaced by a search figure. ``time_budget_s`` bounds the whole tune's wall
 clock: checked before each measurement, once spent nothing more is measured (the search stops at what
 it measured; the baseline and the finals only from the log), the tune is *partial* (``tune.json``'s
-``partial``), and nothing is written.
+``partial``), and nothing is written. Every level is measured by the generator of record
+(``generator``: tritonkit's own or perf_analyzer, chosen by :mod:`.generators` before any server starts;
+perf_analyzer's files for each level are kept in the report's ``perf_analyzer/`` folder and each level
+record names its CSV as ``source``), with the same windows, stability rule and trial log.
 """
 
 from __future__ import annotations
@@ -28,21 +31,21 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
-from tritonkit.errors import OptionError, TritonKitError
+from tritonkit.errors import TritonKitError
 from tritonkit.loadtest.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config
 from tritonkit.tune.finals import crowned, finals_summary
+from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
 from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
+from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
 from tritonkit.tune.space import (
-    DEFAULT_DELAYS_US,
     PIPELINED_NOTE,
     apply_point,
     axes_for,
@@ -63,122 +66,13 @@ from tritonkit.tune.trial_log import (
     logged_base,
     logged_figures,
 )
+from tritonkit.tune.tune_options import TuneOptions
 from tritonkit.tune.verdict import Verdict, decide, spread
 
 __all__ = ["TuneOptions", "TuneResult", "load_finals", "load_trials", "tune"]
 
 #: marks the model's own config in a finals point when the grid does not hold it
 OWN = "__own_config__"
-
-
-@dataclasses.dataclass
-class TuneOptions:
-    """Everything one tune needs. ``url`` None: the embedded server on ``repo`` (explicit model control)."""
-
-    model: str
-    latency_budget_ms: float
-    report_dir: Path
-    repo: Path | None = Path("model_repository")
-    url: str | None = None
-    http_url: str | None = None
-    admin_key: str | None = None
-    protocol: str = "http"
-    min_throughput: float = 0.0
-    search: str = "quick"
-    resume: bool = False
-    measure: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
-    max_concurrency: int = 64
-    refine: int = 1
-    max_batch_sizes: Sequence[int] | None = None
-    delays_us: Sequence[int | str] | None = None
-    instances: Sequence[int] | None = None
-    preferred: bool = True
-    queue: bool = True
-    #: a native-backend GPU version: try TorchScript's optimised plan too (the late ``jit_optimize`` axis)
-    jit_optimize: bool = True
-    gpu: bool = False
-    write: str = "config"  # config | none | model:NAME | spec | spec:PATH (spec: config.pbtxt and the spec)
-    shared_memory: str = "none"
-    batch_size: int = 1
-    plots: bool = True
-    #: quick search moves only for a gain above this share: smaller differences are measurement noise
-    min_gain: float = 0.03
-    #: quick search starts each config's load search at the best config's concurrency so far (brute: at 1)
-    warm_start: bool = True
-    #: finals: up to this many configs within ``finals_within`` of the best are measured again
-    #: ``final_rounds`` times at the concurrency the search found (fewer than 2: the search's best stands)
-    finalists: int = 4
-    final_rounds: int = 3
-    finals_within: float = 0.10
-    #: False: an unstable level may still be the best (reported as unstable); for noisy shared machines
-    require_stable: bool = True
-    stream: IO[str] | None = None
-    #: a perf_analyzer ``--input-data`` JSON file of real requests (default: generated data)
-    input_data: str | None = None
-    #: wall-clock seconds for the whole tune (None: no limit); checked before each measurement
-    time_budget_s: float | None = None
-
-    @property
-    def writes_spec(self) -> bool:
-        return self.write == "spec" or self.write.startswith("spec:")
-
-    def grid_delays(self) -> Sequence[int | str] | None:
-        """The delays to try: as given, else the default (without `off` when the spec is written)."""
-        if self.delays_us is not None or not self.writes_spec:
-            return self.delays_us
-        return [d for d in DEFAULT_DELAYS_US if d != "off"]
-
-    def method(self) -> dict[str, Any]:
-        """How every figure of this tune was measured (``tritonkit plan --check-knee`` measures the same way)."""
-        m = self.measure
-        return {
-            "generator": "tritonkit (asyncio AsyncClient, closed loop)",
-            "protocol": self.protocol,
-            "shared_memory": self.shared_memory,
-            "batch_size": self.batch_size,
-            "window_s": m.window.seconds,
-            "window_count": m.window.count,
-            "stability_windows": m.stability.count,
-            "stability_pct": round(m.stability.tolerance * 100, 3),
-            "max_windows": m.max_windows,
-            "workers": m.workers,
-            "require_stable": self.require_stable,
-            "max_concurrency": self.max_concurrency,
-        }
-
-    def validate(self) -> None:
-        """Raise :class:`OptionError` naming the first option whose value cannot work."""
-        if not self.latency_budget_ms > 0:
-            raise OptionError("latency_budget_ms", self.latency_budget_ms, "a positive number of ms")
-        if self.search not in ("quick", "brute"):
-            raise OptionError("search", repr(self.search), "quick or brute")
-        if self.protocol not in ("http", "grpc"):
-            raise OptionError("protocol", repr(self.protocol), "http or grpc")
-        if self.write not in {"config", "none", "spec"} and not self.write.startswith(("model:", "spec:")):
-            raise OptionError("write", repr(self.write), "config, none, model:NAME, spec or spec:PATH")
-        if self.writes_spec and "off" in (self.delays_us or ()):
-            raise OptionError(
-                "delays_us",
-                "with `off`",
-                "no `off` with the build spec written: a build spec cannot say 'no dynamic batcher'",
-            )
-        if self.url is None and (self.repo is None or not (Path(self.repo) / self.model).is_dir()):
-            raise OptionError("repo", self.repo, f"a model repository holding a folder `{self.model}`")
-        if self.url is not None and self.protocol == "grpc" and not self.http_url:
-            raise OptionError(
-                "http_url", "not given", "the HTTP endpoint (model-repository API) of a gRPC url"
-            )
-        for name in ("finalists", "final_rounds"):
-            if getattr(self, name) < 0:
-                raise OptionError(name, getattr(self, name), "a whole number >= 0")
-        if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise OptionError("time_budget_s", self.time_budget_s, "a positive number of seconds")
-        if not 0 <= self.finals_within <= 1:
-            raise OptionError("finals_within", self.finals_within, "a share between 0 and 1")
-        if self.url is not None and not self.admin_key:
-            raise OptionError(
-                "admin_key", "not given", "the key of the restricted model-repository API with a url"
-            )
 
 
 @dataclasses.dataclass
@@ -236,7 +130,7 @@ class _Run:
         base: ModelConfig,
         report: Path,
         interrupt_after: int | None,
-        measurer: Measurer | None = None,
+        measurer: LevelMeasurer | None = None,
     ) -> None:
         self.options, self.api, self.target, self.base = options, api, target, base
         self.measurer = measurer  # one load generator for every config (its workers start once)
@@ -368,6 +262,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     """Run the search; ``interrupt_after`` (tests) stops with KeyboardInterrupt after that many new
     measurements (trials, the baseline and finals rounds alike)."""
     options.validate()
+    binary = choose(options.generator, options.measure, options.shared_memory)  # before any server starts
     spec_path = spec_to_write(
         options.write, options.repo, options.model
     )  # refused before anything is measured
@@ -400,7 +295,8 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
                 shared_memory=options.shared_memory, batch_size=options.batch_size,
                 input_data=options.input_data,
             )  # fmt: skip
-            measurer = stack.enter_context(Measurer(target, options.measure))
+            keep = report / "perf_analyzer" if binary is not None else None  # its own files, kept
+            measurer = stack.enter_context(measurer_of(binary, target, options.measure, keep=keep))
             run = _Run(options, api, target, base, report, interrupt_after, measurer)
             result = _search(options, run, axes)
             baseline = run.measure_baseline(axes)
@@ -411,6 +307,7 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
         finally:
             api.close()
     summary = _summary(options, run, result, winner, baseline, final_list, verdict, provenance, written)
+    summary["method"] = options.method(binary)
     partial = summary["partial"]
     if pipelined(base):  # the report's server split must not pass the hand-over off as GPU work
         summary["compute_infer_is"] = PIPELINED_NOTE
@@ -423,20 +320,25 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
 
 
 def _wanted(options: TuneOptions, grid: dict[str, list[Any]] | None) -> dict[str, Any]:
-    return {"model": options.model, "budget_ms": options.latency_budget_ms, "grid": grid}
+    return {
+        "model": options.model, "budget_ms": options.latency_budget_ms, "grid": grid,
+        "generator": options.generator,
+    }  # fmt: skip
 
 
 def _check_header(options: TuneOptions, header: dict[str, Any] | None, axes: Sequence[Axis] | None) -> None:
     """A resumed log must be of the same model and budget (and, once the grid is known, the same grid)."""
     if header is None:
         return
-    keys = ["model", "budget_ms"] + (["grid"] if axes is not None else [])
+    keys = ["model", "budget_ms", "generator"] + (["grid"] if axes is not None else [])
     grid = {a.name: list(a.values) for a in axes} if axes is not None else None
     wanted = json.loads(json.dumps(_wanted(options, grid)))
-    if {k: header.get(k) for k in keys} != {k: wanted[k] for k in keys}:
+    logged = {**header, "generator": header.get("generator", "tritonkit")}  # a log from before the flag
+    if {k: logged.get(k) for k in keys} != {k: wanted[k] for k in keys}:
         raise TritonKitError(
             f"--resume: {Path(options.report_dir) / LOG} was written for another tune ({header.get('model')}, "
-            f"{header.get('budget_ms')} ms); expected the same model, budget and grid"
+            f"{header.get('budget_ms')} ms, generator {logged['generator']}); expected the same model, budget, "
+            "generator and grid"
         )
 
 
@@ -595,6 +497,5 @@ def _summary(
             "configs_measured": len(run.trials),
             "baseline_measured": not baseline.get("unmeasured", False),
         },
-        "method": options.method(),
         "provenance": provenance,
     }
