@@ -5,8 +5,8 @@ axes (``TorchSource.dynamic_axes`` names, or the ONNX graph's ``dim_param`` name
 description the runners, the client and the TensorRT target read
 (:class:`~tritonkit.backends.runners.shape_buckets.Buckets`), and writing it into a version's config:
 the parameter ``shape_buckets``, ``allow_ragged_batch`` on the inputs that carry an axis where the
-server pads (python-backend runners: Triton 2.51's dynamic batcher then hands requests of different
-lengths to one execute), the runners' helper file beside ``model.py``.
+server pads (python-backend runners and tritonkit's native backend: Triton 2.51's dynamic batcher then
+hands requests of different lengths to one execute), the python runners' helper file beside ``model.py``.
 
 Defaults follow from the model: an axis the spec does not name gets powers of two from 16 up to the
 longest length the model takes (``max_position_embeddings`` of a transformers-style ``config`` on the
@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.backends.runners import runner_path
 from tritonkit.backends.runners.shape_buckets import PARAMETER, Buckets, default_edges
 from tritonkit.config import ModelConfig
@@ -123,12 +124,13 @@ def resolve_buckets(spec: BuildSpec, source: Source) -> Buckets | None:
 def apply_buckets(config: ModelConfig, buckets: Buckets | None) -> dict[str, Path]:
     """Write ``buckets`` into ``config`` (in place); return the files the version needs beside it.
 
-    A python-backend runner pads on the server: the inputs carrying an axis take ragged batches and
-    the helper travels with ``model.py``. Any other backend (TensorRT, ONNX Runtime's) takes no ragged
-    input, so the config names ``pad_at: client`` and clients pad each request to its edge."""
+    A python-backend runner and the native backend (``tritonkit_torch``, which reads the parameter
+    itself) pad on the server: the inputs carrying an axis take ragged batches, and the python runners'
+    helper travels with ``model.py``. Any other backend (TensorRT, ONNX Runtime's) takes no ragged input,
+    so the config names ``pad_at: client`` and clients pad each request to its edge."""
     if buckets is None or config.max_batch_size <= 0:
         return {}
-    server = config.backend == "python"
+    server = config.backend in ("python", NATIVE_BACKEND)
     chosen = Buckets(
         buckets.axes, buckets.inputs, buckets.outputs, buckets.pad, "server" if server else "client"
     )
@@ -140,11 +142,12 @@ def apply_buckets(config: ModelConfig, buckets: Buckets | None) -> dict[str, Pat
             tensor.allow_ragged_batch = True
     if config.parameters.get("engine") == "torch" and config.parameters.get("device") == "cuda":
         _gather(config)
-    return {f"{HELPER}.py": runner_path(HELPER)}
+    return {f"{HELPER}.py": runner_path(HELPER)} if config.backend == "python" else {}
 
 
 def _gather(config: ModelConfig) -> None:
-    """Let one execute of the torch runner gather :data:`GATHER` times its graphs' batch: Triton's
+    """Let one execute of the torch runner (or the native backend: both read ``graph_max_batch``)
+    gather :data:`GATHER` times its graphs' batch: Triton's
     batcher hands the requests in arrival order, lengths mixed, and the runner sorts one execute's
     requests into buckets; the more rows an execute holds, the fuller each bucket's graph runs. The
     graphs keep the spec's max batch (``graph_max_batch``; larger groups run in chunks of it)."""

@@ -22,11 +22,17 @@ import numpy as np
 
 from tritonkit.backends import native
 from tritonkit.config import InstanceGroup, ModelConfig
-from tritonkit.convert.buckets import dynamic_axes, resolve_buckets
+from tritonkit.convert.buckets import resolve_buckets
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.conversion import Converted
 from tritonkit.convert.datasets import Datasets
-from tritonkit.convert.execution import DEFAULT_GPU_INSTANCES, ExecutionPlan, choose_device, plan_execution
+from tritonkit.convert.execution import (
+    DEFAULT_GPU_INSTANCES,
+    ExecutionPlan,
+    choose_device,
+    method_buckets,
+    plan_execution,
+)
 from tritonkit.convert.gates import Comparison
 from tritonkit.convert.gpu_profiles import GpuProfile
 from tritonkit.convert.source import Source
@@ -50,8 +56,6 @@ __all__ = [
     "program_check",
 ]
 
-#: why ``serving.runner: auto`` serves a model with dynamic non-batch axes by the python runner
-NATIVE_FIXED_SHAPES = "it serves fixed non-batch shapes; the python runner pads to the model's shape buckets"
 #: Precisions the GPU runners serve; other versions (INT8 Q/DQ graphs) stay on the portable runner.
 GPU_PRECISIONS = ("fp32", "fp16")
 
@@ -143,11 +147,6 @@ def plan_version(
             f"serving.precision {serving.precision} does not match version `{spec.model_name(precision)}` "
             f"({precision}): each version runs at its `precisions` entry; leave serving.precision auto"
         )
-    if serving.runner == "native" and dynamic_axes(source):
-        raise SpecError(
-            f"serving.runner native serves fixed non-batch shapes; `{spec.model_name(precision)}` has dynamic "
-            "axes (its shape buckets are served by serving.runner: python, or auto)"
-        )
     why = _cpu_only(spec, source, precision, mbs)
     device, reason = choose_device(serving.device, gpus, why)
     if device == "cpu":
@@ -161,7 +160,7 @@ def plan_version(
         gpus=gpus,
         profile=profile,
         engines=engines,
-        native_problem=(NATIVE_FIXED_SHAPES if dynamic_axes(source) else native.unavailable(cuda=True))
+        native_problem=native.unavailable(cuda=True)
         if serving.runner == "auto" and "torch" in engines
         else None,
     )
@@ -212,6 +211,7 @@ def gpu_version(
     assert source.torch is not None  # gpu_engines offers torch only for a torch source
     precision = converted.precision
     program = workdir / f"{precision}-program" / PROGRAM_FILE
+    shapes = resolve_buckets(spec, source)
 
     def made(under: ExecutionPlan) -> tuple[ModelConfig, dict[str, Path | bytes]]:
         assert source.torch is not None
@@ -224,7 +224,7 @@ def gpu_version(
             program,
             max_batch_size=mbs,
             half_io=precision == "fp16" and not spec.fp16.keep_io_types,
-            buckets=resolve_buckets(spec, source),
+            buckets=shapes,
             max_queue_delay_us=delay,
         )
 
@@ -236,6 +236,8 @@ def gpu_version(
         plan = python_fallback(plan, spec.serving.placement.count, str(exc))
         config, files = made(plan)
     extra: dict[str, Any] = {"runner": "torch_runner"}
+    if plan.runner == "native":  # model.ts: one method per batch bucket (and shape bucket)
+        extra["native_methods"] = len(native.method_names(method_buckets(mbs), shapes))
     if precision == "fp32":
         return GpuVersion(config, files, extra, plan=plan)  # the FP32 module is the reference itself
     if not sets.evaluation:

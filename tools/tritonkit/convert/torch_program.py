@@ -302,13 +302,18 @@ class NativeExportError(BuildError):
     serves it with the python runner)."""
 
 
-def native_program(program: Path, config: ModelConfig, max_batch_size: int) -> Path:
+def native_program(
+    program: Path, config: ModelConfig, max_batch_size: int, buckets: Buckets | None = None
+) -> Path:
     """``model.ts`` beside ``program`` for the native runner: the program as the torch runner loads it,
-    traced for every bucket a tuned config may name (on the first GPU where there is one)."""
+    traced for every bucket a tuned config may name (on the first GPU where there is one), and for
+    every shape bucket of ``buckets`` with each."""
     device = trace_device()
     module, dtypes = load_runner(TORCH_RUNNER).load_program(str(program), device)
     try:
-        return export_native(program.parent, module, dtypes, config, method_buckets(max_batch_size), device)
+        return export_native(
+            program.parent, module, dtypes, config, method_buckets(max_batch_size), device, buckets
+        )
     except Exception as exc:  # a refusal or whatever torch.jit.trace raises on this program
         line = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise NativeExportError(f"tracing the program for the native runner failed: {line}") from exc
@@ -386,7 +391,7 @@ def torch_version(
     }
     if plan.runner == "native":  # the C++ backend serves model.ts; the program stays for in-process use
         config.backend = NATIVE_BACKEND
-        return config, {**programs, NATIVE_PROGRAM: native_program(program, config, max_batch_size)}
+        return config, {**programs, NATIVE_PROGRAM: native_program(program, config, max_batch_size, buckets)}
     return config, {
         **programs,
         "model.py": runner_path(TORCH_RUNNER),

@@ -476,7 +476,7 @@ def check_repository(
     return problems
 
 
-def _execution_line(model: str, version: str, record: dict[str, object]) -> str:
+def _execution_line(model: str, version: str, record: dict[str, object], methods: object = None) -> str:
     buckets = record.get("batch_buckets") or []
     shown = ",".join(str(b) for b in buckets) if isinstance(buckets, list) and buckets else "none"
     groups = []
@@ -485,7 +485,8 @@ def _execution_line(model: str, version: str, record: dict[str, object]) -> str:
         if isinstance(group, dict):
             where = f" on GPU {group.get('gpus')}" if group.get("gpus") else ""
             groups.append(f"{group.get('count')} x {group.get('kind')}{where}")
-    runner = " (native runner)" if record.get("runner") == "native" else ""
+    traced = f", {methods} traced methods" if isinstance(methods, int) else ""
+    runner = f" (native runner{traced})" if record.get("runner") == "native" else ""
     why_python = f"; python runner: {record['runner_reason']}" if record.get("runner_reason") else ""
     return (
         f"{model} version {version} executes on {record.get('device')}: engine {record.get('engine')}{runner}, "
@@ -513,7 +514,8 @@ def executions(root: str | os.PathLike[str] | ModelRepository) -> list[str]:
                 continue  # no record, or a broken one check_model reports
             record = manifest.extra.get("execution")
             if isinstance(record, dict):
-                lines.append(_execution_line(entry.name, version_dir.name, record))
+                methods = manifest.extra.get("native_methods")
+                lines.append(_execution_line(entry.name, version_dir.name, record, methods))
             shapes = manifest.extra.get("shape_buckets")
             if isinstance(shapes, dict) and isinstance(shapes.get("axes"), dict):
                 lines.append(_buckets_line(entry.name, version_dir.name, shapes))

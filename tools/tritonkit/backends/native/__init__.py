@@ -5,14 +5,19 @@ The python backend gives every request a trip through shared memory and a Python
 object; for requests of one row on a GPU that, not the GPU, bounds what is served. The native backend
 (``tritonkit_torch.cc`` here) does per request only the checks and a copy in and out, and runs the
 same program the torch runner runs: traced to TorchScript once per batch bucket (methods ``b1``,
-``b2``, ... sharing one set of weights), each replayed from a CUDA graph captured at load.
+``b2``, ... sharing one set of weights), each replayed from a CUDA graph captured at load. A model with
+shape buckets (a dynamic sequence axis: the config parameter ``shape_buckets``) is traced once per
+(batch bucket, shape bucket), methods ``b8_s64`` (``b8_s224x448`` for two axes, in the parameter's axis
+order); the backend pads each request to its bucket, groups an execute's requests by bucket as the
+python runners do and cuts the outputs back (``bucketed.h``).
 
 This module owns:
   * :func:`compile_backend`: the library for the torch of this interpreter (g++, torch's headers and
     libraries; CUDA where torch has it), cached by source, torch version, flags and where the linked
     libraries are (:func:`cache_key`);
   * :func:`export_program`: ``model.ts`` of a torch-engine version's program (as the torch runner loads
-    it), casts to the program's dtypes and to the config's output dtypes inside every method;
+    it), casts to the program's dtypes and to the config's output dtypes inside every method, and
+    :func:`method_names`, the methods it traces;
   * :func:`prepare_native`: the library in the embedded server's backend directory when a model of
     its repository names the backend.
 """
@@ -27,7 +32,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the description only: this floor imports nothing from tritonkit at run time
+    from tritonkit.backends.runners.shape_buckets import Buckets
 
 __all__ = [
     "BACKEND",
@@ -37,6 +45,8 @@ __all__ = [
     "cache_key",
     "compile_backend",
     "export_program",
+    "method_name",
+    "method_names",
     "prepare_native",
     "trace_device",
     "unavailable",
@@ -46,7 +56,18 @@ BACKEND = "tritonkit_torch"
 LIBRARY = f"libtriton_{BACKEND}.so"
 PROGRAM = "model.ts"
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("tritonkit_torch.cc", "answers.h", "copy_in.h", "mini_json.h", "model_state.h", "triton_api.h")
+SOURCES = (
+    "tritonkit_torch.cc",
+    "answers.h",
+    "bucketed.h",
+    "copy_in.h",
+    "mini_json.h",
+    "model_state.h",
+    "program.h",
+    "shape_buckets.h",
+    "tensor_io.h",
+    "triton_api.h",
+)
 
 _DTYPES = {
     "BOOL": "bool",
@@ -175,8 +196,29 @@ def prepare_native(backends: Path, repo: Path, cache: Path) -> Path | None:
     return link
 
 
+def method_name(rows: int, edges: Sequence[int] = ()) -> str:
+    """A traced method's name: ``b<rows>``, or with shape buckets ``b<rows>_s<edge>[x<edge>...]`` (one
+    edge per axis, in the buckets' axis order): what the backend looks up (``shape_buckets.h``)."""
+    return f"b{rows}" + (f"_s{'x'.join(str(e) for e in edges)}" if edges else "")
+
+
+def _combos(shapes: Buckets | None) -> list[tuple[int, ...]]:
+    combos: list[tuple[int, ...]] = [()]
+    for edges in shapes.axes.values() if shapes is not None else []:
+        combos = [(*c, e) for c in combos for e in edges]
+    return combos
+
+
+def method_names(
+    batch_sizes: Sequence[int], shapes: Buckets | None = None
+) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(name, rows, edges) of every method :func:`export_program` traces for ``batch_sizes`` (each
+    combined with every shape bucket of ``shapes``, when given)."""
+    return [(method_name(b, c), b, c) for b in sorted(set(batch_sizes)) for c in _combos(shapes)]
+
+
 def _wrapper(
-    module: Any, program_dtypes: Sequence[Any], output_dtypes: Sequence[Any], buckets: Sequence[int]
+    module: Any, program_dtypes: Sequence[Any], output_dtypes: Sequence[Any], names: Sequence[str]
 ) -> Any:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
@@ -198,8 +240,8 @@ def _wrapper(
                 )
             return tuple(o.to(d) for o, d in zip(outs, output_dtypes, strict=True))
 
-    for bucket in buckets:
-        setattr(Native, f"b{bucket}", Native.forward)
+    for name in names:
+        setattr(Native, name, Native.forward)
     return Native()
 
 
@@ -227,6 +269,12 @@ def _device_free(graph: Any) -> int:
     return len(constants)
 
 
+def _padded(
+    shapes: Buckets | None, name: str, shape: tuple[int, ...], edges: tuple[int, ...]
+) -> tuple[int, ...]:
+    return shape if shapes is None else tuple(shapes.padded_shape(name, shape, edges))
+
+
 def trace_device() -> str:
     """Where to trace: the first GPU when torch sees one (fast), else the CPU. The methods are made
     device-free, so the program serves on whichever device its instances are."""
@@ -242,40 +290,54 @@ def export_program(
     config: Any,
     buckets: Sequence[int],
     device: str,
+    shapes: Buckets | None = None,
 ) -> Path:
     """Write ``model.ts`` into ``target_dir``: ``module`` (a version's program as the torch runner loads
     it on ``device``, with its inputs' dtypes) traced once per bucket in ``buckets`` and the max batch,
     as methods ``b<N>`` that cast to the program's dtypes and to the config's output dtypes, each made
     device-free. A build passes every bucket a tuned config may name
-    (``tritonkit.convert.execution.method_buckets``)."""
+    (``tritonkit.convert.execution.method_buckets``).
+
+    ``shapes``: the version's shape buckets (the config's -1 dims are their axes): one method per
+    (batch bucket, shape bucket), ``b<N>_s<edges>`` (:func:`method_names`), each traced on inputs
+    padded to its edges. The config then carries the buckets as its parameter ``shape_buckets``, which
+    the backend reads (``tritonkit.convert.buckets.apply_buckets``)."""
     import warnings  # noqa: PLC0415
 
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
     if config.max_batch_size <= 0:
         raise NativeBackendError(f"the native runner needs max_batch_size > 0; got {config.max_batch_size}")
-    variable = [t.name for t in config.inputs if any(d < 0 for d in t.dims)]
+    carried = shapes.inputs if shapes is not None else {}
+    variable = [
+        t.name
+        for t in config.inputs
+        if any(d < 0 and i + 1 not in carried.get(t.name, {}) for i, d in enumerate(t.dims))
+    ]
     if variable:
         raise NativeBackendError(
-            f"the native runner needs fixed dims besides the batch; input(s) {', '.join(variable)} have -1"
+            f"the native runner needs fixed dims besides the batch and the shape buckets' axes; input(s) "
+            f"{', '.join(variable)} have -1"
         )
     outs = [getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]) for t in config.outputs]
-    sizes = sorted(set(buckets) | {config.max_batch_size})
-    wrapper = _wrapper(module, program_dtypes, outs, sizes)
+    methods = method_names(sorted(set(buckets) | {config.max_batch_size}), shapes)
+    wrapper = _wrapper(module, program_dtypes, outs, [name for name, _, _ in methods])
     examples = {
-        f"b{b}": tuple(
+        name: tuple(
             torch.zeros(
-                (b, *t.dims), dtype=getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]), device=device
+                _padded(shapes, t.name, (rows, *t.dims), edges),
+                dtype=getattr(torch, _DTYPES[t.data_type.removeprefix("TYPE_")]),
+                device=device,
             )
             for t in config.inputs
         )
-        for b in sizes
+        for name, rows, edges in methods
     }
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # torch.jit's deprecation and tracer notes
         traced = torch.jit.trace_module(wrapper, examples, check_trace=False)  # type: ignore[no-untyped-call]
-    for b in sizes:
-        _device_free(getattr(traced, f"b{b}").graph)
+    for name, _, _ in methods:
+        _device_free(getattr(traced, name).graph)
     target = Path(target_dir) / PROGRAM
     partial = target.with_name(PROGRAM + ".partial")
     traced.save(str(partial))

@@ -18,6 +18,7 @@ struct Json {
   std::string text;
   std::vector<Json> items;
   std::map<std::string, Json> members;
+  std::vector<std::string> keys;  // an object's keys in the order the text gives them
 
   const Json& operator[](const std::string& key) const {
     static const Json missing;
@@ -95,6 +96,7 @@ class JsonReader {
       while (true) {
         std::string key = read_string();
         expect(':');
+        if (v.members.count(key) == 0) v.keys.push_back(key);
         v.members[key] = read();
         if (peek() == ',') { ++i_; continue; }
         expect('}');

@@ -36,6 +36,7 @@ enum TRITONSERVER_Error_Code {
   TRITONSERVER_ERROR_INVALID_ARG, TRITONSERVER_ERROR_UNAVAILABLE, TRITONSERVER_ERROR_UNSUPPORTED
 };
 enum TRITONBACKEND_ArtifactType { TRITONBACKEND_ARTIFACT_FILESYSTEM };
+enum TRITONSERVER_LogLevel { TRITONSERVER_LOG_INFO, TRITONSERVER_LOG_WARN, TRITONSERVER_LOG_ERROR, TRITONSERVER_LOG_VERBOSE };
 constexpr uint32_t kResponseCompleteFinal = 1;  // TRITONSERVER_RESPONSE_COMPLETE_FINAL
 constexpr uint32_t kRequestReleaseAll = 1;      // TRITONSERVER_REQUEST_RELEASE_ALL
 
@@ -44,6 +45,8 @@ void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
 const char* TRITONSERVER_ErrorMessage(TRITONSERVER_Error* error);
 TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(TRITONSERVER_Message* message, const char** base, size_t* byte_size);
 TRITONSERVER_Error* TRITONSERVER_MessageDelete(TRITONSERVER_Message* message);
+bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level);
+TRITONSERVER_Error* TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level, const char* filename, const int line, const char* msg);
 
 TRITONSERVER_Error* TRITONBACKEND_ModelConfig(TRITONBACKEND_Model* model, uint32_t config_version, TRITONSERVER_Message** config);
 TRITONSERVER_Error* TRITONBACKEND_ModelRepository(TRITONBACKEND_Model* model, TRITONBACKEND_ArtifactType* type, const char** location);

@@ -1,16 +1,19 @@
 // tritonkit's native Triton backend: serves a version's TorchScript program (``model.ts``, one
-// method per batch bucket, written by ``tritonkit.backends.native.export``) from Triton's own process.
+// method per batch bucket, or per (batch, shape) bucket, written by ``tritonkit.backends.native``'s
+// export_program) from Triton's own process. A config naming ``shape_buckets`` is served by bucketed.h.
 //
 // Why: the python backend costs every request a trip through shared memory and Python objects (60-70 us
 // on an H100 host), far below what the GPU does for one-row requests; here a memcpy in and one out.
 //
-// One execute: every request's inputs are checked against the config (dtype, shape, byte size; a bad
-// request gets its own error response and the rest run), copied into one pinned staging buffer per
-// input (over several threads for a large batch when asked), run in chunks padded to the smallest bucket that holds them (the method ``b<bucket>``, replayed
-// from a CUDA graph captured at load on a GPU), copied into pinned output buffers, one wait, then one
-// response per request. Statistics go to Triton per request and per batch (``queue``/``compute_*``).
+// One execute (fixed shapes): every request's inputs are checked against the config (dtype, shape, byte
+// size; a bad request gets its own error response and the rest run), copied into one pinned staging
+// buffer per input (over several threads for a large batch when asked), run in chunks padded to the
+// smallest bucket that holds them (method ``b<bucket>``, replayed from a CUDA graph captured at load on a
+// GPU), copied into pinned output buffers, one wait, then one response per request. Statistics go to
+// Triton per request and per batch (``queue``/``compute_*``).
 //
-// Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims), instance kind and device,
+// Config it reads: ``max_batch_size`` (> 0), inputs and outputs (fixed dims, or -1 on a shape bucket's
+// axis: ``shape_buckets``, ``graph_max_batch``, bucketed.h), instance kind and device,
 // ``batch_buckets`` (each a method of the program; default every ``b<N>`` up to the max), ``cuda_graphs``,
 // ``copy_threads`` (default 1), ``copy_split_bytes`` (default 1 MiB: a batch's input copy, copy_in.h),
 // ``answer_thread`` (default false: answers written on an instance's second thread, answers.h; on a GPU
@@ -37,20 +40,14 @@
 #endif
 
 #include "answers.h"
+#include "bucketed.h"
 #include "copy_in.h"
 #include "mini_json.h"
 #include "model_state.h"
+#include "program.h"
 #include "triton_api.h"
 
 namespace tk {
-namespace {
-
-uint64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& message) {
   return TRITONSERVER_ErrorNew(code, message.c_str());
@@ -105,9 +102,14 @@ class Instance {
       torch::jit::setGraphExecutorOptimize(on_gpu_ && model_->jit_optimize);
       module_ = torch::jit::load(model_->version_dir + "/model.ts", device_);
       module_.eval();
-      resolve_buckets();
-      allocate();
-      prepare();
+      if (model_->shapes) {
+        bucketed_ = std::make_unique<Bucketed>(model_, triton_, &module_, device_);
+        bucketed_->load();
+      } else {
+        resolve_buckets();
+        allocate();
+        prepare();
+      }
     } catch (const std::exception& e) {
       return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("tritonkit_torch: ") + first_line(e.what()));
     }
@@ -138,22 +140,9 @@ class Instance {
 #endif
   };
 
-  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-  // The torch runner's rule (tritonkit.tune.space.buckets_of): listed sizes below max_batch_size,
-  // then max_batch_size; none listed: powers of two up to it. Each needs a method b<N>.
+  // The batch buckets up to max_batch_size (batch_sizes' rule), each a method b<N>.
   void resolve_buckets() {
-    const int64_t top = model_->max_batch_size;
-    std::vector<int64_t> kept;
-    if (model_->buckets.empty()) {
-      for (int64_t b = 1; b < top; b *= 2) kept.push_back(b);
-    } else {
-      for (int64_t b : model_->buckets) {
-        if (b >= 1 && b < top) kept.push_back(b);
-      }
-    }
-    kept.push_back(top);
-    for (int64_t b : kept) {
+    for (int64_t b : batch_sizes(model_->buckets, model_->max_batch_size)) {
       auto method = module_.find_method("b" + std::to_string(b));
       if (!method) {
         throw std::runtime_error("model.ts has no method b" + std::to_string(b) + " for bucket " + std::to_string(b) +
@@ -198,24 +187,7 @@ class Instance {
   }
 
   std::vector<at::Tensor> call(Bucket& b, const std::vector<at::Tensor>& in) {
-    std::vector<c10::IValue> args(in.begin(), in.end());
-    c10::IValue result = (*b.method)(args);
-    std::vector<at::Tensor> outs;
-    if (result.isTuple()) {
-      for (const auto& item : result.toTupleRef().elements()) outs.push_back(item.toTensor());
-    } else if (result.isTensorList()) {
-      for (const auto& item : result.toTensorVector()) outs.push_back(item);
-    } else {
-      outs.push_back(result.toTensor());
-    }
-    if (outs.size() != model_->outputs.size()) {
-      throw std::runtime_error("program returned " + std::to_string(outs.size()) + " outputs; the config names " +
-                               std::to_string(model_->outputs.size()));
-    }
-    for (size_t o = 0; o < outs.size(); ++o) {
-      if (outs[o].scalar_type() != model_->outputs[o].dtype.torch) outs[o] = outs[o].to(model_->outputs[o].dtype.torch);
-    }
-    return outs;
+    return call_program(*b.method, in, model_->outputs);
   }
 
   // Static inputs per bucket; on a GPU with graphs, one capture per bucket (after its warm-up runs).
@@ -342,6 +314,7 @@ class Instance {
   std::vector<cudaEvent_t> done_;  // per slot, with the answer thread on a GPU
 #endif
   std::unique_ptr<Outbox<Batch>> outbox_;  // last: stopped (its batches answered) before the rest goes
+  std::unique_ptr<Bucketed> bucketed_;     // with shape buckets: the execute and everything it holds
 };
 
 // Checks one request's inputs and plans their copy into the staging buffers at row ``offset`` (added to
@@ -411,6 +384,10 @@ TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, size_t slot
 }
 
 void Instance::execute(TRITONBACKEND_Request** requests, uint32_t count) {
+  if (bucketed_) {
+    bucketed_->execute(requests, count);
+    return;
+  }
   Batch batch;
   batch.exec_start = now_ns();
   batch.requests.assign(requests, requests + count);
