@@ -150,7 +150,7 @@ def _onnx_spec(args: argparse.Namespace) -> BuildSpec:
     spec = apply_overrides(dataclasses.replace(import_spec(onnx, name), as_is=False), _flags(args))
     if spec.target == "portable" and spec.precisions == ["fp32"] and not spec.source.dynamic_batch:
         return dataclasses.replace(spec, as_is=True)
-    if set(spec.precisions) - {"fp32"} and "pydoc" in (spec.calibration.data, spec.evaluation.data):
+    if set(spec.precisions) - {"fp32"} and {"auto", "pydoc"} & {spec.calibration.data, spec.evaluation.data}:
         raise SpecError(
             "fp16/int8 builds of an ONNX file need held-out data: give --eval-data (and, for int8, "
             "--calibration-data) as .npz files of input arrays"

@@ -28,6 +28,7 @@ from tritonkit.config import ModelConfig, QueuePolicy
 from tritonkit.convert.execution import ServingSpec
 from tritonkit.convert.gpu_profiles import get_profile
 from tritonkit.convert.precision import CALIBRATION_METHODS, Fp16Options, Int8Options
+from tritonkit.convert.seeded_data import BUILTIN
 from tritonkit.convert.spec_parse import MAX_DEPTH, MAX_NODES, YamlBoundError, load_yaml, parse_dataclass
 from tritonkit.errors import SpecError
 from tritonkit.repository.store import validate_model_name
@@ -107,9 +108,11 @@ class Int8Spec:
 
 @dataclass
 class DataSpec:
-    """``data``: ``pydoc`` (bundled English text), ``synthetic`` (seeded images), or a ``.txt``/``.npz`` path."""
+    """``data``: ``auto`` (the built-in set that fits the model: :mod:`tritonkit.convert.seeded_data`),
+    ``pydoc`` (bundled English text), ``synthetic`` (seeded images), ``random`` (seeded samples shaped
+    like the inputs), or a ``.txt``/``.npz`` path."""
 
-    data: str = "pydoc"
+    data: str = "auto"
     samples: int = 256
     min_samples: int = 32
     batch_size: int = 16
@@ -397,7 +400,7 @@ ENV_OVERRIDES: tuple[tuple[str, str, str, Any], ...] = (
 #: as a flag or a variable, against the working directory (like any path typed on a command line).
 PATH_KEYS = ("calibration.data", "evaluation.data", "tensorrt.timing_cache")
 #: Values of the data keys that name a built-in set, not a file.
-_NOT_PATHS = ("pydoc", "synthetic")
+_NOT_PATHS = BUILTIN
 
 
 def _as_dict(obj: Any) -> Any:

@@ -1,6 +1,7 @@
 """The calibration and held-out evaluation sets of one build (:class:`Datasets`), made from the
 spec's ``calibration`` and ``evaluation`` sections: bundled text, seeded synthetic images, or the
-user's ``.txt``/``.npz`` files (loaders in :mod:`tritonkit.convert.data`), batched to what the model
+seeded random samples shaped like the inputs (:mod:`tritonkit.convert.seeded_data`: what the default
+``auto`` means for each model), or the user's ``.txt``/``.npz`` files (loaders in :mod:`tritonkit.convert.data`), batched to what the model
 takes. Evaluation samples never appear in the calibration set (text: dropped from it; arrays: refused
 by :mod:`tritonkit.convert.preflight` before the build starts).
 """
@@ -8,11 +9,11 @@ by :mod:`tritonkit.convert.preflight` before the build starts).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert import data
+from tritonkit.convert import data, seeded_data
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.source import Source
 from tritonkit.errors import CalibrationError, SpecError
@@ -29,7 +30,9 @@ class Datasets:
 
 
 def _text_sets(spec: BuildSpec) -> tuple[list[str], list[str], dict[str, Any]]:
-    cal_spec, ev_spec = spec.calibration, spec.evaluation
+    cal_spec, ev_spec = (
+        replace(s, data=seeded_data.resolve(s.data, True, None)) for s in (spec.calibration, spec.evaluation)
+    )
     if cal_spec.data == "pydoc" and ev_spec.data == "pydoc":
         cal, ev = data.corpus_split(data.english_sentences(), cal_spec.samples, ev_spec.samples)
         return cal, ev, {"corpus": "pydoc_data.topics", "disjoint": True}
@@ -57,11 +60,15 @@ def fixed_batch(inputs: Sequence[TensorSpec]) -> int | None:
 
 def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> tuple[dict[str, Any], list[str]]:
     ds = getattr(spec, section)
-    if ds.data == "synthetic":
+    kind = seeded_data.resolve(ds.data, False, source.graph.inputs, section)
+    if kind == seeded_data.RANDOM:
+        examples = source.torch.example_inputs if source.torch is not None else None
+        return seeded_data.random_samples(ds.samples, source.graph.inputs, examples, seed, section), []
+    if kind == "synthetic":
         if source.image_shape is None or len(source.input_names) != 1:
             raise SpecError(f"spec key `{section}.data`: `synthetic` needs a single image input (N, C, H, W)")
         return {source.input_names[0]: data.synthetic_images(ds.samples, source.image_shape, seed)}, []
-    if ds.data == "pydoc":
+    if kind == "pydoc":
         raise SpecError(f"spec key `{section}.data`: `pydoc` text needs `preprocessing.kind: text`")
     path = spec.resolve(ds.data)
     arrays, notes = data.fit_arrays(data.read_arrays(path, section), source.graph.inputs, path, section)
@@ -116,9 +123,12 @@ def prepare_data(spec: BuildSpec, source: Source, needs_calibration: bool) -> Da
             f"no evaluation batch: the model takes exactly {fixed} samples per batch; got "
             f"{ev_dropped} evaluation samples"
         )
+    inputs = source.graph.inputs
     record: dict[str, Any] = {
-        "calibration": spec.calibration.data,
-        "evaluation": spec.evaluation.data,
+        "calibration": seeded_data.resolve(spec.calibration.data, False, inputs, "calibration")
+        if needs_calibration
+        else spec.calibration.data,
+        "evaluation": seeded_data.resolve(spec.evaluation.data, False, inputs),
         "calibration_samples": count,
         "evaluation_samples": sum(next(iter(f.values())).shape[0] for f in evaluation),
     }

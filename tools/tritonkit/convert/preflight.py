@@ -10,7 +10,8 @@ Checked, each problem one line naming the file (and the array), before anything 
   refused with the two ways out (``source.dynamic_batch: true`` to rewrite the axis, which the
   clean-up verifies by running the graph, or ``max_batch_size: 0``);
 - the data of every set the precisions need (evaluation for fp16/int8/bf16, calibration for int8):
-  ``pydoc``/``synthetic`` only where they apply, every ``.npz``/``.npy`` readable (a text file named
+  ``pydoc``/``synthetic`` only where they apply (``auto``, the default, the one that fits, else seeded
+  random samples where the model says its inputs' values: :mod:`tritonkit.convert.seeded_data`), every ``.npz``/``.npy`` readable (a text file named
   ``.npz`` is named as such), its arrays against the inputs (names, dtypes, shapes, equal sample
   counts, NaN/Inf; arrays no input takes and value-preserving casts are warnings), enough samples
   for ``min_samples`` and for the batch of a model whose first axis is fixed;
@@ -28,7 +29,7 @@ from typing import Any
 
 from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert import data
+from tritonkit.convert import data, seeded_data
 from tritonkit.convert.buildspec import BuildSpec
 from tritonkit.convert.datasets import fixed_batch
 from tritonkit.convert.export import TorchSource, load_torch_source
@@ -38,8 +39,6 @@ from tritonkit.errors import CalibrationError, ModelImportError, SpecError, Trit
 from tritonkit.repository.onnx_io import read_io
 
 __all__ = ["Checked", "ModelIO", "check_build"]
-
-_BUILTIN = ("pydoc", "synthetic")
 
 
 @dataclass
@@ -120,15 +119,21 @@ def _check_batch(spec: BuildSpec, model: ModelIO) -> ModelIO:
 def _arrays(spec: BuildSpec, section: str, model: ModelIO, checked: Checked) -> dict[str, Any] | None:
     """The samples ``section`` will use, checked (None: a built-in set or text)."""
     ds = getattr(spec, section)
-    if ds.data in _BUILTIN or ds.data.endswith(".txt"):
-        text = spec.preprocessing.kind == "text"
-        if ds.data == "pydoc" and not text:
+    text = spec.preprocessing.kind == "text"
+    kind = seeded_data.resolve(ds.data, text, model.inputs, section)
+    if kind == seeded_data.RANDOM and model.inputs is not None:
+        examples = checked.torch.example_inputs if checked.torch is not None else None
+        seeded_data.random_samples(1, model.inputs, examples, 0, section)  # the one-line refusal, if any
+        checked.warnings.append(seeded_data.RANDOM_NOTE.format(section=section))
+        return None
+    if kind in seeded_data.BUILTIN or ds.data.endswith(".txt"):
+        if kind == "pydoc" and not text:
             raise SpecError(
                 f"spec key `{section}.data`: `pydoc` is English text, for `preprocessing.kind: text` models; "
                 f"give an .npz file of input arrays named after the model's inputs"
             )
         if (
-            ds.data == "synthetic"
+            kind == "synthetic"
             and model.inputs is not None
             and (len(model.inputs) != 1 or len(model.inputs[0].shape) != 4)
         ):

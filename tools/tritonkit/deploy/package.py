@@ -42,6 +42,7 @@ from tritonkit.atomic import make_dir, replace_dir
 from tritonkit.convert.buildspec import BuildSpec, load_spec, parse_spec
 from tritonkit.convert.export import TorchSource, load_torch_source
 from tritonkit.convert.preflight import check_build
+from tritonkit.convert.seeded_data import BUILTIN
 from tritonkit.convert.source import spec_folder_importable
 from tritonkit.convert.tensorrt_buckets import check_spec
 from tritonkit.errors import DeployError, TritonKitError
@@ -72,7 +73,7 @@ WORKSPACE_ENV = "TRITONKIT_BUILD_WORKSPACE"
 #: ``tensorrt.timing_cache``); the Jobs point it at the workspace volume, keyed by GPU and TensorRT.
 TIMING_CACHE_ENV = "TRITONKIT_TIMING_CACHE"
 #: ``calibration.data`` / ``evaluation.data`` values that name a built-in source, not a file.
-_BUILTIN_DATA = ("pydoc", "synthetic")
+_BUILTIN_DATA = BUILTIN
 
 
 def _inside(spec_dir: Path, value: str, key: str) -> Path:
