@@ -5,8 +5,9 @@ layer costs over raw tritonclient), ``loadtest`` (the Locust users' load against
 against brute force), ``compare`` (FP32 / FP16 / INT8 of the flagships, served) and ``users_ab`` (this tree's
 Locust users against an earlier commit's); their probe model (``probe_model``). The GPU benchmark
 (``python -m tritonkit_bench.gpu``, ``docs/benchmarks-gpu.md``): ``gpu`` (the parts and the run),
-``gpu_models`` (models and versions), ``gpu_measure`` (in-process, accuracy, served), ``gpu_load``,
-``gpu_http`` and ``gpu_stream`` (the load over gRPC, HTTP and gRPC streams), ``gpu_tune`` (tune, then
+``gpu_models`` (models and versions), ``gpu_measure`` (in-process, accuracy, and served levels measured
+by the product's generator of record: perf_analyzer where installed, else ``tritonkit.tune.measure``),
+``gpu_load`` (the parts' ``Payload``; the raw gRPC load ``scripts/gpu/diagnose.py`` still runs), ``gpu_tune`` (tune, then
 profile), ``gpu_render`` (the page); ``gpu_pipeline`` (the torch runner pipelined against synchronous).
 ``faults`` renders ``docs/reliability.md`` from the fault suite's records; ``fleet`` is the fleet plan's
 worked example, end to end.

@@ -7,7 +7,8 @@ For each part: the engine in-process (samples/s by batch, the peak), FP16 accura
 module, the version served as built at rising numbers of requests of one row in flight
 (:mod:`tritonkit_bench.gpu_measure`), then (``--tune``) ``tritonkit tune`` and ``tritonkit profile`` as a
 user runs them (:mod:`tritonkit_bench.gpu_tune`) and the same levels served with the tuned config; those levels again through Triton's HTTP front end
-(``--protocols``, default grpc,http; the raw HTTP generator of :mod:`tritonkit_bench.gpu_http`).
+(``--protocols``, default grpc,http; every served level is measured by the product's generator of record:
+perf_analyzer where installed, else tritonkit's, :func:`tritonkit_bench.gpu_measure.sweep`).
 ``--malloc-ab`` serves one level again without tritonkit's malloc settings (the stub's input copies).
 
 Figures go to ``--raw`` after every part (a cut-off run keeps what it measured); ``--merge`` keeps the
@@ -34,9 +35,7 @@ from tritonkit.machine import cpu_model
 from tritonkit.serve.embedded import MALLOC_TUNING_ENV
 from tritonkit.tune.space import buckets_of, jit_on, pipelined
 from tritonkit_bench import gpu_tune
-from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
-from tritonkit_bench.gpu_load import PROTOCOLS
-from tritonkit_bench.gpu_measure import accuracy, alone, in_process, sweep
+from tritonkit_bench.gpu_measure import HTTP_MAX_IN_FLIGHT, PROTOCOLS, accuracy, alone, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
 from tritonkit_bench.gpu_render import render
 
@@ -228,12 +227,12 @@ def measure_part(
 def _http_levels(
     repo: Path, name: str, log_file: Path, args: argparse.Namespace, part: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The part's levels (up to HTTP_MAX_IN_FLIGHT) through Triton's HTTP front end, each process's
-    connections opened one by one under load; notes the HTTP threads and reply room in ``part``."""
+    """The part's levels (up to HTTP_MAX_IN_FLIGHT) through Triton's HTTP front end, by the product's
+    generator of record; notes the HTTP threads and reply room in ``part``."""
     levels = [n for n in PARTS[name].levels if n <= HTTP_MAX_IN_FLIGHT]
     threads = () if args.http_threads is None else (f"--http-thread-count={args.http_threads}",)
     part["http_threads"] = args.http_threads or TRITON_HTTP_THREADS
-    part["http_connect"] = "ramp"
+    part["http_connect"] = "generator"  # the product's generator of record opens its own connections
     rows = sweep(repo, name, levels, args.seconds, log, log_file=log_file, processes=args.client_processes,
                  protocol="http", server_args=threads)  # fmt: skip
     part["http_reply_room"] = rows[0]["http_reply_room"] if rows else None

@@ -1,16 +1,13 @@
-"""Closed-loop load for the GPU benchmark, over gRPC or HTTP: N client processes, each keeping K
-requests in flight.
+"""Closed-loop raw gRPC load kept for ``scripts/gpu/diagnose.py``, and :class:`Payload`, the GPU parts' inputs.
 
-One request in flight per process goes through blocking calls instead (:func:`_single`). A :class:`Payload` names the model's inputs (token ids and masks for the text encoders, an FP32 image
-for ResNet-50) and its output. Each process serialises its request once and sends those bytes again
-and again (no per-call request building or answer decoding: the generator must cost far less than the
-server it loads, and tritonclient's per-call objects cost about 0.3 ms of CPU a request): over gRPC a
-``ModelInferRequest`` on a raw ``grpc.aio`` channel; over HTTP the whole HTTP/1.1 request of the KServe
-v2 protocol with Triton's binary tensor extension (a JSON header, then the raw tensors), one keep-alive
-connection per request in flight (:mod:`tritonkit_bench.gpu_http`). The first answer of each process is
-decoded and checked (output name, row count). Each process reports the requests it finished inside the
-measured window, their latencies and its own CPU time, so the report can show the load generator's
-headroom beside the server's figures.
+What is left of the benchmark's own generator: the benchmark's served levels are measured by the
+product's generator of record (:func:`tritonkit_bench.gpu_measure.sweep`: perf_analyzer where installed,
+else :mod:`tritonkit.tune.measure`); its HTTP and gRPC-stream generators are gone. :class:`Payload` names
+a part's inputs (token ids and masks for the text encoders, an FP32 image for ResNet-50) and its output
+(the in-process examples and the built version's output name read it; ``scripts/gpu/heldout.py`` and
+``tests/support/bench_tiny.py`` too). :func:`run_load` keeps N processes with K requests in flight each,
+over a raw ``grpc.aio`` channel with a pre-serialised ``ModelInferRequest``; ``scripts/gpu/diagnose.py``
+still calls it (moving it onto :mod:`tritonkit.tune.measure` deletes this generator).
 """
 
 from __future__ import annotations
@@ -29,15 +26,9 @@ __all__ = ["BERT", "IMAGE", "PROTOCOLS", "TEXT", "LoadResult", "Payload", "pool"
 
 _METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _LIMITS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-#: the front ends the generator can load (``grpc-stream``: gRPC's ModelStreamInfer, :mod:`.gpu_stream`)
-#: ``http`` opens each process's connections one by one once the load has started, ``http-burst`` all of
-#: them before it (:func:`.gpu_http.worker`)
-PROTOCOLS = ("grpc", "http", "grpc-stream", "http-burst")
-
-
-def is_http(protocol: str) -> bool:
-    """Whether ``protocol`` (of :data:`PROTOCOLS`) goes through Triton's HTTP front end."""
-    return protocol in ("http", "http-burst")
+#: the front end this load goes through (HTTP and gRPC streams went with the bench's own generator:
+#: the benchmark's served levels are the product's generator's, :func:`.gpu_measure.sweep`)
+PROTOCOLS = ("grpc",)
 
 
 @dataclass(frozen=True)
@@ -154,18 +145,7 @@ async def start_window(start_at: float, warmup_s: float, seconds: float, first_e
 def _worker(
     args: tuple[str, str, Payload, int, int, float, float, float, str],
 ) -> tuple[int, int, list[float], float, str]:
-    url, model, payload, batch, in_flight, warmup_s, seconds, start_at, protocol = args
-    if is_http(protocol):
-        from tritonkit_bench import gpu_http  # noqa: PLC0415 (it builds on this module's pieces)
-
-        ramp = protocol == "http"
-        return gpu_http.worker(url, model, payload, batch, in_flight, warmup_s, seconds, start_at, ramp)
-    if protocol == "grpc-stream":
-        from tritonkit_bench import gpu_stream  # noqa: PLC0415 (it builds on this module's pieces)
-
-        return gpu_stream.worker(
-            url, model, payload, batch, in_flight, warmup_s, seconds, start_at, os.getpid()
-        )
+    url, model, payload, batch, in_flight, warmup_s, seconds, start_at, _ = args
     import grpc  # noqa: PLC0415 (grpc loads in the workers)
 
     body = request_bytes(model, payload, batch, os.getpid())

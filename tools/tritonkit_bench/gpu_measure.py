@@ -3,10 +3,12 @@ the FP32 reference, and versions served by the embedded tritonserver, level by l
 
 In-process figures run the torch runner's own engine (``backends/runners/torch_runner.py``; for a native
 version, the same engine replaying its ``model.ts`` methods) on the GPU with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
-measured). Served figures are requests of one row kept in flight by the raw gRPC or HTTP generator
-(:mod:`tritonkit_bench.gpu_load`), next to Triton's own statistics over the level (queue, compute
-input / infer / output, the batches formed and so the padded share, from ``batch_stats``), the
-server's CPU time and the GPU's utilisation sampled by nvidia-smi.
+measured). Served figures are requests of one row kept in flight by the product's generator of record
+(:mod:`tritonkit.tune.generators`: NVIDIA's perf_analyzer where it is installed, else tritonkit's own,
+:mod:`tritonkit.tune.measure`; the requests are the product's generated data for the model's inputs),
+each level measured in windows until 3 agree as ``tritonkit profile`` measures it, next to Triton's own
+statistics over the level (queue, compute input / infer / output, the batches formed and so the padded
+share, from ``batch_stats``), the server's CPU time and the GPU's utilisation sampled by nvidia-smi.
 """
 
 from __future__ import annotations
@@ -28,11 +30,20 @@ from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load
 from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.tune.generators import choose, label, measurer_of
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
+from tritonkit.tune.measure import MeasureOptions
+from tritonkit.tune.perf_analyzer import Binary, locate
 from tritonkit.tune.space import buckets_of, padded_share
-from tritonkit_bench.gpu_load import is_http, pool, run_load
+from tritonkit.tune.stats import StabilityRule
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples
 
-__all__ = ["accuracy", "alone", "in_process", "server_stats", "sweep"]
+__all__ = ["HTTP_MAX_IN_FLIGHT", "PROTOCOLS", "accuracy", "alone", "in_process", "server_stats", "sweep"]
+
+#: the front ends a served level goes through (Triton's gRPC and HTTP/REST endpoints)
+PROTOCOLS = ("grpc", "http")
+#: the most requests in flight a level sends over HTTP (one keep-alive connection per request in flight)
+HTTP_MAX_IN_FLIGHT = 1024
 
 SERVER_ARGS = (
     "--backend-config=python,shm-default-byte-size=67108864",
@@ -213,6 +224,14 @@ def _level(before: dict[str, Any], after: dict[str, Any], buckets: Sequence[int]
     }
 
 
+def _generator(name: str | None) -> Binary | None:
+    """The generator of record: ``name`` (``tritonkit`` or ``perf_analyzer``), or (None) perf_analyzer
+    where it is installed, else tritonkit's own."""
+    if name is None:
+        return found if isinstance(found := locate(), Binary) else None
+    return choose(name, MeasureOptions())
+
+
 def sweep(
     root: Path,
     part: str,
@@ -224,25 +243,34 @@ def sweep(
     processes: int = 8,
     protocol: str = "grpc",
     server_args: Sequence[str] = (),
+    generator: str | None = None,
 ) -> list[dict[str, Any]]:
     """Requests of one row at each number in flight in ``levels``, on a server of ``root`` as its
-    configs are now (started with ``server_args`` too), from ``processes`` client processes over
-    ``protocol`` (``grpc`` or ``http``); one row of figures per level."""
+    configs are now (started with ``server_args`` too), over ``protocol`` (``grpc`` or ``http``), by the
+    product's generator (``generator``; None: perf_analyzer where installed, else tritonkit's with at
+    most ``processes`` processes): windows of ``seconds / 3`` until 3 agree within 10 % (at most 6, the
+    first after the server starts not kept); one row of figures per level."""
     import psutil  # noqa: PLC0415 (optional (dev extra))
     import tritonclient.grpc as grpcclient  # noqa: PLC0415 (the statistics API through tritonclient)
 
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}; got {protocol!r}")
     spec = PARTS[part]
     buckets = buckets_of(load(root / spec.model / "config.pbtxt"))
+    binary = _generator(generator)
+    options = MeasureOptions(
+        window=WindowSpec(max(seconds / 3, 0.1)), stability=StabilityRule(3, 0.10), max_windows=6,
+        max_processes=processes,
+    )  # fmt: skip
     rows = []
-    with (
-        EmbeddedServer(
-            root, startup_timeout=600.0, extra_args=(*SERVER_ARGS, *server_args), log_file=log_file
-        ) as server,
-        pool(processes) as workers,
-    ):
+    with EmbeddedServer(
+        root, startup_timeout=600.0, extra_args=(*SERVER_ARGS, *server_args), log_file=log_file
+    ) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         headers = grpc_headers(server.admin_headers) or {}
         procs = [psutil.Process(server.pid)]
+        url = server.http_url if protocol == "http" else server.grpc_url
+        target = Target(url, spec.model, protocol, headers=dict(server.admin_headers), batch_size=1)
 
         def cpu() -> float:
             total = 0.0
@@ -252,33 +280,38 @@ def sweep(
                     total += t.user + t.system
             return total
 
-        for in_flight in levels:
-            before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
-            with _GpuSampler() as gpu:
-                load_ = run_load(server.http_url if is_http(protocol) else server.grpc_url, spec.model,
-                                 payload=spec.payload, batch=1, in_flight=in_flight, seconds=seconds,
-                                 workers=workers, processes=processes, protocol=protocol)  # fmt: skip
-            after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0
-            cores = os.cpu_count() or 1
-            row = {
-                "protocol": protocol,
-                "in_flight": in_flight,
-                "samples_per_s": load_.requests / load_.seconds,
-                "p50_ms": load_.percentile(50),
-                "p99_ms": load_.percentile(99),
-                "errors": load_.errors,
-                "first_error": load_.first_error,
-                "client_cpu_share": load_.client_cpu_s / (load_.seconds * cores),
-                "server_cpu_share": (cpu() - cpu0) / (wall * cores),
-                "gpu_util": gpu.mean,
-                "http_reply_room": server.http_reply_room,
-                **_level(before, after, buckets),
-            }
-            rows.append(row)
-            log(
-                f"{spec.model} {protocol} c{in_flight}: {row['samples_per_s']:,.0f}/s p50 {row['p50_ms']:.2f} ms "
-                f"p99 {row['p99_ms']:.2f} ms batch {row['avg_batch']:.1f} padded "
-                f"{(row['padded_share'] or 0):.1%} errors {load_.errors} {load_.first_error}"
-            )
+        with measurer_of(binary, target, options) as measurer:
+            measurer.loaded()  # the server just started: the first window warms it up, not kept
+            for in_flight in levels:
+                before, cpu0, t0 = server_stats(client, spec.model, headers), cpu(), time.perf_counter()
+                with _GpuSampler() as gpu:
+                    result = measurer.measure(Level("concurrency", in_flight))
+                after, wall = server_stats(client, spec.model, headers), time.perf_counter() - t0
+                cores = os.cpu_count() or 1
+                row = {
+                    "protocol": protocol,
+                    "in_flight": in_flight,
+                    "generator": label(binary),
+                    "stable": result.stable,
+                    "samples_per_s": result.throughput,
+                    "p50_ms": result.p50_ms,
+                    "p99_ms": result.p99_ms,
+                    "errors": result.failures,
+                    "first_error": result.error,
+                    # the generator's CPU over the host's cores (perf_analyzer: its client overhead share)
+                    "client_cpu_share": result.generator_cpu * result.capacity.processes / cores,
+                    "generator_limited": result.generator_limited,
+                    "server_cpu_share": (cpu() - cpu0) / (wall * cores),
+                    "gpu_util": gpu.mean,
+                    "http_reply_room": server.http_reply_room,
+                    **_level(before, after, buckets),
+                }
+                rows.append(row)
+                log(
+                    f"{spec.model} {protocol} c{in_flight} ({row['generator']}): {row['samples_per_s']:,.0f}/s "
+                    f"p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.2f} ms batch {row['avg_batch']:.1f} padded "
+                    f"{(row['padded_share'] or 0):.1%} errors {row['errors']} {row['first_error']}"
+                    + ("" if result.stable else " UNSTABLE")
+                )
         client.close()
     return rows

@@ -4,8 +4,9 @@ Builds one part of the GPU benchmark (default ``bert``: BERT-base, sequence 128,
 :mod:`tritonkit_bench.gpu_models` writes it), times its engine in-process (the peak), then serves the
 same version directory once per variant, only its config changed between servers: the runner's
 ``pipeline`` parameter (off / on, with ``pipeline_depth``) and the instances per GPU. Each variant is
-measured at the same levels of requests of one row in flight with the benchmark's raw gRPC load (8
-client processes), Triton's statistics beside it (:func:`tritonkit_bench.gpu_measure.sweep`). Writes a
+measured at the same levels of requests of one row in flight by the product's generator of record
+(perf_analyzer where installed, else tritonkit's, at most 8 processes), Triton's statistics beside it
+(:func:`tritonkit_bench.gpu_measure.sweep`). Writes a
 small markdown table (``--out``) and the figures as JSON (``--raw``) after every variant.
 
 Triton's compute-infer statistic of a pipelined variant is the hand-over of each batch to the runner's
@@ -26,9 +27,8 @@ from tritonkit.backends.native import BACKEND, export_program
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit_bench.gpu_http import HTTP_MAX_IN_FLIGHT
-from tritonkit_bench.gpu_load import PROTOCOLS, Payload, is_http
-from tritonkit_bench.gpu_measure import in_process, sweep
+from tritonkit_bench.gpu_load import Payload
+from tritonkit_bench.gpu_measure import HTTP_MAX_IN_FLIGHT, PROTOCOLS, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
 from tritonkit_bench.gpu_models import runner as load_torch_runner
 from tritonkit_bench.gpu_render import peak
@@ -315,7 +315,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         )
         variant["rows"] = []
         for protocol in args.protocol:
-            levels = [n for n in args.levels if not is_http(protocol) or n <= HTTP_MAX_IN_FLIGHT]
+            levels = [n for n in args.levels if protocol != "http" or n <= HTTP_MAX_IN_FLIGHT]
             try:
                 variant["rows"] += sweep(
                     repo,
@@ -358,9 +358,10 @@ def render(data: dict[str, Any]) -> str:
             else ""
         )
         + f"; each variant's ratio is against the engine it serves. Requests of one row, {data['seconds']:g} s "
-        f"per level, {data.get('client_processes', 8)} client processes (one request in flight: blocking calls; "
-        "front ends: grpc = unary calls, grpc-stream = Triton's ModelStreamInfer, http = HTTP/1.1 with the "
-        "binary tensor extension). † pipelined: Triton's compute infer is the hand-over of a "
+        f"per level, at most {data.get('client_processes', 8)} client processes of the generator each row's "
+        "JSON names (perf_analyzer where installed, else tritonkit's; front ends: grpc = unary calls, "
+        "grpc-stream = Triton's ModelStreamInfer in earlier runs, http = HTTP/1.1 with the binary tensor "
+        "extension). † pipelined: Triton's compute infer is the hand-over of a "
         "batch to the runner's worker, not the GPU work.",
         "",
         "| variant | front end | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tritonkit_bench.gpu_load import is_http
-
 __all__ = ["peak", "render", "summary"]
 
 RATIO = 0.85
@@ -145,7 +143,7 @@ def summary(data: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _proto(row: dict[str, Any]) -> str:
-    return "HTTP" if is_http(str(row.get("protocol", "grpc"))) else "gRPC"
+    return "HTTP" if str(row.get("protocol", "grpc")) in ("http", "http-burst") else "gRPC"
 
 
 def _ordered(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -276,7 +274,9 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
                   "request in flight"
                   + (", each process's opened one by one once the load has started (connections opened together on "
                      "an idle tritonserver 2.51 all land on its first HTTP thread)"
-                     if part.get("http_connect") == "ramp" else ", all opened before the load")
+                     if part.get("http_connect") == "ramp"
+                     else ", opened by the generator each row names" if part.get("http_connect") == "generator"
+                     else ", all opened before the load")
                   + (f"; {part['http_threads']} HTTP threads" if part.get("http_threads") else "")
                   + (f"; room for {part['http_reply_room']:,} queued answers per HTTP thread"
                      if part.get("http_reply_room") else
