@@ -325,17 +325,20 @@ class ModelSpec:
                     )
             prepared.append((name, rule.datatype, array))
         if self.max_batch_size > 0:
-            if batch > self.max_batch_size:
-                raise InvalidInputError(
-                    f"batch of {batch} is above {self._where()}'s max_batch_size {self.max_batch_size}; "
-                    "send at most that many, or use infer_batch() to split"
-                )
-            if batch < 1:
-                raise InvalidInputError(
-                    f"batch of {batch} for {self._where()}; expected 1..{self.max_batch_size}"
-                )
+            self._check_batch(batch)
             return prepared, batch
         return prepared, 0
+
+    def _check_batch(self, batch: int) -> None:
+        if batch > self.max_batch_size:
+            raise InvalidInputError(
+                f"batch of {batch} is above {self._where()}'s max_batch_size {self.max_batch_size}; "
+                "send at most that many, or use infer_batch() to split"
+            )
+        if batch < 1:
+            raise InvalidInputError(
+                f"batch of {batch} for {self._where()}; expected 1..{self.max_batch_size}"
+            )
 
     def _check_shape(self, rule: _InputRule, shape: tuple[int, ...]) -> None:
         name = rule.name

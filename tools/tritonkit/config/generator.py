@@ -175,6 +175,12 @@ def to_dict(cfg: mc.ModelConfig) -> Dict:
         d["ensemble_scheduling"] = {"step": [_step_to_dict(s) for s in cfg.ensemble_steps]}
     if cfg.instance_groups:
         d["instance_group"] = [_group_to_dict(g) for g in cfg.instance_groups]
+    return _merge(cfg.extra, {**d, **_execution_to_dict(cfg)})
+
+
+def _execution_to_dict(cfg: mc.ModelConfig) -> Dict:
+    """The fields of ``cfg`` about how it executes: optimization, files, parameters, warmup, cache."""
+    d: Dict = {}
     if cfg.optimization is not None:
         d["optimization"] = _optimization_to_dict(cfg.optimization)
     if cfg.default_model_filename is not None:
@@ -187,7 +193,7 @@ def to_dict(cfg: mc.ModelConfig) -> Dict:
         d["model_warmup"] = [_warmup_to_dict(w) for w in cfg.model_warmup]
     if cfg.response_cache:
         d["response_cache"] = {"enable": True}
-    return _merge(cfg.extra, d)
+    return d
 
 
 def to_proto(cfg: mc.ModelConfig) -> model_config_pb2.ModelConfig:

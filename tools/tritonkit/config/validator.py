@@ -17,6 +17,7 @@ from tritonkit.config.dtypes import TRITON_DTYPES, is_dtype, normalize_dtype
 from tritonkit.config.model_config import (
     Accelerator,
     DynamicBatching,
+    EnsembleStep,
     InstanceGroup,
     ModelConfig,
     ModelWarmup,
@@ -100,6 +101,12 @@ def problems(cfg: ModelConfig) -> list[str]:
         accel = cfg.optimization.execution_accelerators
         _check_accelerators("gpu_execution_accelerator", accel.gpu_execution_accelerator, out)
         _check_accelerators("cpu_execution_accelerator", accel.cpu_execution_accelerator, out)
+    _check_files_and_keys(cfg, out)
+    return out
+
+
+def _check_files_and_keys(cfg: ModelConfig, out: list[str]) -> None:
+    """Model file names, parameter keys, and ``extra`` keys that a modelled field would override."""
     for key, filename in cfg.cc_model_filenames.items():
         if not _CC_KEY.match(key):
             out.append(f"`cc_model_filenames` key {key!r} is not a compute capability; expected e.g. '7.5'")
@@ -112,7 +119,6 @@ def problems(cfg: ModelConfig) -> list[str]:
     for key in sorted(set(cfg.extra) & _MODELLED):
         # The modelled value would silently win over (or merge into) the extra one.
         out.append(f"`extra` has {key!r}, a field ModelConfig models; expected it set through its attribute")
-    return out
 
 
 def validate(cfg: ModelConfig) -> ModelConfig:
@@ -212,6 +218,14 @@ def _check_batching(cfg: ModelConfig, b: DynamicBatching, is_ensemble: bool, out
             f"`dynamic_batching` is set but `max_batch_size` is {mbs}; expected `max_batch_size` >= 1 "
             "(dims then exclude the batch dimension)"
         )
+    _check_preferred(b, mbs, out)
+    _check_priorities(b, out)
+    for name in _SCHEDULERS:
+        if name in cfg.extra:
+            out.append(f"`dynamic_batching` and `{name}` are both set; expected one scheduler")
+
+
+def _check_preferred(b: DynamicBatching, mbs: int, out: list[str]) -> None:
     for size in _dups(b.preferred_batch_size):
         out.append(
             f"`dynamic_batching.preferred_batch_size` {size} appears more than once; expected unique sizes"
@@ -224,6 +238,10 @@ def _check_batching(cfg: ModelConfig, b: DynamicBatching, is_ensemble: bool, out
                 f"`dynamic_batching.preferred_batch_size` {size} exceeds `max_batch_size` {mbs}; "
                 f"expected every preferred size <= {mbs}"
             )
+
+
+def _check_priorities(b: DynamicBatching, out: list[str]) -> None:
+    """The queue delay, priority levels and the queue policies."""
     if b.max_queue_delay_microseconds < 0:
         out.append(
             f"`dynamic_batching.max_queue_delay_microseconds` is {b.max_queue_delay_microseconds}; "
@@ -245,9 +263,6 @@ def _check_batching(cfg: ModelConfig, b: DynamicBatching, is_ensemble: bool, out
                 f"expected 1..{b.priority_levels} (`priority_levels`)"
             )
         _check_queue(f"dynamic_batching.priority_queue_policy[{level}]", policy, out)
-    for name in _SCHEDULERS:
-        if name in cfg.extra:
-            out.append(f"`dynamic_batching` and `{name}` are both set; expected one scheduler")
 
 
 def _check_queue(path: str, q: QueuePolicy, out: list[str]) -> None:
@@ -372,26 +387,7 @@ def _check_ensemble(cfg: ModelConfig, out: list[str]) -> None:
         out.append(f"ensemble tensor {name!r} is produced by more than one step; expected one producer")
     available = inputs | set(produced)
     for i, step in enumerate(cfg.ensemble_steps):
-        path = f"ensemble_scheduling.step[{i}]"
-        if not step.model_name:
-            out.append(f"`{path}.model_name` is empty; expected the name of a composing model")
-        if step.model_version < -1:
-            out.append(f"`{path}.model_version` is {step.model_version}; expected -1 (latest) or >= 1")
-        if not step.input_map:
-            out.append(f"`{path}.input_map` is empty; expected at least one model input mapped")
-        if not step.output_map:
-            out.append(f"`{path}.output_map` is empty; expected at least one model output mapped")
-        for model_input, tensor in step.input_map.items():
-            if tensor not in available:
-                out.append(
-                    f"`{path}.input_map` maps {model_input!r} to {tensor!r}, which is neither an ensemble "
-                    f"input nor a step output; expected one of {_fmt(sorted(available))}"
-                )
-        for tensor in step.output_map.values():
-            if tensor in inputs:
-                out.append(
-                    f"`{path}.output_map` writes ensemble input {tensor!r}; expected a new tensor name"
-                )
+        _check_step(f"ensemble_scheduling.step[{i}]", step, inputs, available, out)
     for name in sorted(outputs - set(produced)):
         out.append(
             f"ensemble `output` {name!r} is not produced by any step; expected it among the "
@@ -399,6 +395,26 @@ def _check_ensemble(cfg: ModelConfig, out: list[str]) -> None:
         )
     if cfg.instance_groups:
         out.append("`instance_group` is set on an ensemble; expected instance groups on the composing models")
+
+
+def _check_step(path: str, step: EnsembleStep, inputs: set[str], available: set[str], out: list[str]) -> None:
+    if not step.model_name:
+        out.append(f"`{path}.model_name` is empty; expected the name of a composing model")
+    if step.model_version < -1:
+        out.append(f"`{path}.model_version` is {step.model_version}; expected -1 (latest) or >= 1")
+    if not step.input_map:
+        out.append(f"`{path}.input_map` is empty; expected at least one model input mapped")
+    if not step.output_map:
+        out.append(f"`{path}.output_map` is empty; expected at least one model output mapped")
+    for model_input, tensor in step.input_map.items():
+        if tensor not in available:
+            out.append(
+                f"`{path}.input_map` maps {model_input!r} to {tensor!r}, which is neither an ensemble "
+                f"input nor a step output; expected one of {_fmt(sorted(available))}"
+            )
+    for tensor in step.output_map.values():
+        if tensor in inputs:
+            out.append(f"`{path}.output_map` writes ensemble input {tensor!r}; expected a new tensor name")
 
 
 def _check_accelerators(kind: str, accelerators: list[Accelerator], out: list[str]) -> None:
