@@ -154,46 +154,17 @@ class ServingSpec:
         graphs = data.get("cuda_graphs", True)
         if not isinstance(graphs, bool):
             raise SpecError(f"serving.cuda_graphs must be true or false; got {shown(graphs)}")
-        pipeline = data.get("pipeline", False)
-        if not isinstance(pipeline, bool):
-            raise SpecError(f"serving.pipeline must be true or false; got {shown(pipeline)}")
-        runner = str(data.get("runner", "auto"))
-        jit_optimize = data.get("jit_optimize", False)
-        if not isinstance(jit_optimize, bool):
-            raise SpecError(f"serving.jit_optimize must be true or false; got {shown(jit_optimize)}")
-        if jit_optimize and runner != "native":
-            raise SpecError(
-                f"serving.jit_optimize is the native backend's; set serving.runner: native (got {runner})"
-            )
-        if runner == "native" and data.get("engine") == "onnxruntime":
-            raise SpecError("serving.runner native serves the torch engine; got serving.engine onnxruntime")
-        if runner == "native" and pipeline:
-            raise SpecError("serving.pipeline is the python runner's; serving.runner native has no pipeline")
-        instances = data.get("instances", {}) or {}
-        if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
-            raise SpecError(f"serving.instances takes `count` and `gpus`; got {shown(instances)}")
-        count = instances.get("count")
-        if count is not None and not _positive(count):
-            raise SpecError(f"serving.instances.count must be an integer >= 1; got {shown(count)}")
-        gpus = instances.get("gpus", [])
-        if not isinstance(gpus, list) or not all(
-            isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
-        ):
-            raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {shown(gpus)}")
+        pipeline, runner, jit_optimize = _runner_flags(data)
+        placement = _placement(data.get("instances", {}) or {})
         shape_buckets = _shape_buckets(data.get("shape_buckets", {}))
-        pad_values = data.get("pad_values", {}) or {}
-        if not isinstance(pad_values, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-            for k, v in pad_values.items()
-        ):
-            raise SpecError(f"serving.pad_values must map input names to numbers; got {shown(pad_values)}")
+        pad_values = _pad_values(data.get("pad_values", {}) or {})
         return cls(
             device=str(data.get("device", "auto")),
             engine=str(data.get("engine", "auto")),
             precision=str(data.get("precision", "auto")),
             batch_buckets=tuple(sorted(set(buckets))),
             cuda_graphs=graphs,
-            placement=Placement(None if count is None else int(count), tuple(sorted(set(gpus)))),
+            placement=placement,
             pipeline=pipeline,
             runner=runner,
             jit_optimize=jit_optimize,
@@ -219,6 +190,50 @@ class ServingSpec:
             "shape_buckets": {k: list(v) for k, v in self.shape_buckets.items()},
             "pad_values": dict(self.pad_values),
         }
+
+
+def _runner_flags(data: Mapping[str, Any]) -> tuple[bool, str, bool]:
+    """``serving.pipeline``, ``runner`` and ``jit_optimize``, checked against each other."""
+    pipeline = data.get("pipeline", False)
+    if not isinstance(pipeline, bool):
+        raise SpecError(f"serving.pipeline must be true or false; got {shown(pipeline)}")
+    runner = str(data.get("runner", "auto"))
+    jit_optimize = data.get("jit_optimize", False)
+    if not isinstance(jit_optimize, bool):
+        raise SpecError(f"serving.jit_optimize must be true or false; got {shown(jit_optimize)}")
+    if jit_optimize and runner != "native":
+        raise SpecError(
+            f"serving.jit_optimize is the native backend's; set serving.runner: native (got {runner})"
+        )
+    if runner == "native" and data.get("engine") == "onnxruntime":
+        raise SpecError("serving.runner native serves the torch engine; got serving.engine onnxruntime")
+    if runner == "native" and pipeline:
+        raise SpecError("serving.pipeline is the python runner's; serving.runner native has no pipeline")
+    return pipeline, runner, jit_optimize
+
+
+def _placement(instances: Any) -> Placement:
+    """``serving.instances``: ``count`` (>= 1) and ``gpus`` (indices >= 0)."""
+    if not isinstance(instances, Mapping) or sorted(set(instances) - {"count", "gpus"}):
+        raise SpecError(f"serving.instances takes `count` and `gpus`; got {shown(instances)}")
+    count = instances.get("count")
+    if count is not None and not _positive(count):
+        raise SpecError(f"serving.instances.count must be an integer >= 1; got {shown(count)}")
+    gpus = instances.get("gpus", [])
+    if not isinstance(gpus, list) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+    ):
+        raise SpecError(f"serving.instances.gpus must be a list of GPU indices >= 0; got {shown(gpus)}")
+    return Placement(None if count is None else int(count), tuple(sorted(set(gpus))))
+
+
+def _pad_values(pad_values: Any) -> Mapping[str, float]:
+    if not isinstance(pad_values, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+        for k, v in pad_values.items()
+    ):
+        raise SpecError(f"serving.pad_values must map input names to numbers; got {shown(pad_values)}")
+    return pad_values
 
 
 def _shape_buckets(value: object) -> dict[str, tuple[int, ...]]:
