@@ -3,13 +3,16 @@
 Frames pass between the two with their stream ids unchanged. From Triton to the client every frame is
 relayed as bytes (DATA payloads as slices of what was read, never decoded) except header blocks,
 written anew (:mod:`.grpc_wire`) so that the guard may add a refusal's trailers or drop a refused
-stream's answer. From the client to Triton every frame is relayed as it came except DATA: a stream's
-messages are gathered one at a time, each capped by its 5-byte prefix before its bytes are read (and
-reserved against the connection's and the guard's budgets then), inflated within the cap where
-compressed, checked where it is a ``ModelInferRequest`` (:mod:`.grpc_checks`), and only then sent on,
-within Triton's flow-control windows (the guard is the receiver the client's windows count against; it
-grants them as messages are taken). A refused call is answered with its gRPC status and reset towards
-Triton; the connection carries on.
+stream's answer. From the client to Triton every frame is relayed as it came except DATA, taken as
+slices of each read (never gathered into one buffer; a frame a read cuts goes on in the next): a
+stream's messages are taken one at a time (:mod:`.grpc_stream`), each capped by its 5-byte prefix
+before its bytes are read (and reserved against the connection's and the guard's budgets then),
+gathered whole (Triton 2.51 parses a message it holds only part of: a partial message must never reach
+it), inflated within the cap where compressed, and checked where it is a ``ModelInferRequest``
+(:mod:`.grpc_checks`, which reads the pieces where they lie) before any of it goes. All goes within
+Triton's flow-control windows (the guard is the receiver the client's windows count against; it
+grants them as messages are taken). A refused call is answered with its
+gRPC status and reset towards Triton; the connection carries on.
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ import asyncio
 import functools
 import struct
 import time
-import zlib
-from collections.abc import Callable
-from typing import Protocol, cast
+from typing import cast
 
 import hpack
 
@@ -32,33 +33,13 @@ from tritonkit.serve.grpc_checks import (
     CallRefusedError,
     check_infer,
 )
+from tritonkit.serve.grpc_stream import ConfigMissingError, GrpcGuard, Piece, Stream, inflate, open_message
 from tritonkit.serve.grpc_upstream import UpstreamSide as _UpstreamSide
-
-
-class GrpcGuard(Protocol):
-    """What a connection needs of :class:`tritonkit.serve.grpc_guard.GrpcGuard`."""
-
-    connections: set[ClientSide]
-    draining: bool
-    held: str | None
-    max_connections: int
-    upstream: int
-    max_message_bytes: int
-    max_connection_bytes: int
-    in_flight: int
-    refused: int
-
-    def take(self, size: int) -> None: ...
-    def give(self, size: int) -> None: ...
-    def max_batch(self, model: str, version: str) -> int | None: ...
-    def fetch_config(self, key: tuple[str, str], then: Callable[[], None]) -> None: ...
-
 
 __all__ = ["ClientSide", "ConfigMissingError"]
 
 _SERVICE = b"/inference.GRPCInferenceService/"
 _CHECKED = {_SERVICE + b"ModelInfer", _SERVICE + b"ModelStreamInfer"}
-_PREFIX = struct.Struct(">BI")
 _U32 = struct.Struct(">I")
 _SETTING = struct.Struct(">HI")
 _CANCEL, _REFUSED_STREAM, _PROTOCOL_ERROR, _FRAME_SIZE, _CALM = 0x8, 0x7, 0x1, 0x6, 0xB
@@ -67,33 +48,6 @@ _REFUSED_KEPT = 4096
 _DEFAULT_WINDOW = 65_535
 #: the stream window the client is kept at, above what a message still needs
 _STREAM_ROOM = 1 << 20
-
-
-class ConfigMissingError(Exception):
-    """The model's config is not cached yet: fetch it, then check again."""
-
-    def __init__(self, key: tuple[str, str]) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-class _Stream:
-    __slots__ = (
-        "answered", "checked", "cwin", "encoding", "end_in", "end_sent", "head", "id", "message", "need",
-        "out", "pending", "reserved", "started", "uwin", "waiting",
-    )  # fmt: skip
-
-    def __init__(self, stream_id: int, checked: bool, encoding: bytes, window: int) -> None:
-        self.id, self.checked, self.encoding = stream_id, checked, encoding
-        self.cwin = self.uwin = window  # the client's window towards the guard; the guard's towards Triton
-        self.head = bytearray()  # the 5-byte prefix of the next message, as it comes
-        self.message: list[memoryview | bytes] | None = None  # the message being gathered, as read
-        self.need = 0  # bytes the message still needs
-        self.pending: list[list[memoryview | bytes]] = []  # whole messages waiting for a model's config
-        self.out: list[memoryview | bytes] = []  # checked bytes waiting for Triton's windows
-        self.reserved = 0  # budget this stream holds
-        self.end_in = self.end_sent = self.waiting = self.answered = False
-        self.started = 0.0
 
 
 class ClientSide(asyncio.Protocol):
@@ -107,10 +61,10 @@ class ClientSide(asyncio.Protocol):
         self.buf = bytearray()  # the start of a frame the last read cut (but a DATA frame's payload)
         self.chunk = 0  # the size of the read being taken
         self.passing = 0  # payload bytes of the DATA frame begun that are still to come
-        self.data_stream: _Stream | None = None  # that frame's stream (None: its bytes are dropped)
+        self.data_stream: Stream | None = None  # that frame's stream (None: its bytes are dropped)
         self.data_flags = 0
         self.preface = False
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, Stream] = {}
         self.refused: dict[int, None] = {}
         self.last_id = 0
         self.block: bytearray | None = None  # a request header block being gathered (HEADERS + CONTINUATION)
@@ -348,7 +302,7 @@ class ClientSide(asyncio.Protocol):
                 path = value
             elif name == b"grpc-encoding":
                 encoding = value
-        stream = _Stream(stream_id, path in _CHECKED, encoding, self.up_initial)
+        stream = Stream(stream_id, path in _CHECKED, encoding, self.up_initial)
         self.streams[stream_id] = stream
         self.guard.in_flight += 1
         if flags & w.END_STREAM:
@@ -403,7 +357,7 @@ class ClientSide(asyncio.Protocol):
             self.to_client.append(w.frame(w.WINDOW_UPDATE, 0, stream.id, _U32.pack(grant)))
         self._send(stream)
 
-    def _take(self, stream: _Stream, body: memoryview) -> None:
+    def _take(self, stream: Stream, body: memoryview) -> None:
         """Gather ``body`` into the stream's messages (as slices of what was read: one of under half its
         read is copied, so that a slice never holds much more than itself); each whole one is checked
         and queued for Triton."""
@@ -425,31 +379,18 @@ class ClientSide(asyncio.Protocol):
                 stream.need -= take
                 at += take
             if not stream.need:
-                message, stream.message = stream.message, None
-                assert message is not None
-                stream.pending.append(message)
+                assert stream.message is not None
+                stream.pending.append(stream.message)
+                stream.message = None
                 self._deliver(stream)
 
-    def _open_message(self, stream: _Stream) -> None:
-        flag, length = _PREFIX.unpack(stream.head)
-        limit = self.guard.max_message_bytes
-        if flag > 1:
-            raise CallRefusedError(
-                INVALID_ARGUMENT, f"a gRPC message's compressed flag is {flag}; expected 0 or 1"
-            )
-        if flag and stream.encoding not in (b"gzip", b"deflate"):
-            named = stream.encoding.decode("latin-1")[:20] or "none"
-            raise CallRefusedError(INVALID_ARGUMENT, f"a compressed message with grpc-encoding {named}; "
-                                   "gzip and deflate are served")  # fmt: skip
-        if length > limit:
-            raise CallRefusedError(
-                RESOURCE_EXHAUSTED, f"a gRPC message of {length} bytes; at most {limit} are served"
-            )
+    def _open_message(self, stream: Stream) -> None:
+        _, length = open_message(stream.head, stream.encoding, self.guard.max_message_bytes)
         self._reserve(stream, length + 5)
         stream.message, stream.need, stream.head = [memoryview(bytes(stream.head))], length, bytearray()
         stream.started = time.monotonic()
 
-    def _reserve(self, stream: _Stream, size: int) -> None:
+    def _reserve(self, stream: Stream, size: int) -> None:
         if self.reserved + size > self.guard.max_connection_bytes:
             raise CallRefusedError(
                 RESOURCE_EXHAUSTED,
@@ -459,13 +400,13 @@ class ClientSide(asyncio.Protocol):
         self.reserved += size
         stream.reserved += size
 
-    def _release(self, stream: _Stream, size: int) -> None:
+    def _release(self, stream: Stream, size: int) -> None:
         size = min(size, stream.reserved)
         stream.reserved -= size
         self.reserved -= size
         self.guard.give(size)
 
-    def _deliver(self, stream: _Stream) -> None:
+    def _deliver(self, stream: Stream) -> None:
         """Check the stream's whole messages in order (a config fetch may hold them) and queue them."""
         while stream.pending and not stream.waiting:
             message = stream.pending[0]
@@ -481,7 +422,7 @@ class ClientSide(asyncio.Protocol):
         if stream.end_in and not stream.pending:
             self._send(stream)
 
-    def _resume(self, stream: _Stream) -> None:
+    def _resume(self, stream: Stream) -> None:
         stream.waiting = False
         if self.streams.get(stream.id) is not stream:
             return
@@ -492,72 +433,51 @@ class ClientSide(asyncio.Protocol):
         self._send(stream)
         self._flush()
 
-    def _check(self, stream: _Stream, message: list[memoryview | bytes]) -> None:
+    def _check(self, stream: Stream, message: list[Piece]) -> None:
         if message[0][0]:
-            check_infer(self._inflate(stream, b"".join(message[1:])), self.guard.max_batch)
+            limit = self.guard.max_message_bytes
+            reserve, release = (
+                functools.partial(self._reserve, stream),
+                functools.partial(self._release, stream),
+            )
+            check_infer(
+                inflate(b"".join(message[1:]), stream.encoding, limit, reserve, release), self.guard.max_batch
+            )
         else:
             check_infer(message[1:], self.guard.max_batch)
 
-    def _inflate(self, stream: _Stream, data: memoryview | bytes) -> bytes:
-        """The message inflated, at most the message cap; each piece reserved as it grows."""
-        limit = self.guard.max_message_bytes
-        decoder = zlib.decompressobj(wbits=31 if stream.encoding == b"gzip" else 15)
-        pieces: list[bytes] = []
-        held = 0
-        try:
-            while True:
-                piece = decoder.decompress(data, 1 << 20)
-                data = decoder.unconsumed_tail
-                held += len(piece)
-                if held > limit:
-                    raise CallRefusedError(
-                        RESOURCE_EXHAUSTED, f"a compressed gRPC message inflates past {limit} bytes"
-                    )
-                self._reserve(stream, len(piece))
-                pieces.append(piece)
-                if not data or decoder.eof:
-                    break
-            if not decoder.eof:
-                raise CallRefusedError(
-                    INVALID_ARGUMENT, "a compressed gRPC message that does not inflate whole"
-                )
-            return b"".join(pieces)
-        except zlib.error as exc:
-            raise CallRefusedError(
-                INVALID_ARGUMENT, f"a compressed gRPC message that does not inflate: {exc}"
-            ) from None
-        finally:
-            self._release(stream, held if held <= limit else held - len(piece))  # what inflating held
-
     # --- towards Triton -------------------------------------------------------------------------
-    def _send(self, stream: _Stream) -> None:
+    def _send(self, stream: Stream) -> None:
         """Queue what Triton's windows let through; END_STREAM once the client ended and all went."""
         if self.up_paused:
             self.blocked[stream.id] = None
             return
-        frame_size = self.up_frame
-        while stream.out:
+        out, to_up, frame_size = stream.out, self.to_up, self.up_frame
+        done = stream.end_in and not stream.pending and not stream.waiting
+        while out:
             room = min(self.up_window, stream.uwin, frame_size)
             if room <= 0:
                 self.blocked[stream.id] = None
                 return
-            piece = stream.out[0]
-            chunk = piece[:room]
-            last = len(chunk) == len(piece) and len(stream.out) == 1
-            end = last and stream.end_in and not stream.pending and not stream.waiting
-            self.to_up.append(w.FRAME.pack(len(chunk) >> 8, len(chunk) & 0xFF, w.DATA, int(end), stream.id))
-            self.to_up.append(chunk)
-            self.up_window -= len(chunk)
-            stream.uwin -= len(chunk)
-            if len(chunk) == len(piece):
-                stream.out.pop(0)
-                self._release(stream, len(piece))
+            piece = out[0]
+            size = len(piece)
+            whole = size <= room
+            chunk = piece if whole else piece[:room]
+            sent = size if whole else room
+            end = done and whole and len(out) == 1
+            to_up.append(w.FRAME.pack(sent >> 8, sent & 0xFF, w.DATA, int(end), stream.id))
+            to_up.append(chunk)
+            self.up_window -= sent
+            stream.uwin -= sent
+            self._release(stream, sent)
+            if whole:
+                out.pop(0)
             else:
-                stream.out[0] = piece[len(chunk) :]
+                out[0] = piece[room:]
             if end:
                 stream.end_sent = True
-        if stream.end_in and not stream.end_sent and not stream.pending and not stream.waiting:
-            self.to_up.append(w.frame(w.DATA, w.END_STREAM, stream.id))
+        if done and not stream.end_sent:
+            to_up.append(w.frame(w.DATA, w.END_STREAM, stream.id))
             stream.end_sent = True
         self.blocked.pop(stream.id, None)
 
@@ -585,7 +505,7 @@ class ClientSide(asyncio.Protocol):
             self.to_client = []
 
     # --- refusals -------------------------------------------------------------------------------
-    def _refuse(self, stream: _Stream, code: int, message: str, *, reset: int | None = None) -> None:
+    def _refuse(self, stream: Stream, code: int, message: str, *, reset: int | None = None) -> None:
         """Answer the call with its status (or RST_STREAM ``reset``), reset it towards Triton, forget it."""
         self.guard.refused += 1
         if reset is not None:
@@ -599,7 +519,7 @@ class ClientSide(asyncio.Protocol):
         if len(self.refused) > _REFUSED_KEPT:
             del self.refused[next(iter(self.refused))]
 
-    def _forget(self, stream: _Stream) -> None:
+    def _forget(self, stream: Stream) -> None:
         if self.streams.pop(stream.id, None) is not None:
             self.guard.in_flight -= 1
         self._release(stream, stream.reserved)
