@@ -11,6 +11,7 @@ in ``scripts/gpu/buckets.py --runner native``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -30,11 +31,18 @@ from tritonclient.utils import InferenceServerException
 
 from tritonkit.backends import native
 from tritonkit.backends.runners.shape_buckets import Buckets, TooLongError, plan_groups
-from tritonkit.config import load, save
+from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, save
+from tritonkit.config.tensors import TensorSpec
+from tritonkit.convert.buckets import apply_buckets
+from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.execution import ServingSpec, plan_execution
+from tritonkit.convert.export import TorchSource
+from tritonkit.convert.gpu_target import plan_version
+from tritonkit.convert.source import Source
 from tritonkit.convert.torch_program import write_torch_version
 from tritonkit.errors import ServerError
 from tritonkit.repository.check import check_repository, executions
+from tritonkit.repository.onnx_io import GraphIO
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
@@ -245,7 +253,7 @@ def test_the_build_traces_a_method_per_batch_and_shape_bucket_and_checks_clean(n
     assert not (version / "model.py").exists() and not (version / "shape_buckets.py").exists()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.load: what the C++ backend reads
-        program = torch.jit.load(str(version / "model.ts"), map_location="cpu")
+        program = torch.jit.load(str(version / "model.ts"), map_location="cpu")  # type: ignore[no-untyped-call]
     names = [name for name, _, _ in native.method_names([1, 2, 4, 8], BUCKETS)]
     assert names[:3] == ["b1_s8", "b1_s16", "b1_s32"] and len(names) == 12
     assert all(hasattr(program, name) for name in names)
@@ -298,7 +306,7 @@ def test_concurrent_mixed_lengths_share_executes_and_each_gets_its_own_length(
     before = _settled_stats(server, model, 0).inference_count
     lengths = [2, 31, 9, 16, 17, 5, 32, 11]
     sent = [_ids(1, n, 7 * i + n) for i, n in enumerate(lengths)]
-    got = _concurrently([lambda ids=ids: _call(server, model, ids) for ids in sent])
+    got = _concurrently([functools.partial(_call, server, model, ids) for ids in sent])
     for ids, answer in zip(sent, got, strict=True):
         want_hidden, want_pooled = _expected(ids)
         np.testing.assert_allclose(answer["hidden"], want_hidden, rtol=1e-5, atol=1e-5)
@@ -322,8 +330,8 @@ def test_a_too_long_request_fails_alone_with_the_one_line_message(server: Embedd
         == "input `input_ids` is 40 long on axis seq; the model takes at most 32 (its last shape bucket)"
     )
     good = [_ids(1, n, n) for n in (3, 12, 30)]
-    calls: list[Callable[[], Any]] = [lambda ids=ids: _call(server, "gather", ids) for ids in good]
-    calls.append(lambda: _call(server, "gather", too_long))
+    calls: list[Callable[[], Any]] = [functools.partial(_call, server, "gather", ids) for ids in good]
+    calls.append(functools.partial(_call, server, "gather", too_long))
     results = _concurrently(calls)
     for ids, answer in zip(good, results[:3], strict=True):
         np.testing.assert_allclose(answer["hidden"], _expected(ids)[0], rtol=1e-5, atol=1e-5)
@@ -354,7 +362,7 @@ def test_the_backend_groups_as_plan_groups_does_on_its_logged_cost_table(server:
     assert cost(1, (8,)) + cost(3, (16,)) - cost(4, (16,)) == pytest.approx(cost(1, (8,)))
     assert cost(1, (8,)) > 0
     sent = [_ids(1, 5, 1), _ids(3, 12, 2)]
-    got = _concurrently([lambda ids=ids: _call(server, "gather", ids) for ids in sent])
+    got = _concurrently([functools.partial(_call, server, "gather", ids) for ids in sent])
     for ids, answer in zip(sent, got, strict=True):
         want_hidden, want_pooled = _expected(ids)
         np.testing.assert_allclose(answer["hidden"], want_hidden, rtol=1e-5, atol=1e-5)
@@ -393,3 +401,56 @@ def test_shape_buckets_the_program_or_config_cannot_serve_fail_to_load_with_one_
     save(config, path)
     with pytest.raises(ServerError, match=re.escape(message)), EmbeddedServer(repo, exit_timeout=1):
         pass
+
+
+def _dynamic_source() -> Source:
+    import torch  # noqa: PLC0415
+
+    ids = torch.randint(1, 50, (2, 12))
+    module = TorchSource(
+        _module(),
+        (ids, torch.ones_like(ids)),
+        ("input_ids", "attention_mask"),
+        ("hidden", "pooled"),
+        dynamic_axes={"input_ids": {1: "seq"}, "attention_mask": {1: "seq"}, "hidden": {1: "seq"}},
+    )
+    graph = GraphIO(
+        (TensorSpec("input_ids", "INT64", (-1, -1)), TensorSpec("attention_mask", "INT64", (-1, -1))),
+        (TensorSpec("hidden", "FP32", (-1, -1, 8)), TensorSpec("pooled", "FP32", (-1, 8))),
+        17,
+    )
+    return Source(onnx=Path("unused.onnx"), origin=Path("unused.onnx"), graph=graph, torch=module)
+
+
+@pytest.mark.parametrize("runner", ["native", "auto"])
+def test_a_dynamic_axis_source_is_planned_on_the_native_runner(
+    runner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runner: native`` takes a source with dynamic axes, and ``auto`` picks native for it on a GPU
+    where the backend compiles (here told it does: this host has no CUDA headers)."""
+    monkeypatch.setattr(native, "unavailable", lambda cuda=True: None)
+    spec = parse_spec(
+        {"name": "tok", "source": {"torch": f"{__name__}:_module"}, "serving": {"runner": runner}}
+    )
+    plan = plan_version(spec, _dynamic_source(), "fp32", MAX_BATCH, gpus=[0], profile=None)
+    assert (plan.device, plan.engine, plan.runner, plan.runner_reason) == ("gpu", "torch", "native", "")
+
+
+def test_a_native_gpu_config_pads_on_the_server_and_gathers_four_graph_batches() -> None:
+    """The native backend pads on the server like the python runners (ragged inputs, ``pad_at:
+    server``) without their helper file, and on a GPU gathers as the torch runner does: its graphs keep
+    the spec's max batch (``graph_max_batch``, which the backend reads), an execute takes four times it."""
+    config = ModelConfig(
+        name="m",
+        backend=native.BACKEND,
+        max_batch_size=64,
+        inputs=[TensorConfig("input_ids", "INT64", [-1]), TensorConfig("attention_mask", "INT64", [-1])],
+        outputs=[TensorConfig("hidden", "FP32", [-1, 8]), TensorConfig("pooled", "FP32", [8])],
+        dynamic_batching=DynamicBatching(preferred_batch_size=[1, 2, 4, 8, 16, 32, 64]),
+        parameters={"engine": "torch", "device": "cuda"},
+    )
+    assert apply_buckets(config, BUCKETS) == {}
+    assert all(t.allow_ragged_batch for t in config.inputs)
+    written = Buckets.parse(config.parameters["shape_buckets"])
+    assert written is not None and written.pad_at == "server"
+    assert config.max_batch_size == 256 and config.parameters["graph_max_batch"] == "64"
