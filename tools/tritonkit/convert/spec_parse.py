@@ -164,22 +164,30 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         if value is None:
             return None
         raise SpecError(f"spec key `{key}`: expected null, got {_given(value)}")
-    if origin is list:
-        if not isinstance(value, list):
-            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-        (item,) = typing.get_args(hint)
-        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
-        _, item = typing.get_args(hint)
-        return {str(k): _convert(item, v, f"{key}.{_key(k)}") for k, v in value.items()}
+    if origin in (list, dict):
+        return _container(hint, origin, value, key)
     if isinstance(hint, type) and hasattr(hint, "from_mapping"):
         if value is not None and not isinstance(value, dict):
             raise SpecError(f"spec key `{key}`: expected a mapping, got {_given(value)}")
         return hint.from_mapping(value)
     if dataclasses.is_dataclass(hint):
         return parse_dataclass(hint, value, key)
+    return _scalar(hint, value, key)
+
+
+def _container(hint: Any, origin: Any, value: Any, key: str) -> Any:
+    """A ``list[...]`` or ``dict[str, ...]`` value, each item converted."""
+    if not isinstance(value, origin):
+        raise SpecError(f"spec key `{key}`: expected {_type_name(hint)}, got {_given(value)}")
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    _, item = typing.get_args(hint)
+    return {str(k): _convert(item, v, f"{key}.{_key(k)}") for k, v in value.items()}
+
+
+def _scalar(hint: Any, value: Any, key: str) -> Any:
+    """A bool, int, float (an int taken) or str value; a bool is never taken as a number."""
     if hint is bool:
         if isinstance(value, bool):
             return value
