@@ -118,7 +118,11 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     # The same, its batcher waiting long for a full batch: one execute meets every length sent at once.
     shutil.copytree(repo / "tok", repo / "gather")
-    for name, extra in (("gather", {}), ("gather_answering", {"answer_thread": "true"})):
+    for name, extra in (
+        ("gather", {}),
+        ("gather_answering", {"answer_thread": "true"}),
+        ("gather_chunked", {"graph_max_batch": "4"}),  # methods up to 4 rows; 8-row executes run as two
+    ):
         if name != "gather":
             shutil.copytree(repo / "gather", repo / name)
         path = repo / name / "config.pbtxt"
@@ -296,13 +300,14 @@ def test_answers_equal_the_module_at_each_requests_own_length_over_http_and_grpc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["gather", "gather_answering"])
+@pytest.mark.parametrize("model", ["gather", "gather_answering", "gather_chunked"])
 def test_concurrent_mixed_lengths_share_executes_and_each_gets_its_own_length(
     server: EmbeddedServer, model: str
 ) -> None:
     """Eight one-row requests of eight lengths at once: fewer executes than requests (Triton's batcher
     hands ragged requests to one execute), each answer cut back to its own length; ``gather_answering``
-    writes its answers on a second thread."""
+    writes its answers on a second thread, ``gather_chunked`` runs groups above its ``graph_max_batch`` of
+    4 in chunks."""
     before = _settled_stats(server, model, 0).inference_count
     lengths = [2, 31, 9, 16, 17, 5, 32, 11]
     sent = [_ids(1, n, 7 * i + n) for i, n in enumerate(lengths)]

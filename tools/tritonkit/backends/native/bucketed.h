@@ -303,7 +303,7 @@ class Bucketed {
     c10::InferenceMode mode;
     size_t free_before = 0, free_after = 0, total = 0;
     cudaMemGetInfo(&free_before, &total);
-    const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+    const auto pool = at::cuda::graph_pool_handle();  // one pool: the graphs replay one at a time
     size_t graphs = 0;
     for (auto& m : methods_) {
       // as the fixed-shape path: lazy initialisations outside the capture (three runs with the optimiser)

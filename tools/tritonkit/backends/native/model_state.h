@@ -69,7 +69,7 @@ struct ModelState {
   bool answer_thread = false;             // answers written on a thread of their own (answers.h)
   bool jit_optimize = false;              // on a GPU: TorchScript's optimised (fused) plan is what graphs capture
   std::shared_ptr<const ShapeBuckets> shapes;  // parameter ``shape_buckets`` (null: fixed shapes)
-  int64_t graph_max_batch = 0;            // shape buckets: the largest batch bucket (``graph_max_batch``; 0: the max)
+  int64_t graph_max_batch = 0;            // with shape buckets: the largest batch bucket (0: max_batch_size)
 };
 
 // The torch runner's rule (tritonkit.tune.space.buckets_of): ``listed`` sizes below ``top``, then ``top``;
@@ -244,10 +244,6 @@ TRITONSERVER_Error* load_model_state(TRITONBACKEND_Model* model, ModelState* sta
       return error(TRITONSERVER_ERROR_INVALID_ARG,
                    std::string("parameter `") + key + "` must be a positive integer; got `" + text + "`");
     }
-  }
-  if (state->graph_max_batch > state->max_batch_size || (state->graph_max_batch > 0 && !state->shapes)) {
-    return error(TRITONSERVER_ERROR_INVALID_ARG, "parameter `graph_max_batch` must be at most max_batch_size " +
-                                                     std::to_string(state->max_batch_size) + " and needs `shape_buckets`");
   }
   try {
     state->buckets = parse_buckets(parameter(config, "batch_buckets"));
