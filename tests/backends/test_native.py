@@ -339,7 +339,7 @@ def test_a_half_io_version_takes_and_answers_fp16_through_the_native_backend(tmp
 def test_spec_refuses_native_where_it_cannot_serve() -> None:
     with pytest.raises(SpecError, match="torch engine"):
         ServingSpec.from_mapping({"runner": "native", "engine": "onnxruntime"})
-    with pytest.raises(SpecError, match="no pipeline"):
+    with pytest.raises(SpecError, match="pipeline was removed"):
         ServingSpec.from_mapping({"runner": "native", "pipeline": True})
     with pytest.raises(SpecError, match="runner must be one of"):
         ServingSpec.from_mapping({"runner": "cpp"})
@@ -413,10 +413,6 @@ def test_runner_auto_is_native_on_a_gpu_where_the_backend_compiles() -> None:
     assert (python.runner, python.instance_groups[0].count) == ("python", 2)
     assert python.runner_reason == f"the native backend: {headers}"
     assert python.manifest_extra()["execution"]["runner_reason"] == python.runner_reason
-    piped = plan_execution(
-        ServingSpec(engine="torch", pipeline=True), max_batch_size=8, gpus=[0], native_problem=None
-    )
-    assert (piped.runner, piped.runner_reason) == ("python", "serving.pipeline is the python runner's")
     on_cpu = plan_execution(auto, max_batch_size=8, gpus=[], native_problem=None)
     assert (on_cpu.device, on_cpu.runner, on_cpu.runner_reason) == ("cpu", "python", "")
     asked = ServingSpec(engine="torch", runner="python")

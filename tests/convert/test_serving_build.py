@@ -214,7 +214,7 @@ def test_a_program_the_native_export_refuses_is_served_by_the_python_runner(
         "tracing the program for the native runner failed: Tracer cannot infer type of output (a second line)"
     )
     assert sorted(p.name for p in (repo / "tiny_fp16" / "1").iterdir()) == [
-        "build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py", "torch_pipeline.py",
+        "build.json", "gpu_requests.py", "host_stats.py", "model.fx.pt", "model.pt2", "model.py",
     ]  # fmt: skip
     # asked for by name, the native runner is not swapped for another: the build stops and says why
     with pytest.raises(BuildError, match="tracing the program for the native runner failed"):
@@ -237,14 +237,14 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
         assert sorted(p.name for p in version.iterdir()) == [
             "build.json",
             "gpu_requests.py",
+            "host_stats.py",
             "model.fx.pt",
             "model.pt2",
             "model.py",
-            "torch_pipeline.py",
         ]
         assert (version / "model.py").read_bytes() == runner_path("torch_runner").read_bytes()
         assert (version / "gpu_requests.py").read_bytes() == runner_path("gpu_requests").read_bytes()
-        assert (version / "torch_pipeline.py").read_bytes() == runner_path("torch_pipeline").read_bytes()
+        assert (version / "host_stats.py").read_bytes() == runner_path("host_stats").read_bytes()
         config = repository.read_config(name)
         assert config.backend == "python" and config.max_batch_size == 8
         assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_groups] == [("KIND_GPU", 2, [0])]
@@ -259,7 +259,7 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
             "cuda",
             "1,2,4,8",
         )
-        assert params["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no" and params["pipeline"] == "off"
+        assert params["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no" and "pipeline" not in params
         assert [(t.name, t.data_type, list(t.dims)) for t in config.inputs] == [("x", "FP32", [16])]
         assert [(t.name, t.data_type, list(t.dims)) for t in config.outputs] == [("y", "FP32", [8])]
         assert config.dynamic_batching is not None and config.dynamic_batching.preferred_batch_size == [
@@ -272,7 +272,7 @@ def test_a_visible_gpu_writes_the_torch_runner_version(
         assert execution["device"] == "gpu" and execution["engine"] == "torch"
         assert execution["precision"] == precision and execution["batch_buckets"] == [1, 2, 4, 8]
         assert execution["instances"] == [{"kind": "KIND_GPU", "count": 2, "gpus": [0]}]
-        assert execution["reason"] == "1 GPU(s) visible" and execution["pipeline"] is False
+        assert execution["reason"] == "1 GPU(s) visible" and "pipeline" not in execution
     fp16 = repository.read_manifest("tiny_fp16", 1)
     # The served program itself is gated against the FP32 reference, on CUDA where this process has it.
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))

@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonkit.backends.runners import load_runner
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.convert.execution import (
+    PIPELINE_REMOVED,
     ExecutionPlan,
     Placement,
     ServingSpec,
@@ -82,22 +83,19 @@ def test_serving_spec_parses_and_refuses_in_one_line() -> None:
         ServingSpec.from_mapping({"instances": {"count": 0}})
     with pytest.raises(SpecError, match="unknown key"):
         ServingSpec.from_mapping({"gpu": "h100"})
-    with pytest.raises(SpecError, match=re.escape("serving.pipeline must be true or false; got 'yes'")):
-        ServingSpec.from_mapping({"pipeline": "yes"})
 
 
-def test_the_pipeline_flag_reaches_the_torch_runner_only() -> None:
-    piped = ServingSpec.from_mapping({"engine": "torch", "pipeline": True})
-    assert piped.pipeline and ServingSpec.from_mapping(piped.to_mapping()) == piped
-    assert not ServingSpec().pipeline  # off until measured faster on the GPU
-    plan = plan_execution(piped, max_batch_size=8, gpus=[0])
-    assert plan.runner_parameters()["pipeline"] == "on"
-    assert plan.manifest_extra()["execution"]["pipeline"] is True
-    assert plan_execution(ServingSpec(), max_batch_size=8, gpus=[0]).runner_parameters()["pipeline"] == "off"
-    onnx = plan_execution(
-        ServingSpec(engine="onnxruntime"), max_batch_size=8, gpus=[0], engines=("onnxruntime",)
-    )
-    assert "pipeline" not in onnx.runner_parameters()
+def test_the_removed_pipeline_flag_is_refused_in_one_line_naming_the_native_runner() -> None:
+    for asked in (True, "yes"):
+        with pytest.raises(SpecError, match=re.escape(PIPELINE_REMOVED)):
+            ServingSpec.from_mapping({"engine": "torch", "pipeline": asked})
+    assert "serving.runner: native" in PIPELINE_REMOVED and "\n" not in PIPELINE_REMOVED
+    # a spec written before the removal says false: the only behaviour left, accepted
+    assert ServingSpec.from_mapping({"engine": "torch", "pipeline": False}) == ServingSpec(engine="torch")
+    assert "pipeline" not in ServingSpec().to_mapping()
+    plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[0])
+    assert "pipeline" not in plan.runner_parameters()
+    assert "pipeline" not in plan.manifest_extra()["execution"]
 
 
 def test_plan_defaults_to_the_gpu_when_one_is_visible() -> None:
@@ -179,7 +177,7 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     examples = {"X": torch.randn(2, 8), "MASK": torch.ones(2, 3, dtype=torch.int64)}
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=8, gpus=[])
     version = write_torch_version(tmp_path / "repo", "tiny", module, examples, ["Y"], plan, max_batch_size=8)
-    names = ["build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py", "torch_pipeline.py"]
+    names = ["build.json", "gpu_requests.py", "host_stats.py", "model.fx.pt", "model.pt2", "model.py"]
     assert sorted(p.name for p in version.iterdir()) == names
     execution = json.loads((version / "build.json").read_text())["extra"]["execution"]
     assert (execution["device"], execution["engine"], execution["precision"]) == ("cpu", "torch", "fp32")

@@ -201,12 +201,12 @@ def test_a_gpu_runner_without_its_shared_request_path_is_named(
     ]
     shutil.copy(runner_path("gpu_requests"), model / "1" / "gpu_requests.py")
     assert check_repository(repo) == []
-    # The torch runner imports its pipelined execute from the folder too.
+    # The torch runner imports its host-time statistics from the folder too.
     shutil.copy(runner_path("torch_runner"), model / "1" / "model.py")
     assert check_repository(repo) == [
-        "gpu: version 1: `model.py` imports `torch_pipeline.py`, which its version folder lacks (rebuild it)"
+        "gpu: version 1: `model.py` imports `host_stats.py`, which its version folder lacks (rebuild it)"
     ]
-    shutil.copy(runner_path("torch_pipeline"), model / "1" / "torch_pipeline.py")
+    shutil.copy(runner_path("host_stats"), model / "1" / "host_stats.py")
     assert check_repository(repo) == []
 
 

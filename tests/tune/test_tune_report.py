@@ -84,11 +84,3 @@ def test_pareto_plot_labels_configs_and_marks_winner_finals_and_baseline(tmp_pat
     assert (tmp_path / "pareto.png").read_bytes().startswith(b"\x89PNG") and (
         tmp_path / "pareto.png"
     ).stat().st_size > 20_000
-
-
-def test_a_pipelined_version_s_compute_infer_is_named_the_hand_over() -> None:
-    from tritonkit.tune.space import PIPELINED_NOTE  # noqa: PLC0415 (only here)
-
-    assert "Note:" not in markdown(_data(write=False))  # a synchronous runner's split needs no note
-    text = markdown({**_data(write=False), "compute_infer_is": PIPELINED_NOTE})
-    assert f"Note: {PIPELINED_NOTE}." in text

@@ -2,8 +2,8 @@
 batch buckets and instance placement.
 
 Owns the spec's ``serving`` section (:class:`ServingSpec`: device, engine, runner, precision, buckets,
-instances, pipeline, ``jit_optimize``, ``shape_buckets``), the decision that turns it plus the machine
-into an :class:`ExecutionPlan` (GPU by default when one is visible and the model allows it; the runner,
+instances, ``jit_optimize``, ``shape_buckets``; the removed ``pipeline`` refused in one line), the
+decision that turns it plus the machine into an :class:`ExecutionPlan` (GPU by default when one is visible and the model allows it; the runner,
 native or python, by :data:`RUNNERS`' rule; :func:`choose_device`, :func:`plan_execution`), the batch
 bucket ladders (``pow2`` and ``fine``: :func:`bucket_ladder`, :func:`default_buckets`, every bucket a
 tuned config may name for the native program, :func:`method_buckets`, and the batcher's preferred sizes,
@@ -34,6 +34,7 @@ __all__ = [
     "ENGINES",
     "NATIVE_GPU_INSTANCES",
     "NATIVE_UNCHECKED",
+    "PIPELINE_REMOVED",
     "RUNNERS",
     "ExecutionPlan",
     "Placement",
@@ -58,8 +59,7 @@ PRECISIONS: tuple[str, ...] = ("auto", "fp32", "fp16")
 #: How a torch-engine version is served: ``python`` (the torch runner in Triton's python backend),
 #: ``native`` (tritonkit's C++ backend ``tritonkit_torch`` in Triton's own process: no per-request trip
 #: through the python backend's stub; ``tritonkit.backends.native``) or ``auto``: native for a GPU version
-#: where it can be compiled (a C++ compiler and CUDA's headers here) and no pipeline is asked for, else
-#: python. On an H200 host, same call, the native backend served one-row requests of BERT-base at 0.97
+#: where it can be compiled (a C++ compiler and CUDA's headers here), else python. On an H200 host, same call, the native backend served one-row requests of BERT-base at 0.97
 #: of the engine alone where the python runner served 0.86 (MiniLM 48,255 against 32,478 samples/s).
 RUNNERS: tuple[str, ...] = ("auto", "python", "native")
 
@@ -100,9 +100,6 @@ class ServingSpec:
     batch_buckets: tuple[int, ...] = ()
     cuda_graphs: bool = True
     placement: Placement = field(default_factory=Placement)
-    #: torch runner: hand each batch to a worker thread that answers while the next one is staged
-    #: (config parameter ``pipeline``); off until measured faster on the H100.
-    pipeline: bool = False
     #: :data:`RUNNERS`: the python-backend torch runner, the native backend (torch engine only) or auto.
     runner: str = "auto"
     #: native backend on a GPU: the graphs capture TorchScript's optimised plan, elementwise ops fused
@@ -130,7 +127,7 @@ class ServingSpec:
             "cuda_graphs",
             "instances",
             "jit_optimize",
-            "pipeline",
+            "pipeline",  # removed: true is refused with what to use (_runner_flags), false is the default
             "runner",
             "shape_buckets",
             "pad_values",
@@ -154,7 +151,7 @@ class ServingSpec:
         graphs = data.get("cuda_graphs", True)
         if not isinstance(graphs, bool):
             raise SpecError(f"serving.cuda_graphs must be true or false; got {shown(graphs)}")
-        pipeline, runner, jit_optimize = _runner_flags(data)
+        runner, jit_optimize = _runner_flags(data)
         placement = _placement(data.get("instances", {}) or {})
         shape_buckets = _shape_buckets(data.get("shape_buckets", {}))
         pad_values = _pad_values(data.get("pad_values", {}) or {})
@@ -165,7 +162,6 @@ class ServingSpec:
             batch_buckets=tuple(sorted(set(buckets))),
             cuda_graphs=graphs,
             placement=placement,
-            pipeline=pipeline,
             runner=runner,
             jit_optimize=jit_optimize,
             shape_buckets=shape_buckets,
@@ -184,7 +180,6 @@ class ServingSpec:
             "batch_buckets": list(self.batch_buckets),
             "cuda_graphs": self.cuda_graphs,
             "instances": instances,
-            "pipeline": self.pipeline,
             "runner": self.runner,
             "jit_optimize": self.jit_optimize,
             "shape_buckets": {k: list(v) for k, v in self.shape_buckets.items()},
@@ -192,11 +187,19 @@ class ServingSpec:
         }
 
 
-def _runner_flags(data: Mapping[str, Any]) -> tuple[bool, str, bool]:
-    """``serving.pipeline``, ``runner`` and ``jit_optimize``, checked against each other."""
-    pipeline = data.get("pipeline", False)
-    if not isinstance(pipeline, bool):
-        raise SpecError(f"serving.pipeline must be true or false; got {shown(pipeline)}")
+#: the one line a spec asking for the python torch runner's removed pipelined execute gets
+PIPELINE_REMOVED = (
+    "serving.pipeline was removed (the python torch runner's pipelined execute, measured slower); "
+    "for batches in flight while the next is gathered use serving.runner: native (two pipelined "
+    "instances per GPU), or drop the key"
+)
+
+
+def _runner_flags(data: Mapping[str, Any]) -> tuple[str, bool]:
+    """``serving.runner`` and ``jit_optimize``, checked against each other and the engine; the removed
+    ``serving.pipeline`` refused unless false (what specs written before its removal say)."""
+    if data.get("pipeline", False) is not False:
+        raise SpecError(PIPELINE_REMOVED)
     runner = str(data.get("runner", "auto"))
     jit_optimize = data.get("jit_optimize", False)
     if not isinstance(jit_optimize, bool):
@@ -207,9 +210,7 @@ def _runner_flags(data: Mapping[str, Any]) -> tuple[bool, str, bool]:
         )
     if runner == "native" and data.get("engine") == "onnxruntime":
         raise SpecError("serving.runner native serves the torch engine; got serving.engine onnxruntime")
-    if runner == "native" and pipeline:
-        raise SpecError("serving.pipeline is the python runner's; serving.runner native has no pipeline")
-    return pipeline, runner, jit_optimize
+    return runner, jit_optimize
 
 
 def _placement(instances: Any) -> Placement:
@@ -322,7 +323,6 @@ class ExecutionPlan:
     cuda_graphs: bool
     instance_groups: tuple[InstanceGroup, ...]
     reason: str
-    pipeline: bool = False
     runner: str = "python"
     #: why ``serving.runner: auto`` chose the python runner ("" when it did not choose, or chose native)
     runner_reason: str = ""
@@ -340,7 +340,7 @@ class ExecutionPlan:
                     {"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in self.instance_groups
                 ],
                 "reason": self.reason,
-                **({"pipeline": self.pipeline, "runner": self.runner} if self.engine == "torch" else {}),
+                **({"runner": self.runner} if self.engine == "torch" else {}),
                 **({"runner_reason": self.runner_reason} if self.runner_reason else {}),
                 **({"jit_optimize": True} if self.jit_optimize else {}),
             }
@@ -348,7 +348,6 @@ class ExecutionPlan:
 
     def runner_parameters(self) -> dict[str, str]:
         """Config parameters the runners read (see backends/runners/torch_runner.py, onnx_cuda_runner.py)."""
-        pipeline = {"pipeline": "on" if self.pipeline else "off"} if self.engine == "torch" else {}
         return {
             "engine": self.engine,
             "precision": self.precision,
@@ -357,7 +356,6 @@ class ExecutionPlan:
             "cuda_graphs": "true" if self.cuda_graphs and self.device == "gpu" else "false",
             # Inputs that arrive in GPU memory (CUDA shared memory) reach the runner there.
             "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if self.device == "gpu" else "yes",
-            **pipeline,
             # the native backend's pipelined instances (NATIVE_GPU_INSTANCES says why)
             **({"answer_thread": "true"} if self.runner == "native" and self.device == "gpu" else {}),
             **({"jit_optimize": "true"} if self.jit_optimize and self.device == "gpu" else {}),
@@ -454,7 +452,6 @@ def plan_execution(
         spec.cuda_graphs,
         groups,
         reason,
-        spec.pipeline,
         runner,
         runner_reason,
         spec.jit_optimize,
@@ -463,13 +460,11 @@ def plan_execution(
 
 def _runner(spec: ServingSpec, device: str, engine: str, native_problem: str | None) -> tuple[str, str]:
     """(runner, why auto chose python) for ``serving.runner``: auto is native for a torch-engine GPU
-    version that asks for no pipeline where the backend can be compiled."""
+    version where the backend can be compiled."""
     if spec.runner != "auto":
         return spec.runner, ""
     if device != "gpu" or engine != "torch":
         return "python", ""
-    if spec.pipeline:
-        return "python", "serving.pipeline is the python runner's"
     if native_problem is not None:
         return "python", f"the native backend: {native_problem}"
     return "native", ""

@@ -18,7 +18,7 @@ input dtypes, saved with ``torch.save``. The runner loads it in about half a sec
 H100 host for BERT-base): that is most of what a reload costs, and ``tritonkit tune`` reloads the model
 for every config it tries. ``model.pt2`` stays the artifact of record (the accuracy gate runs it) and
 the runner falls back to it when the fast file is missing. Beside ``model.py`` it carries the runner's
-helper ``torch_pipeline.py`` (the pipelined execute, config parameter ``pipeline``).
+helpers ``gpu_requests.py`` and ``host_stats.py`` (its host-time statistics and profiler of executes).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.backends.native import export_program as export_native
 from tritonkit.backends.native import trace_device
-from tritonkit.backends.runners import GPU_REQUESTS, TORCH_PIPELINE, load_runner, runner_path
+from tritonkit.backends.runners import GPU_REQUESTS, HOST_STATS, load_runner, runner_path
 from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig
 from tritonkit.config.dtypes import lookup_dtype
@@ -396,7 +396,7 @@ def torch_version(
         **programs,
         "model.py": runner_path(TORCH_RUNNER),
         f"{GPU_REQUESTS}.py": runner_path(GPU_REQUESTS),
-        f"{TORCH_PIPELINE}.py": runner_path(TORCH_PIPELINE),
+        f"{HOST_STATS}.py": runner_path(HOST_STATS),
     }
 
 

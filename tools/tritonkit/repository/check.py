@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
-from tritonkit.backends.runners import GPU_REQUESTS, ONNX_RUNNER, TORCH_PIPELINE, runner_path
+from tritonkit.backends.runners import GPU_REQUESTS, HOST_STATS, ONNX_RUNNER, runner_path
 from tritonkit.backends.runners.shape_buckets import PARAMETER as SHAPE_PARAMETER
 from tritonkit.backends.runners.shape_buckets import BucketError, Buckets
 from tritonkit.config import ModelConfig, TensorConfig, load
@@ -192,12 +192,12 @@ def _escaping_links(model_dir: Path, root: Path) -> list[str]:
 
 def _python_problems(config: ModelConfig, version_dir: Path) -> list[str]:
     """A python-backend model.py that does not compile (compiled, never imported or run), or a GPU
-    runner without a helper it imports from its folder (``gpu_requests.py``, ``torch_pipeline.py``)."""
+    runner without a helper it imports from its folder (``gpu_requests.py``, ``host_stats.py``)."""
     model_py = version_dir / (config.default_model_filename or "model.py")
     if config.backend != "python" or not model_py.is_file():
         return []
     source = model_py.read_bytes()
-    for helper in (GPU_REQUESTS, TORCH_PIPELINE):
+    for helper in (GPU_REQUESTS, HOST_STATS):
         if f"from {helper} import".encode() in source and not (version_dir / f"{helper}.py").is_file():
             return [f"`{model_py.name}` imports `{helper}.py`, which its version folder lacks (rebuild it)"]
     if _pads_on_server(config) and not (version_dir / f"{SHAPE_BUCKETS}.py").is_file():

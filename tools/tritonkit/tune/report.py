@@ -82,8 +82,6 @@ def markdown(data: Mapping[str, Any]) -> str:
     if winner is not None:
         lines += _finals(data.get("finals") or [], winner)
     lines += _table(trials)
-    if data.get("compute_infer_is"):
-        lines += ["", f"Note: {data['compute_infer_is']}."]
     lines += [
         "",
         "Pareto front (throughput vs p99): " + ", ".join(f"`{t['key']}`" for t in pareto_front(trials)),

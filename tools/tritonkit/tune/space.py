@@ -92,7 +92,9 @@ def on_gpu(cfg: ModelConfig) -> bool:
     return bool(cfg.instance_groups) and cfg.instance_groups[0].kind == "KIND_GPU"
 
 
-#: What Triton's compute-infer statistic measures for a pipelined torch-runner version.
+#: What Triton's compute-infer statistic measures for a pipelined torch-runner version: one built before
+#: ``serving.pipeline`` was removed carries the pipelined execute in its own copy of the runner.
+#: (``commands/profile.py`` still notes it; the tuner no longer does.)
 PIPELINED_NOTE = (
     "pipelined runner (parameter pipeline=on): Triton's compute infer is the hand-over of each batch "
     "to the runner's worker (staging the inputs, waiting for a free slot), not the GPU work; the answers "
@@ -101,7 +103,8 @@ PIPELINED_NOTE = (
 
 
 def pipelined(cfg: ModelConfig) -> bool:
-    """True for a torch-runner version with the pipelined execute on (its ``pipeline`` parameter)."""
+    """True for a torch-runner version with the pipelined execute on (its ``pipeline`` parameter): one
+    built before the mode was removed, whose copied runner still has it."""
     return cfg.backend == "python" and str(cfg.parameters.get("pipeline", "off")) == "on"
 
 
@@ -181,6 +184,59 @@ def _powers(low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(values | {high}))
 
 
+def _kinds(cfg: ModelConfig, gpu: bool) -> tuple[str, ...]:
+    """The instance kinds a trial may use: a GPU version (or a TensorRT plan) stays on GPUs; with
+    ``gpu`` a CPU version of a backend that can use one may move there."""
+    if _is_tensorrt(cfg) or on_gpu(cfg):  # a GPU version stays where it was built to run
+        return ("KIND_GPU",)
+    if gpu and cfg.backend in ("onnxruntime", "python", "pytorch"):
+        return ("KIND_CPU", "KIND_GPU")
+    return ("KIND_CPU",)
+
+
+def _placement_axes(
+    cfg: ModelConfig, *, gpu: bool, instances: Sequence[int] | None, jit_optimize: bool
+) -> list[Axis]:
+    """The instance count and kind axes, a GPU version's one placement and a native GPU version's
+    late ``jit_optimize`` axis."""
+    gpu_counts = DEFAULT_NATIVE_GPU_INSTANCES if cfg.backend == NATIVE_BACKEND else DEFAULT_GPU_INSTANCES
+    counts = tuple(instances or (gpu_counts if on_gpu(cfg) else DEFAULT_INSTANCES))
+    if any(c < 1 for c in counts):
+        raise TritonKitError(f"instance counts {list(counts)}: expected whole numbers >= 1")
+    axes = [Axis("instances", counts), Axis("kind", _kinds(cfg, gpu))]
+    if on_gpu(cfg):
+        axes.append(Axis("gpus", (_placement(cfg.instance_groups[0]),)))
+        if jit_optimize and cfg.backend == NATIVE_BACKEND:
+            axes.append(Axis(JIT_PARAMETER, ("off", "on"), late=True))
+    return axes
+
+
+def _max_batch_sizes(
+    cfg: ModelConfig, model_dir: str | os.PathLike[str] | None, asked: Sequence[int] | None
+) -> tuple[int, ...]:
+    """The max batch sizes asked for, or powers of two up to the model's (from a quarter of it on a
+    GPU); a one-line error for sizes outside the model's range."""
+    low, high = profile_batch_range(cfg, model_dir)
+    start = max(low, high // 4) if on_gpu(cfg) else low
+    sizes = tuple(sorted(set(asked))) if asked else _powers(start, high)
+    outside = [s for s in sizes if not low <= s <= high]
+    if outside:
+        raise TritonKitError(
+            f"max batch sizes {outside} are outside the model's range {low}..{high}"
+            + (" (its TensorRT profiles)" if _is_tensorrt(cfg) else " (its max_batch_size)")
+        )
+    return sizes
+
+
+def _delays(asked: Sequence[int | str] | None, gpu_base: bool) -> tuple[int | str, ...]:
+    """The batching delays asked for, or the defaults (GPU or CPU); a one-line error for a bad one."""
+    delays = tuple(asked if asked is not None else DEFAULT_GPU_DELAYS_US if gpu_base else DEFAULT_DELAYS_US)
+    for d in delays:
+        if d != "off" and (not isinstance(d, int) or d < 0):
+            raise TritonKitError(f"batching delay {d!r}: expected `off` or whole microseconds >= 0")
+    return delays
+
+
 def axes_for(
     cfg: ModelConfig,
     *,
@@ -200,42 +256,14 @@ def axes_for(
         raise TritonKitError(
             f"model `{cfg.name}` is an ensemble; expected a model that runs (tune its steps)"
         )
-    gpu_counts = DEFAULT_NATIVE_GPU_INSTANCES if cfg.backend == NATIVE_BACKEND else DEFAULT_GPU_INSTANCES
-    counts = tuple(instances or (gpu_counts if on_gpu(cfg) else DEFAULT_INSTANCES))
-    if any(c < 1 for c in counts):
-        raise TritonKitError(f"instance counts {list(counts)}: expected whole numbers >= 1")
-    axes = [Axis("instances", counts)]
-    kinds = ["KIND_CPU"]
-    if gpu and (_is_tensorrt(cfg) or cfg.backend in ("onnxruntime", "python", "pytorch")):
-        kinds = ["KIND_GPU"] if _is_tensorrt(cfg) else ["KIND_CPU", "KIND_GPU"]
-    gpu_base = on_gpu(cfg)
-    if _is_tensorrt(cfg) or gpu_base:  # a GPU version stays where it was built to run
-        kinds = ["KIND_GPU"]
-    axes.append(Axis("kind", tuple(kinds)))
-    if gpu_base:
-        axes.append(Axis("gpus", (_placement(cfg.instance_groups[0]),)))
-    if jit_optimize and gpu_base and cfg.backend == NATIVE_BACKEND:
-        axes.append(Axis(JIT_PARAMETER, ("off", "on"), late=True))
+    axes = _placement_axes(cfg, gpu=gpu, instances=instances, jit_optimize=jit_optimize)
     if cfg.max_batch_size <= 0:
         return axes
-    low, high = profile_batch_range(cfg, model_dir)
-    if max_batch_sizes:
-        sizes = tuple(sorted(set(max_batch_sizes)))
-    else:
-        sizes = _powers(max(low, high // 4) if gpu_base else low, high)
-    outside = [s for s in sizes if not low <= s <= high]
-    if outside:
-        raise TritonKitError(
-            f"max batch sizes {outside} are outside the model's range {low}..{high}"
-            + (" (its TensorRT profiles)" if _is_tensorrt(cfg) else " (its max_batch_size)")
-        )
-    delays = tuple(
-        delays_us if delays_us is not None else DEFAULT_GPU_DELAYS_US if gpu_base else DEFAULT_DELAYS_US
-    )
-    for d in delays:
-        if d != "off" and (not isinstance(d, int) or d < 0):
-            raise TritonKitError(f"batching delay {d!r}: expected `off` or whole microseconds >= 0")
-    axes += [Axis("max_batch_size", sizes), Axis("delay_us", delays)]
+    gpu_base = on_gpu(cfg)
+    axes += [
+        Axis("max_batch_size", _max_batch_sizes(cfg, model_dir, max_batch_sizes)),
+        Axis("delay_us", _delays(delays_us, gpu_base)),
+    ]
     buckets, traffic = buckets_in(cfg), traffic_of(cfg, input_data) if input_data is not None else None
     if buckets is not None and traffic is not None:
         axes += [Axis(name, values) for name, values in edge_candidates(buckets, traffic).items()]
@@ -289,39 +317,43 @@ def apply_point(base: ModelConfig, point: Mapping[str, Any]) -> ModelConfig:
         elif jit_on(cfg):
             cfg.parameters.pop(JIT_PARAMETER)
     if cfg.max_batch_size > 0 and "max_batch_size" in point:
-        mbs = int(point["max_batch_size"])
-        cfg.max_batch_size = mbs
-        buckets: list[int] = []
-        if _bucketed(base):  # the runner's buckets follow the trial's max batch
-            style = str(point.get("buckets", "custom"))
-            buckets = list(bucket_ladder(mbs, style)) if style in BUCKET_STYLES else buckets_of(cfg)
-            cfg.parameters[BUCKETS_PARAMETER] = ",".join(str(b) for b in buckets)
-        delay = point.get("delay_us", "off")
-        if delay == "off" or (mbs == 1 and point.get("queue") != "bounded"):
-            cfg.dynamic_batching = None
-        else:
-            keep = base.dynamic_batching or DynamicBatching()
-            preferred = [mbs] if point.get("preferred") == "max" and mbs > 1 else []
-            if buckets:  # the batcher forms bucket-sized batches (nothing to pad); one leaves at once
-                preferred = preferred_sizes(buckets, mbs)
-            policy = None
-            if point.get("queue") == "bounded":
-                policy = QueuePolicy(max_queue_size=2 * mbs * count)
-            cfg.dynamic_batching = DynamicBatching(
-                max_queue_delay_microseconds=0 if delay == "off" else int(delay),
-                preferred_batch_size=preferred,
-                preserve_ordering=keep.preserve_ordering,
-                default_queue_policy=policy,
-                extra=dict(keep.extra),
-            )
-        for warmup in cfg.model_warmup:
-            warmup.batch_size = min(warmup.batch_size, mbs)
+        _apply_batching(base, cfg, point, count)
     if point_edges(point):  # the shape buckets' edges (the runner reads them at load)
         with_edges(cfg, point_edges(point))
     found = problems(cfg)
     if found:
         raise TritonKitError(f"config for {describe(point)} is not valid: {found[0]}")
     return cfg
+
+
+def _apply_batching(base: ModelConfig, cfg: ModelConfig, point: Mapping[str, Any], count: int) -> None:
+    """The point's max batch, the runner's buckets (following it), the dynamic batcher (delay,
+    preferred sizes, queue policy) and the warmups' batch sizes, set in ``cfg`` (a copy of ``base``)."""
+    mbs = int(point["max_batch_size"])
+    cfg.max_batch_size = mbs
+    buckets: list[int] = []
+    if _bucketed(base):  # the runner's buckets follow the trial's max batch
+        style = str(point.get("buckets", "custom"))
+        buckets = list(bucket_ladder(mbs, style)) if style in BUCKET_STYLES else buckets_of(cfg)
+        cfg.parameters[BUCKETS_PARAMETER] = ",".join(str(b) for b in buckets)
+    delay = point.get("delay_us", "off")
+    if delay == "off" or (mbs == 1 and point.get("queue") != "bounded"):
+        cfg.dynamic_batching = None
+    else:
+        keep = base.dynamic_batching or DynamicBatching()
+        preferred = [mbs] if point.get("preferred") == "max" and mbs > 1 else []
+        if buckets:  # the batcher forms bucket-sized batches (nothing to pad); one leaves at once
+            preferred = preferred_sizes(buckets, mbs)
+        policy = QueuePolicy(max_queue_size=2 * mbs * count) if point.get("queue") == "bounded" else None
+        cfg.dynamic_batching = DynamicBatching(
+            max_queue_delay_microseconds=int(delay),
+            preferred_batch_size=preferred,
+            preserve_ordering=keep.preserve_ordering,
+            default_queue_policy=policy,
+            extra=dict(keep.extra),
+        )
+    for warmup in cfg.model_warmup:
+        warmup.batch_size = min(warmup.batch_size, mbs)
 
 
 def dataclass_replace_group(group: InstanceGroup, *, kind: str, count: int) -> InstanceGroup:

@@ -46,12 +46,10 @@ from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
 from tritonkit.tune.space import (
-    PIPELINED_NOTE,
     apply_point,
     axes_for,
     base_point,
     describe,
-    pipelined,
     same_config,
 )
 from tritonkit.tune.spec_file import Written, spec_to_write, write_back
@@ -309,8 +307,6 @@ def tune(options: TuneOptions, *, interrupt_after: int | None = None) -> TuneRes
     summary = _summary(options, run, result, winner, baseline, final_list, verdict, provenance, written)
     summary["method"] = options.method(binary)
     partial = summary["partial"]
-    if pipelined(base):  # the report's server split must not pass the hand-over off as GPU work
-        summary["compute_infer_is"] = PIPELINED_NOTE
     write_report(report, summary, plots=options.plots)
     return TuneResult(
         winner, baseline, summary["trials"], result.evaluations, summary["measurements"], written.diff,

@@ -4,7 +4,7 @@ Each module here is a self-contained Triton python-backend model (it imports onl
 interpreter has: ``triton_python_backend_utils``, NumPy, ONNX Runtime, ...). Builders copy one into
 ``<model>/<version>/model.py``; nothing in tritonkit imports them. The GPU runners share their general
 request path, ``gpu_requests.py``, copied beside them (the stub puts the version folder on ``sys.path``),
-and the torch runner its pipelined execute, ``torch_pipeline.py``;
+and the torch runner its host-time statistics and profiler, ``host_stats.py``;
 :func:`load_runner` imports a runner the same way for tests and benchmarks that run its engine in-process.
 """
 
@@ -15,15 +15,15 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["GPU_REQUESTS", "ONNX_RUNNER", "RUNNER_DIR", "TORCH_PIPELINE", "load_runner", "runner_path"]
+__all__ = ["GPU_REQUESTS", "HOST_STATS", "ONNX_RUNNER", "RUNNER_DIR", "load_runner", "runner_path"]
 
 RUNNER_DIR = Path(__file__).resolve().parent
 #: Runs an ONNX artifact with ONNX Runtime (see ``onnx_runner.py``).
 ONNX_RUNNER = "onnx_runner"
 #: The general request path of the GPU runners, copied beside their ``model.py`` under this name.
 GPU_REQUESTS = "gpu_requests"
-#: The torch runner's pipelined execute and host-time statistics, copied beside its ``model.py``.
-TORCH_PIPELINE = "torch_pipeline"
+#: The torch runner's host-time statistics and profiler of executes, copied beside its ``model.py``.
+HOST_STATS = "host_stats"
 
 
 def runner_path(name: str = ONNX_RUNNER) -> Path:

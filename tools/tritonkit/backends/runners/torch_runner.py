@@ -29,13 +29,10 @@ for ``tritonkit check`` and not needed here):
   ``capture_at_load`` ``true`` (default): capture every bucket at load when all dims are fixed
   ``host_threads``   torch's host threads (default 1 on the GPU)
   ``tensor_exchange`` ``auto`` (NumPy views where the stub's NumPy is 1.x, else DLPack), ``numpy``, ``dlpack``
-  ``stats_interval_s`` log the host-time split of executes every so many seconds (default 0: off)
+  ``stats_interval_s`` log the host-time split of executes every so many seconds (default 0: off;
+                     ``host_stats.py``, copied beside this file)
   ``profile_dir``    torch.profiler trace and table of executes ``profile_skip`` (100) to
                      ``profile_skip`` + ``profile_executes`` (200) written there (diagnosis)
-  ``pipeline``       ``off`` (default) or ``on``: execute hands each batch to a worker thread that
-                     sends the answers while the next batch is staged (``torch_pipeline.py``, copied
-                     beside this file); ``pipeline_depth`` batches held at most (default 2),
-                     ``pipeline_senders`` threads sending answers (default 1)
 """
 
 from __future__ import annotations
@@ -52,17 +49,10 @@ except ImportError:  # pragma: no cover - exercised only inside the stub
 
 if TYPE_CHECKING:
     from tritonkit.backends.runners.gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath, Member
-    from tritonkit.backends.runners.torch_pipeline import (
-        PIPELINE_PHASES,
-        SYNC_PHASES,
-        HostStats,
-        Pipeline,
-        log,
-        profile_step,
-    )
+    from tritonkit.backends.runners.host_stats import SYNC_PHASES, HostStats, log, profile_step
 else:  # the copies beside this file: the stub puts the version folder on sys.path
     from gpu_requests import BUCKET_PHASES, BucketedPath, GeneralPath
-    from torch_pipeline import PIPELINE_PHASES, SYNC_PHASES, HostStats, Pipeline, log, profile_step
+    from host_stats import SYNC_PHASES, HostStats, log, profile_step
 
 _TORCH_DTYPES = {
     "TYPE_BOOL": "bool",
@@ -395,17 +385,7 @@ class TritonPythonModel(GeneralPath, BucketedPath):
                 _param(params, "shape_buckets", ""), shapes, in_dtypes_config, capture, plan_chunks
             )
         self.padded_to = self.buckets if self.engine.use_graphs else [1]  # eager runs take the exact batch
-        pipelined = _param(params, "pipeline", "off")
-        if pipelined not in ("on", "off"):
-            raise ValueError(f"parameter `pipeline` must be on or off; got {pipelined!r}")
-        self.pipeline: Pipeline | None = None
-        if pipelined == "on" and self.max_batch_size > 0:
-            depth, senders = (
-                int(_param(params, k, d)) for k, d in (("pipeline_depth", "2"), ("pipeline_senders", "1"))
-            )
-            self.pipeline = Pipeline(self, depth, senders)
-        phases = PIPELINE_PHASES if self.pipeline is not None else SYNC_PHASES
-        self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), phases)
+        self.stats = HostStats(self.name, float(_param(params, "stats_interval_s", "0")), SYNC_PHASES)
         # shape buckets: `padded` counts the groups an execute ran (its launches), beside requests and rows
         self.bucket_stats = HostStats(f"{self.name} (groups as padded)", self.stats.interval, BUCKET_PHASES)
         self.profile_dir = _param(params, "profile_dir", "")
@@ -417,8 +397,7 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         log(
             f"tritonkit torch_runner ready: {self.name} on {device} in {done - started:.2f} s (import "
             f"{imported - started:.2f}, program {loaded - imported:.2f}, graphs {done - loaded:.2f} for "
-            f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange, "
-            f"pipeline {self.pipeline.describe() if self.pipeline is not None else 'off'})"
+            f"{len(self.engine.graphs)} buckets {self.buckets}, {'numpy' if self.use_numpy else 'dlpack'} exchange)"
         )
 
     # --- shape buckets (BucketedPath): the engine's launch and wait --------------------------------
@@ -520,13 +499,11 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         self.executes += 1
         if self.profile_dir:
             profile_step(self)
-        if self.bucketing is not None:  # padded to shape buckets (the pipeline serves fixed shapes)
+        if self.bucketing is not None:  # padded to shape buckets
             responses = self.execute_bucketed(requests)
             groups, rows, marks = self.bucket_marks
             self.bucket_stats.add(len(requests), rows, groups, marks)
             return responses
-        if self.pipeline is not None:  # None: the pipeline's worker sends every answer
-            return self.pipeline.execute(requests)
         marks = [time.perf_counter()]
         done = None
         if self.max_batch_size > 0:
@@ -553,7 +530,5 @@ class TritonPythonModel(GeneralPath, BucketedPath):
         return self._answers(members, outputs, host)
 
     def finalize(self) -> None:
-        if self.pipeline is not None:
-            self.pipeline.close()
         self.stats.report(time.perf_counter())
         del self.engine
