@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import struct
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 import hpack
@@ -333,47 +334,61 @@ class WireGrpcConnection(HubConnection):
             return
         if kind in _FIXED_SIZE and len(payload) != _FIXED_SIZE[kind]:
             raise _ConnectionError(_FRAME_SIZE_ERROR, f"frame type {kind} of {len(payload)} bytes")
-        if kind == _CONTINUATION:
-            if self._continuation is None or self._continuation[0] != stream_id:
-                raise _ConnectionError(
-                    _PROTOCOL_ERROR, "CONTINUATION frame without a HEADERS frame before it"
-                )
-            self._continuation[2].extend(payload)
-            if flags & _END_HEADERS:
-                first_stream, first_flags, block = self._continuation
-                self._continuation = None
-                self._on_headers(first_stream, first_flags, bytes(block))
-        elif kind == _WINDOW_UPDATE:
-            (increment,) = struct.unpack_from(">L", payload)
-            increment &= _MAX_WINDOW
-            if stream_id == 0:
-                self._send_window += increment
-                if self._send_window > _MAX_WINDOW:
-                    raise _ConnectionError(_FLOW_CONTROL_ERROR, "connection window over 2^31-1")
-            elif (stream := self._streams.get(stream_id)) is not None:
-                stream.window += increment
-            if self._blocked:
-                self._resume_blocked()
-        elif kind == _SETTINGS:
-            if not flags & _ACK:
-                self._on_settings(payload)
-        elif kind == _PING:
-            if not flags & _ACK:
-                self._outgoing += _frame(_PING, _ACK, 0, bytes(payload))
-        elif kind == _RST_STREAM:
-            (code,) = struct.unpack_from(">L", payload)
-            if code == _REFUSED_STREAM:  # not processed (§8.7): send it again
-                stream = self._forget(stream_id)
-                if stream is not None:
-                    self._resend([stream])
-            else:
-                status = _RST_STATUS.get(code, INTERNAL)
-                self._fail(stream_id, status, f"Triton reset the stream (HTTP/2 {error_name(code)})")
-        elif kind == _GOAWAY:
-            if len(payload) < 8:
-                raise _ConnectionError(_FRAME_SIZE_ERROR, f"GOAWAY of {len(payload)} bytes")
-            last_id, code = struct.unpack_from(">LL", payload)
-            self._on_goaway(last_id & _MAX_STREAM_ID, code, bytes(payload[8:]).decode(errors="replace"))
+        handler = _CONTROL.get(kind)
+        if handler is not None:  # other frame types are ignored (§4.1)
+            handler(self, flags, stream_id, payload)
+
+    # Frames other than DATA and HEADERS: each read by its own method, found in ``_CONTROL`` below.
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """The rest of a header block (§6.10); the last piece hands the whole block on."""
+        if self._continuation is None or self._continuation[0] != stream_id:
+            raise _ConnectionError(_PROTOCOL_ERROR, "CONTINUATION frame without a HEADERS frame before it")
+        self._continuation[2].extend(payload)
+        if flags & _END_HEADERS:
+            first_stream, first_flags, block = self._continuation
+            self._continuation = None
+            self._on_headers(first_stream, first_flags, bytes(block))
+
+    def _on_window_update(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """More room to send, on the connection or one stream (§6.9); held-back bodies go on."""
+        (increment,) = struct.unpack_from(">L", payload)
+        increment &= _MAX_WINDOW
+        if stream_id == 0:
+            self._send_window += increment
+            if self._send_window > _MAX_WINDOW:
+                raise _ConnectionError(_FLOW_CONTROL_ERROR, "connection window over 2^31-1")
+        elif (stream := self._streams.get(stream_id)) is not None:
+            stream.window += increment
+        if self._blocked:
+            self._resume_blocked()
+
+    def _on_settings_frame(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """The peer's SETTINGS (§6.5); an acknowledgement of ours carries nothing to apply."""
+        if not flags & _ACK:
+            self._on_settings(payload)
+
+    def _on_ping(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """A PING is answered with the same payload (§6.7); an answer to ours needs nothing."""
+        if not flags & _ACK:
+            self._outgoing += _frame(_PING, _ACK, 0, bytes(payload))
+
+    def _on_rst_stream(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """The server reset a stream (§6.4): sent again when refused unprocessed, else failed."""
+        (code,) = struct.unpack_from(">L", payload)
+        if code == _REFUSED_STREAM:  # not processed (§8.7): send it again
+            stream = self._forget(stream_id)
+            if stream is not None:
+                self._resend([stream])
+        else:
+            status = _RST_STATUS.get(code, INTERNAL)
+            self._fail(stream_id, status, f"Triton reset the stream (HTTP/2 {error_name(code)})")
+
+    def _on_goaway_frame(self, flags: int, stream_id: int, payload: bytearray) -> None:
+        """A GOAWAY's last-stream-id, error code and debug text, handed to :meth:`_on_goaway`."""
+        if len(payload) < 8:
+            raise _ConnectionError(_FRAME_SIZE_ERROR, f"GOAWAY of {len(payload)} bytes")
+        last_id, code = struct.unpack_from(">LL", payload)
+        self._on_goaway(last_id & _MAX_STREAM_ID, code, bytes(payload[8:]).decode(errors="replace"))
 
     def _on_settings(self, payload: bytearray) -> None:
         if len(payload) % 6:
@@ -425,6 +440,17 @@ class WireGrpcConnection(HubConnection):
             stream.headers.update(fields)
         if flags & _END_STREAM:
             self._finish(stream_id)
+
+
+#: frame type → its reader, for the frames ``_on_frame`` does not read itself
+_CONTROL: dict[int, Callable[[WireGrpcConnection, int, int, bytearray], None]] = {
+    _CONTINUATION: WireGrpcConnection._on_continuation,
+    _WINDOW_UPDATE: WireGrpcConnection._on_window_update,
+    _SETTINGS: WireGrpcConnection._on_settings_frame,
+    _PING: WireGrpcConnection._on_ping,
+    _RST_STREAM: WireGrpcConnection._on_rst_stream,
+    _GOAWAY: WireGrpcConnection._on_goaway_frame,
+}
 
 
 def _unpad(payload: bytearray) -> bytearray:
