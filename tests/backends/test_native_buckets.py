@@ -86,6 +86,22 @@ def _module() -> Any:
     return Tokens().eval()
 
 
+PLANES = Buckets(axes={"len": (4, 8)}, inputs={"x": {2: "len"}}, outputs={"y": {2: "len"}}, pad={"x": 1e9})
+
+
+def _planes() -> Any:
+    import torch  # noqa: PLC0415
+
+    class Planes(torch.nn.Module):
+        """The bucketed axis is axis 2 of a float input: ``low`` (its minimum) holds only where the pad
+        value (1e9, above every value) fills the padding."""
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x * 2, x.min(dim=2).values
+
+    return Planes().eval()
+
+
 def _ids(rows: int, length: int, seed: int) -> NDArray[np.int64]:
     return np.random.default_rng(seed).integers(1, 50, (rows, length)).astype(np.int64)
 
@@ -115,6 +131,16 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         plan,
         max_batch_size=MAX_BATCH,
         buckets=BUCKETS,
+    )
+    write_torch_version(
+        repo,
+        "planes",
+        _planes(),
+        {"x": torch.rand(2, 2, 6) + 1},
+        ["y", "low"],
+        plan,
+        max_batch_size=4,
+        buckets=PLANES,
     )
     # The same, its batcher waiting long for a full batch: one execute meets every length sent at once.
     shutil.copytree(repo / "tok", repo / "gather")
@@ -297,6 +323,27 @@ def test_answers_equal_the_module_at_each_requests_own_length_over_http_and_grpc
     assert re.search(
         r"tritonkit_torch: tok on cpu: 12 methods for 4 batch x 3 shape buckets; cost ms", _log(server)
     )
+
+
+@pytest.mark.slow
+def test_an_inner_bucketed_axis_is_padded_with_its_inputs_pad_value_and_cut(server: EmbeddedServer) -> None:
+    """Axis 2 of ``x`` is bucketed: its rows are not one block each (staged and answered through torch,
+    not row by row), the padding is ``x``'s pad value (the minimum stays the request's own)."""
+    import torch  # noqa: PLC0415
+
+    x = [np.random.default_rng(n).uniform(1, 2, (1 + n % 2, 2, n)).astype(np.float32) for n in (3, 5, 8, 2)]
+
+    def call(value: NDArray[np.float32]) -> Any:
+        tensor = httpclient.InferInput("x", list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            return client.infer("planes", [tensor])
+
+    for value, answer in zip(x, _concurrently([functools.partial(call, v) for v in x]), strict=True):
+        with torch.no_grad():
+            y, low = _planes()(torch.from_numpy(value))
+        np.testing.assert_array_equal(answer.as_numpy("y"), y.numpy())
+        np.testing.assert_array_equal(answer.as_numpy("low"), low.numpy())
 
 
 @pytest.mark.slow

@@ -414,11 +414,7 @@ class Bucketed {
       int64_t offset = 0;
       for (size_t p : positions) {
         const Member& m = members[p];
-        at::Tensor dst = buffer.narrow(0, offset, m.rows);
-        for (size_t d = 1; d < shape.size(); ++d) {
-          if (m.shapes[i][d] != shape[d]) dst = dst.narrow(static_cast<int64_t>(d), 0, m.shapes[i][d]);
-        }
-        dst.copy_(input_tensor(m.inputs[i], m.shapes[i], model_->inputs[i], m.sizes[i].first, m.sizes[i].second));
+        stage_input(buffer.narrow(0, offset, m.rows), m.inputs[i], m.shapes[i], spec, m.sizes[i].first, m.sizes[i].second);
         offset += m.rows;
       }
       staged.push_back(buffer);
