@@ -294,16 +294,14 @@ class _Connection:
             self._settimeout(deadline)
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: memoryview, out: bytearray) -> None:
+        """Handle one frame: DATA and HEADERS here, CONTINUATION and the control frames by their own methods."""
         if self._continuation is not None and kind != CONTINUATION:
             raise self._protocol_error(f"frame type {kind} inside a header block")
         if kind == DATA:
             self.received += len(payload)
             if stream_id == self._stream and self._head is not None:
                 if flags & PADDED:
-                    pad = payload[0] if payload else 0
-                    if not payload or pad >= len(payload):
-                        raise self._protocol_error("DATA padding as long as the frame")
-                    payload = payload[1 : len(payload) - pad]
+                    payload = self._unpadded(payload)
                 self._parts.append(payload.tobytes())
                 if flags & END_STREAM:  # trailers missing
                     self._tail = []
@@ -319,16 +317,27 @@ class _Connection:
                 self._continuation = (stream_id, flags, bytearray(block))
             return
         if kind == CONTINUATION:
-            if self._continuation is None or self._continuation[0] != stream_id:
-                raise self._protocol_error("CONTINUATION without a HEADERS frame before it")
-            self._continuation[2].extend(payload)
-            if flags & END_HEADERS:
-                first_stream, first_flags, whole = self._continuation
-                self._continuation = None
-                self._headers(first_stream, first_flags, bytes(whole))
+            self._continued(flags, stream_id, payload)
             return
         if kind in _CONTROL:
             self._control(kind, flags, stream_id, payload, out)
+
+    def _unpadded(self, payload: memoryview) -> memoryview:
+        """A PADDED DATA frame's data, without its pad length and padding (§6.1)."""
+        pad = payload[0] if payload else 0
+        if not payload or pad >= len(payload):
+            raise self._protocol_error("DATA padding as long as the frame")
+        return payload[1 : len(payload) - pad]
+
+    def _continued(self, flags: int, stream_id: int, payload: memoryview) -> None:
+        """The rest of a header block (§6.10); its last piece hands the whole block on."""
+        if self._continuation is None or self._continuation[0] != stream_id:
+            raise self._protocol_error("CONTINUATION without a HEADERS frame before it")
+        self._continuation[2].extend(payload)
+        if flags & END_HEADERS:
+            first_stream, first_flags, whole = self._continuation
+            self._continuation = None
+            self._headers(first_stream, first_flags, bytes(whole))
 
     def _control(self, kind: int, flags: int, stream_id: int, payload: memoryview, out: bytearray) -> None:
         if kind == SETTINGS:
