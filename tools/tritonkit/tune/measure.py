@@ -420,66 +420,97 @@ def find_max(
     :class:`GeneratorLimitedError` (after ``on_result`` saw it), whatever its p99. Returns (the best
     level or None, every level measured).
     """
-    results: list[LevelResult] = []
+    search = _Search(measure, budget_ms, mode, max_failure_ratio, require_stable, on_result)
+    search.climb(start, limit)
+    search.descend(start)
+    search.bisect(refine)
+    return search.good, search.results
 
-    def fits(result: LevelResult, stable: bool = require_stable) -> bool:
-        return result.within(budget_ms, max_failure_ratio, stable)
 
-    def run(value: float) -> LevelResult:
-        result = measure(Level(mode, round(value) if mode == "concurrency" else value))
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-        return refuse_limited(result)
+@dataclasses.dataclass
+class _Search:
+    """One :func:`find_max` search: every level measured, the best within the budget, the lowest over it."""
 
+    measure: Callable[[Level], LevelResult]
+    budget_ms: float
+    mode: str
+    max_failure_ratio: float
+    require_stable: bool
+    on_result: Callable[[LevelResult], None] | None
+    results: list[LevelResult] = dataclasses.field(default_factory=list)
     good: LevelResult | None = None
     bad: float | None = None
-    value, flat = start, 0
-    while value <= limit:
-        result = run(value)
-        if not fits(result, False):
-            bad = value
-            break
-        if not fits(result):
-            value *= 2  # unstable but within the budget: inconclusive, look higher
-            continue
-        if good is not None and result.throughput < good.throughput * 1.02:
-            good = max(good, result, key=lambda r: r.throughput)
-            flat += 1
-            if flat >= 2:
-                bad = value  # saturated: more load only queues
+
+    def fits(self, result: LevelResult) -> bool:
+        """Within the budget, and stable where that is required: a candidate answer."""
+        return result.within(self.budget_ms, self.max_failure_ratio, self.require_stable)
+
+    def breaks(self, result: LevelResult) -> bool:
+        """Over the budget (p99 or failures) even without asking for stability: a bound."""
+        return not result.within(self.budget_ms, self.max_failure_ratio, False)
+
+    def run(self, value: float) -> LevelResult:
+        """Measure the level ``value`` (rounded for concurrency), recorded; a generator-limited one raises."""
+        result = self.measure(Level(self.mode, round(value) if self.mode == "concurrency" else value))
+        self.results.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+        return refuse_limited(result)
+
+    def climb(self, start: float, limit: float) -> None:
+        """Double from ``start`` until a level breaks the budget, ``limit`` or throughput stops growing."""
+        value, flat = start, 0
+        while value <= limit:
+            result = self.run(value)
+            if self.breaks(result):
+                self.bad = value
                 break
-            value *= 2  # one flat doubling may be a plateau (a batcher packing every request in flight
-            continue  # into one execution leaves the other instances idle until the load grows further)
-        flat = 0
-        good = result
-        value *= 2
-    floor, value = (1.0 if mode == "concurrency" else start / 64), start / 2
-    while good is None and bad is not None and value >= floor:
-        # Nothing fitted from a warm start: halve until a level does (the bisection then narrows it).
-        result = run(value)
-        if fits(result):
-            good = result
-        elif not fits(result, False):
-            bad = value
-        value /= 2
-    lo = good.level.value if good is not None else 0.0
-    for _ in range(refine):
-        if bad is None:
-            break
-        mid = (lo + bad) / 2
-        if mode == "concurrency":
-            mid = round(mid)
-            if mid <= lo or mid >= bad:
+            if not self.fits(result):
+                value *= 2  # unstable but within the budget: inconclusive, look higher
+                continue
+            good = self.good
+            if good is not None and result.throughput < good.throughput * 1.02:
+                self.good = max(good, result, key=lambda r: r.throughput)
+                flat += 1
+                if flat >= 2:
+                    self.bad = value  # saturated: more load only queues
+                    break
+                value *= 2  # one flat doubling may be a plateau (a batcher packing every request in flight
+                continue  # into one execution leaves the other instances idle until the load grows further)
+            flat = 0
+            self.good = result
+            value *= 2
+
+    def descend(self, start: float) -> None:
+        """Nothing fitted from a warm start: halve until a level does (the bisection then narrows it)."""
+        floor, value = (1.0 if self.mode == "concurrency" else start / 64), start / 2
+        while self.good is None and self.bad is not None and value >= floor:
+            result = self.run(value)
+            if self.fits(result):
+                self.good = result
+            elif self.breaks(result):
+                self.bad = value
+            value /= 2
+
+    def bisect(self, refine: int) -> None:
+        """Narrow ``refine`` times between the best level and the lowest that broke the budget."""
+        lo = self.good.level.value if self.good is not None else 0.0
+        for _ in range(refine):
+            bad = self.bad
+            if bad is None:
                 break
-        elif mid <= 0:
-            break
-        result = run(mid)
-        if fits(result) and (good is None or result.throughput >= good.throughput):
-            good, lo = result, mid
-        else:
-            bad = mid
-    return good, results
+            mid = (lo + bad) / 2
+            if self.mode == "concurrency":
+                mid = round(mid)
+                if mid <= lo or mid >= bad:
+                    break
+            elif mid <= 0:
+                break
+            result = self.run(mid)
+            if self.fits(result) and (self.good is None or result.throughput >= self.good.throughput):
+                self.good, lo = result, mid
+            else:
+                self.bad = mid
 
 
 def wait_ready(
