@@ -21,11 +21,13 @@ figure beside each level's (each level of a sweep, the best of ``--find-max``: a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.client import Client
 from tritonkit.commands.measure_args import (
     add_generator_arg,
@@ -36,16 +38,17 @@ from tritonkit.commands.measure_args import (
     parse_levels,
     target,
 )
-from tritonkit.config import from_proto
+from tritonkit.config import ModelConfig, from_proto
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.provenance import collect, markdown_lines
+from tritonkit.loadtest.provenance import Provenance, collect, markdown_lines
+from tritonkit.serve.endpoint import Endpoint
 from tritonkit.tune.export import table, write_csv, write_json
-from tritonkit.tune.generators import choose, measurer_of
-from tritonkit.tune.loadgen import Target
+from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
+from tritonkit.tune.loadgen import Level, Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, find_max, generator_line, refuse_limited
 from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
-from tritonkit.tune.traffic import buckets_in, generated_line, token_figures, token_line, traffic_of
+from tritonkit.tune.traffic import Traffic, buckets_in, generated_line, token_figures, token_line, traffic_of
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -69,22 +72,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
+    """``tritonkit profile``: measure the levels (or search the highest within the budget), then export."""
     options = measure_options(args)
     of_record = choose(args.generator, options, args.shared_memory)  # one line when it cannot measure
     binary: Binary | str | None = of_record or (None if args.no_cross_check else locate())
-    if args.concurrency and args.request_rate:
-        raise TritonKitError("--concurrency and --request-rate: expected one of them")
-    mode = ("poisson" if args.poisson else "rate") if args.request_rate else "concurrency"
-    levels = parse_levels(args.request_rate or args.concurrency or ("" if args.find_max else "1:16"), mode)
-    if args.find_max and (args.latency_budget_ms is None or args.latency_budget_ms <= 0):
-        raise TritonKitError("--find-max: expected --latency-budget-ms with a positive budget")
+    mode, levels = _levels(args)
     model, _, version = args.model.partition(":")
-    results: list[Any] = []
-    best = None
-    padding: dict[str, float] = {}
-    tokens: dict[str, dict[str, Any]] = {}
-    checks: dict[str, dict[str, Any]] = {}
+    best: LevelResult | None = None
     with (
         connect(args, [model]) as conn,
         measurer_of(of_record, target(conn, model, args, version), options) as measurer,
@@ -96,62 +90,130 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_lines(provenance)[0], flush=True)
         cross = _cross_checker(args, binary, target(conn, model, args, version), options)
         print(_generator_line(args, binary), flush=True)
-        with Client(
-            conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None
-        ) as client:
-            served_config = from_proto(client.config(model))
-            buckets = buckets_of(served_config)
-        if pipelined(served_config):
-            print(f"note: {PIPELINED_NOTE}", flush=True)
-        if (
-            args.input_data is None
-            and args.generator == "tritonkit"
-            and (line := generated_line(served_config))
-        ):
-            print(line, flush=True)
+        served_config = _served_config(args, conn, model)
+        buckets = buckets_of(served_config)
+        _print_notes(args, served_config)
         shape_buckets = buckets_in(served_config)
         traffic = traffic_of(served_config, args.input_data, args.batch_size)
-
-        def show(result: Any) -> None:
-            print(table([result]).splitlines()[-1], flush=True)
-            if line := generator_line(result):
-                print(line, flush=True)
-            if cross is not None and not args.find_max:
-                checks[result.level.label()] = record = cross(result)
-                print(cross_check_line(record), flush=True)
-            if traffic is not None and shape_buckets is not None:
-                tokens[result.level.label()] = figures = token_figures(
-                    traffic, shape_buckets, result.throughput
-                )
-                print(f"  {result.level.label()}: {token_line(figures)}", flush=True)
-            share = padded_share(result.server.batches, buckets)
-            if share is not None:
-                padding[result.level.label()] = round(share, 4)
-                print(
-                    f"  {result.level.label()}: padded rows {share:.1%} of the rows the runner computed",
-                    flush=True,
-                )
-
+        figures = _Figures(args.find_max, cross, buckets, shape_buckets, traffic)
         print(table([]), flush=True)
         if args.find_max:
-            start = levels[0].value if levels else (1.0 if mode == "concurrency" else 10.0)
-            best, results = find_max(
-                measurer.measure,
-                args.latency_budget_ms,
-                mode=mode,
-                start=start,
-                limit=args.max_level,
-                on_result=show,
-            )
+            best, results = _find_max(args, measurer, mode, levels, figures.show)
         else:
-            for level in levels:
-                result = measurer.measure(level)
-                show(result)
-                results.append(result)
-                refuse_limited(result)  # a level the generator limited ends the sweep: one line
-        if cross is not None and args.find_max and best is not None:
-            checks[best.level.label()] = record = cross(best)
+            results = _sweep(measurer, levels, figures.show)
+        if args.find_max and best is not None:
+            figures.cross_check(best)
+    extra = _extra(args, provenance, binary, figures, pipelined(served_config), best)
+    _export(args, results, figures.checks, extra)
+    return _verdict(args, best)
+
+
+def _levels(args: argparse.Namespace) -> tuple[str, list[Level]]:
+    """The load mode (concurrency, rate or poisson) and the levels the flags ask for, checked."""
+    if args.concurrency and args.request_rate:
+        raise TritonKitError("--concurrency and --request-rate: expected one of them")
+    mode = ("poisson" if args.poisson else "rate") if args.request_rate else "concurrency"
+    levels = parse_levels(args.request_rate or args.concurrency or ("" if args.find_max else "1:16"), mode)
+    if args.find_max and (args.latency_budget_ms is None or args.latency_budget_ms <= 0):
+        raise TritonKitError("--find-max: expected --latency-budget-ms with a positive budget")
+    return mode, levels
+
+
+def _served_config(args: argparse.Namespace, conn: Endpoint, model: str) -> ModelConfig:
+    """The config Triton serves ``model`` with."""
+    with Client(conn.url(args.protocol), args.protocol, timeout=30, headers=conn.headers or None) as client:
+        return from_proto(client.config(model))
+
+
+def _print_notes(args: argparse.Namespace, served_config: ModelConfig) -> None:
+    """The pipelined runner's note, and which length generated requests give a variable dim."""
+    if pipelined(served_config):
+        print(f"note: {PIPELINED_NOTE}", flush=True)
+    if args.input_data is None and args.generator == "tritonkit" and (line := generated_line(served_config)):
+        print(line, flush=True)
+
+
+@dataclasses.dataclass
+class _Figures:
+    """What each level prints and records beside its table row: perf_analyzer's figure, tokens/s, padding."""
+
+    find_max: bool
+    cross: Callable[[LevelResult], dict[str, Any]] | None
+    buckets: list[int]
+    shape_buckets: Buckets | None
+    traffic: Traffic | None
+    padding: dict[str, float] = dataclasses.field(default_factory=dict)
+    tokens: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def show(self, result: LevelResult) -> None:
+        """Print a measured level's row and figures (a sweep's levels also get perf_analyzer's)."""
+        print(table([result]).splitlines()[-1], flush=True)
+        if line := generator_line(result):
+            print(line, flush=True)
+        if not self.find_max:
+            self.cross_check(result)
+        if self.traffic is not None and self.shape_buckets is not None:
+            self.tokens[result.level.label()] = figures = token_figures(
+                self.traffic, self.shape_buckets, result.throughput
+            )
+            print(f"  {result.level.label()}: {token_line(figures)}", flush=True)
+        share = padded_share(result.server.batches, self.buckets)
+        if share is not None:
+            self.padding[result.level.label()] = round(share, 4)
+            print(
+                f"  {result.level.label()}: padded rows {share:.1%} of the rows the runner computed",
+                flush=True,
+            )
+
+    def cross_check(self, result: LevelResult) -> None:
+        """perf_analyzer at ``result``'s level, recorded and printed (nothing without a cross-check)."""
+        if self.cross is not None:
+            self.checks[result.level.label()] = record = self.cross(result)
             print(cross_check_line(record), flush=True)
+
+
+def _find_max(
+    args: argparse.Namespace,
+    measurer: LevelMeasurer,
+    mode: str,
+    levels: list[Level],
+    show: Callable[[LevelResult], None],
+) -> tuple[LevelResult | None, list[LevelResult]]:
+    """``--find-max``: the highest level within the budget, from the first level asked for."""
+    start = levels[0].value if levels else (1.0 if mode == "concurrency" else 10.0)
+    return find_max(
+        measurer.measure,
+        args.latency_budget_ms,
+        mode=mode,
+        start=start,
+        limit=args.max_level,
+        on_result=show,
+    )
+
+
+def _sweep(
+    measurer: LevelMeasurer, levels: list[Level], show: Callable[[LevelResult], None]
+) -> list[LevelResult]:
+    """Every level in turn; one the generator limited ends the sweep (one line)."""
+    results: list[LevelResult] = []
+    for level in levels:
+        result = measurer.measure(level)
+        show(result)
+        results.append(result)
+        refuse_limited(result)  # a level the generator limited ends the sweep: one line
+    return results
+
+
+def _extra(
+    args: argparse.Namespace,
+    provenance: Provenance,
+    binary: Binary | str | None,
+    figures: _Figures,
+    is_pipelined: bool,
+    best: LevelResult | None,
+) -> dict[str, Any]:
+    """The JSON export's fields beside the levels."""
     extra: dict[str, Any] = {
         "model": args.model,
         "protocol": args.protocol,
@@ -164,22 +226,36 @@ def run(args: argparse.Namespace) -> int:
             else {"installed": False, "reason": binary or "cross-check left out"}
         ),
     }
-    if buckets:
-        extra.update(buckets=buckets, padded_share=padding)
-    if traffic is not None and shape_buckets is not None:
-        axes = {axis: list(edges) for axis, edges in shape_buckets.axes.items()}
-        extra["tokens"] = {"lengths": traffic.source, "edges": axes, "by_level": tokens}
-    if pipelined(served_config):
+    if figures.buckets:
+        extra.update(buckets=figures.buckets, padded_share=figures.padding)
+    if figures.traffic is not None and figures.shape_buckets is not None:
+        axes = {axis: list(edges) for axis, edges in figures.shape_buckets.axes.items()}
+        extra["tokens"] = {"lengths": figures.traffic.source, "edges": axes, "by_level": figures.tokens}
+    if is_pipelined:
         extra["compute_infer_is"] = "hand-over to the pipelined runner, not the GPU work"
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None
-    if args.generator == "tritonkit" and checks:
-        extra["cross_check"] = checks
+    if args.generator == "tritonkit" and figures.checks:
+        extra["cross_check"] = figures.checks
+    return extra
+
+
+def _export(
+    args: argparse.Namespace,
+    results: list[LevelResult],
+    checks: dict[str, dict[str, Any]],
+    extra: dict[str, Any],
+) -> None:
+    """``--csv`` (with perf_analyzer's cells) and ``--json``, where asked for."""
     if args.csv:
         write_csv(args.csv, results, [_pa_cells(checks.get(r.level.label())) for r in results])
     if args.json:
         write_json(args.json, results, extra)
+
+
+def _verdict(args: argparse.Namespace, best: LevelResult | None) -> int:
+    """The exit code; ``--find-max`` also prints its best level, or that none met the budget."""
     if args.find_max:
         if best is None:
             print(f"tritonkit profile: no level met p99 <= {args.latency_budget_ms:g} ms", file=sys.stderr)
