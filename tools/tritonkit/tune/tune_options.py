@@ -108,6 +108,16 @@ class TuneOptions:
 
     def validate(self) -> None:
         """Raise :class:`OptionError` naming the first option whose value cannot work."""
+        self._check_choices()
+        self._check_where()
+        self._check_limits()
+        if self.url is not None and not self.admin_key:
+            raise OptionError(
+                "admin_key", "not given", "the key of the restricted model-repository API with a url"
+            )
+
+    def _check_choices(self) -> None:
+        """The budget, and the options that take one of a few values: search, generator, protocol, write."""
         if not self.latency_budget_ms > 0:
             raise OptionError("latency_budget_ms", self.latency_budget_ms, "a positive number of ms")
         if self.search not in ("quick", "brute"):
@@ -124,12 +134,18 @@ class TuneOptions:
                 "with `off`",
                 "no `off` with the build spec written: a build spec cannot say 'no dynamic batcher'",
             )
+
+    def _check_where(self) -> None:
+        """The model's repository (without a url), the HTTP endpoint beside a gRPC url."""
         if self.url is None and (self.repo is None or not (Path(self.repo) / self.model).is_dir()):
             raise OptionError("repo", self.repo, f"a model repository holding a folder `{self.model}`")
         if self.url is not None and self.protocol == "grpc" and not self.http_url:
             raise OptionError(
                 "http_url", "not given", "the HTTP endpoint (model-repository API) of a gRPC url"
             )
+
+    def _check_limits(self) -> None:
+        """The finals' counts and share, and the time budget."""
         for name in ("finalists", "final_rounds"):
             if getattr(self, name) < 0:
                 raise OptionError(name, getattr(self, name), "a whole number >= 0")
@@ -137,7 +153,3 @@ class TuneOptions:
             raise OptionError("time_budget_s", self.time_budget_s, "a positive number of seconds")
         if not 0 <= self.finals_within <= 1:
             raise OptionError("finals_within", self.finals_within, "a share between 0 and 1")
-        if self.url is not None and not self.admin_key:
-            raise OptionError(
-                "admin_key", "not given", "the key of the restricted model-repository API with a url"
-            )
