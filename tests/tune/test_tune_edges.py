@@ -21,7 +21,7 @@ from tritonkit.config import load
 from tritonkit.convert.export import TorchSource
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.spec_file import edited_text
-from tritonkit.tune.traffic import edge_candidates, token_figures, traffic_of, with_edges
+from tritonkit.tune.traffic import Traffic, edge_candidates, token_figures, traffic_of, with_edges
 
 DEFAULT = [16, 32, 64, 128]  # default_edges(128): what the spec builds
 MODEL = "attend_fp32"
@@ -199,3 +199,19 @@ def test_tune_chooses_edges_from_the_traffic_and_writes_them_into_config_and_spe
     ratio = profiled["levels"][0]["throughput"] / figure
     print(f"profile of the written config / tune's figure: {ratio:.3f}")  # the device asks for 0.9-1.1
     assert 0.5 < ratio < 2.0  # 2 shared cores: the mechanism, not the device's 10 %
+
+
+def test_a_traced_version_is_only_offered_subsets_of_its_traced_edges() -> None:
+    buckets = Buckets(axes={"seq": (16, 32, 64, 128, 256)}, inputs={"input_ids": {1: "seq"}})
+    rng = np.random.default_rng(3)
+    lengths = [int(n) for n in rng.integers(5, 250, size=400)]
+    traffic = Traffic(tuple({"seq": n} for n in lengths), rows=len(lengths), source="test")
+    free = edge_candidates(buckets, traffic)["edges.seq"]
+    traced = edge_candidates(buckets, traffic, traced=True)["edges.seq"]
+    assert any(not set(_ints(e)) <= {16, 32, 64, 128, 256} for e in free)  # quantile edges off the table
+    assert traced and all(set(_ints(e)) <= {16, 32, 64, 128, 256} and _ints(e)[-1] == 256 for e in traced)
+    assert "16,32,64,128,256" in traced and len(set(traced)) == len(traced)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(p) for p in text.split(",")]

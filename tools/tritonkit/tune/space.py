@@ -266,7 +266,8 @@ def axes_for(
     ]
     buckets, traffic = buckets_in(cfg), traffic_of(cfg, input_data) if input_data is not None else None
     if buckets is not None and traffic is not None:
-        axes += [Axis(name, values) for name, values in edge_candidates(buckets, traffic).items()]
+        traced = cfg.backend == NATIVE_BACKEND  # its model.ts has a method per current edge only
+        axes += [Axis(name, values) for name, values in edge_candidates(buckets, traffic, traced).items()]
     axes.append(Axis("buckets", BUCKET_STYLES) if _bucketed(cfg) else Axis("preferred", ("none", "max")))
     if queue and not gpu_base:
         axes.append(Axis("queue", ("unbounded", "bounded")))

@@ -148,17 +148,26 @@ def _parse(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in str(text).split(",") if p.strip())
 
 
-def edge_candidates(buckets: Buckets, traffic: Traffic) -> dict[str, tuple[str, ...]]:
+def edge_candidates(buckets: Buckets, traffic: Traffic, traced: bool = False) -> dict[str, tuple[str, ...]]:
     """``edges.<axis>`` -> the edge sets to try (text, fewest buckets first), each ending at the axis's
-    current last edge."""
+    current last edge. ``traced``: the version serves only the edges its program was traced at (the
+    native backend's ``model.ts`` has a method per current edge), so every edge is moved up to the
+    nearest current one: each set is a subset of the current edges."""
     out: dict[str, tuple[str, ...]] = {}
     for axis, current in buckets.axes.items():
         longest = current[-1]
         lengths = traffic.of(axis)
         sets = {tuple(current), default_edges(longest)}
         sets |= {edges_from_lengths(lengths, longest, k) for k in bucket_counts if lengths}
+        if traced:
+            sets = {_onto(edges, current) for edges in sets}
         out[EDGES + axis] = tuple(edges_text(e) for e in sorted(sets, key=lambda e: (len(e), e)))
     return out
+
+
+def _onto(edges: Sequence[int], traced: Sequence[int]) -> tuple[int, ...]:
+    """``edges`` each moved up to the smallest ``traced`` edge at or above it, duplicates dropped."""
+    return tuple(sorted({next(t for t in traced if t >= e) for e in edges}))
 
 
 def point_edges(point: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
