@@ -9,6 +9,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -273,26 +274,12 @@ def test_queue_full_retried_when_asked(server: EmbeddedServer) -> None:
         assert c.stats.retries >= 1
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, protocol: str, mode: str) -> None:
-    """Defect 8: kill -9 mid-call over HTTP read as "not HTTP… is this the gRPC port?" and was not
-    retried. With the default policy and a 10 s deadline, every call across a kill -9 and restart
-    on the same ports succeeds."""
-    ports = _ports()
-    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+def _async_calls_across(url: str, protocol: str, event: Callable[[], None]) -> list[str]:
+    """Every outcome of 4 async callers of `add` (10 s deadlines), 0.5 s before and after ``event``."""
     outcomes: list[str] = []
 
-    def restart() -> None:
-        pid = servers[-1].pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        servers[-1].stop()
-        servers.append(_restart(small_repo, ports))
-
-    async def run_async() -> None:
-        async with AsyncClient(_url(ports, protocol), protocol) as c:
+    async def run() -> None:
+        async with AsyncClient(url, protocol) as c:
             stop = asyncio.Event()
 
             async def caller(task: int) -> None:
@@ -308,38 +295,64 @@ def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, proto
 
             tasks = [asyncio.create_task(caller(t)) for t in range(4)]
             await asyncio.sleep(0.5)
-            await asyncio.to_thread(restart)
+            await asyncio.to_thread(event)
             await asyncio.sleep(0.5)
             stop.set()
             await asyncio.gather(*tasks)
 
+    asyncio.run(run())
+    return outcomes
+
+
+def _sync_calls_across(url: str, protocol: str, event: Callable[[], None]) -> list[str]:
+    """Every outcome of 2 threads calling `add` (10 s deadlines), 0.5 s before and after ``event``."""
+    outcomes: list[str] = []
+    stop = threading.Event()
+    with Client(url, protocol) as c:
+
+        def caller() -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                x = np.full((1, 4), i, np.float32)
+                try:
+                    y = c.infer("add", {"X": x}, timeout=10.0)["Y"]
+                    outcomes.append("ok" if y[0, 0] == i + 1 else "wrong")
+                except ClientError as exc:
+                    outcomes.append(f"raised {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=caller) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        event()
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    return outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, protocol: str, mode: str) -> None:
+    """Defect 8: kill -9 mid-call over HTTP read as "not HTTP… is this the gRPC port?" and was not
+    retried. With the default policy and a 10 s deadline, every call across a kill -9 and restart
+    on the same ports succeeds."""
+    ports = _ports()
+    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+
+    def restart() -> None:
+        pid = servers[-1].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        servers[-1].stop()
+        servers.append(_restart(small_repo, ports))
+
+    calls_across = _async_calls_across if mode == "async" else _sync_calls_across
     try:
-        if mode == "async":
-            asyncio.run(run_async())
-        else:
-            stop = threading.Event()
-            with Client(_url(ports, protocol), protocol) as c:
-
-                def caller() -> None:
-                    i = 0
-                    while not stop.is_set():
-                        i += 1
-                        x = np.full((1, 4), i, np.float32)
-                        try:
-                            y = c.infer("add", {"X": x}, timeout=10.0)["Y"]
-                            outcomes.append("ok" if y[0, 0] == i + 1 else "wrong")
-                        except ClientError as exc:
-                            outcomes.append(f"raised {type(exc).__name__}: {exc}")
-
-                threads = [threading.Thread(target=caller) for _ in range(2)]
-                for t in threads:
-                    t.start()
-                time.sleep(0.5)
-                restart()
-                time.sleep(0.5)
-                stop.set()
-                for t in threads:
-                    t.join(60)
+        outcomes = calls_across(_url(ports, protocol), protocol, restart)
     finally:
         for s in servers:
             s.stop()

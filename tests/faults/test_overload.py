@@ -5,6 +5,7 @@ failure counter must move, and the server's memory must come back within 1.5× o
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -15,6 +16,7 @@ import grpc
 import numpy as np
 import psutil
 import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tritonkit.config.model_config import QueuePolicy
 from tritonkit.serve.embedded import EmbeddedServer
@@ -47,6 +49,49 @@ def _counter(metrics_url: str, name: str) -> int:
     return int(match.group(1)) if match else -1
 
 
+@dataclasses.dataclass
+class _Outcomes:
+    """The calls of an overload: accepted and rejected ones' seconds, other errors as lines."""
+
+    accepted: list[float] = dataclasses.field(default_factory=list)
+    rejected: list[float] = dataclasses.field(default_factory=list)
+    other: list[str] = dataclasses.field(default_factory=list)
+
+
+def _overload(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, request: service_pb2.ModelInferRequest, seconds: float
+) -> _Outcomes:
+    """``USERS`` threads calling ``stub`` back to back for ``seconds``: every call's outcome."""
+    outcomes = _Outcomes()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def user() -> None:
+        while not stop.is_set():
+            start = time.monotonic()
+            try:
+                stub.ModelInfer(request, timeout=30)
+                with lock:
+                    outcomes.accepted.append(time.monotonic() - start)
+            except grpc.RpcError as exc:
+                elapsed = time.monotonic() - start
+                details = (exc.details() or "").lower()  # type: ignore[attr-defined]
+                with lock:
+                    if "queue" in details or "timeout" in details:
+                        outcomes.rejected.append(elapsed)
+                    else:
+                        outcomes.other.append(f"{exc.code().name}: {details[:60]}")  # type: ignore[attr-defined]
+
+    threads = [threading.Thread(target=user, daemon=True) for _ in range(USERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(40)
+    return outcomes
+
+
 def test_overload_with_a_queue_policy(tmp_path: Path, fault_scale: Scale, record: Record) -> None:
     repo = tmp_path / "repo"
     policy = QueuePolicy(max_queue_size=QUEUE_SIZE, default_timeout_microseconds=int(QUEUE_TIMEOUT_S * 1e6))
@@ -61,41 +106,14 @@ def test_overload_with_a_queue_policy(tmp_path: Path, fault_scale: Scale, record
         time.sleep(0.5)
         rss_before = _rss(server.pid)
         failures_before = _counter(server.metrics_url, "nv_inference_request_failure")
-        accepted: list[float] = []
-        rejected: list[float] = []
-        other: list[str] = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def user() -> None:
-            while not stop.is_set():
-                start = time.monotonic()
-                try:
-                    stub.ModelInfer(request, timeout=30)
-                    with lock:
-                        accepted.append(time.monotonic() - start)
-                except grpc.RpcError as exc:
-                    elapsed = time.monotonic() - start
-                    details = (exc.details() or "").lower()  # type: ignore[attr-defined]
-                    with lock:
-                        if "queue" in details or "timeout" in details:
-                            rejected.append(elapsed)
-                        else:
-                            other.append(f"{exc.code().name}: {details[:60]}")  # type: ignore[attr-defined]
-
-        threads = [threading.Thread(target=user, daemon=True) for _ in range(USERS)]
-        for thread in threads:
-            thread.start()
-        time.sleep(fault_scale.overload_s)
-        stop.set()
-        for thread in threads:
-            thread.join(40)
+        outcomes = _overload(stub, request, fault_scale.overload_s)
         time.sleep(2.0)
         rss_after = _rss(server.pid)
         failures_after = _counter(server.metrics_url, "nv_inference_request_failure")
         stub.ModelInfer(request, timeout=10)
         channel.close()
 
+    accepted, rejected, other = outcomes.accepted, outcomes.rejected, outcomes.other
     p99 = float(np.percentile(accepted, 99)) if accepted else float("nan")
     rejected_p50 = float(np.percentile(rejected, 50)) if rejected else float("nan")
     triton_failures = failures_after - failures_before
