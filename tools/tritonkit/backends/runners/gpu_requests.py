@@ -249,18 +249,7 @@ class BucketedPath:
         edges_of: list[tuple[int, ...]] = []
         for index, request in enumerate(requests):
             try:
-                feeds = []
-                for name in self.inputs:
-                    tensor = pb_utils.get_input_tensor_by_name(request, name)
-                    if tensor is None:
-                        raise ValueError(f"request lacks input `{name}`")
-                    if self.bucket_numpy and tensor.is_cpu():  # the stub's NumPy 1.x: views, no capsule
-                        feeds.append(tensor.as_numpy())
-                    else:
-                        feeds.append(self.dlpack.from_dlpack(tensor.to_dlpack()))
-                lengths = self.bucketing.lengths(
-                    {n: tuple(t.shape) for n, t in zip(self.inputs, feeds, strict=True)}
-                )
+                feeds, lengths = self._read_request(request)
             except Exception as exc:  # a missing input, a length above the last bucket: that request only
                 responses[index] = self.error_response(exc)
                 continue
@@ -285,23 +274,48 @@ class BucketedPath:
         self._bucket_wait()
         marks.append(time.perf_counter())
         for group, sizes, outs in launched:
-            start = 0
-            for (index, _, lengths), size in zip(group, sizes, strict=True):
-                parts = []
-                for name, out in zip(self.outputs, outs, strict=True):
-                    cut = [slice(start, start + size)] + [slice(None)] * (out.dim() - 1)
-                    for axis, length in self.bucketing.cut(name, lengths):
-                        cut[axis] = slice(0, length)
-                    parts.append(out[tuple(cut)])
-                if self.bucket_numpy and all(part.device.type == "cpu" for part in parts):
-                    tensors = [
-                        pb_utils.Tensor(n, self.np.ascontiguousarray(part.numpy()))
-                        for n, part in zip(self.outputs, parts, strict=True)
-                    ]
-                    responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
-                else:
-                    responses[index] = self._respond(parts)
-                start += size
+            self._answer_group(group, sizes, outs, responses)
         marks.append(time.perf_counter())
         self.bucket_marks = (len(plan), rows_run, marks)
         return responses
+
+    def _read_request(self, request: Any) -> tuple[list[Any], dict[str, int]]:
+        """A request's inputs (NumPy views or DLPack tensors) and its length on each bucketed axis;
+        raises for a missing input or a length above the last bucket."""
+        feeds = []
+        for name in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                raise ValueError(f"request lacks input `{name}`")
+            if self.bucket_numpy and tensor.is_cpu():  # the stub's NumPy 1.x: views, no capsule
+                feeds.append(tensor.as_numpy())
+            else:
+                feeds.append(self.dlpack.from_dlpack(tensor.to_dlpack()))
+        lengths = self.bucketing.lengths({n: tuple(t.shape) for n, t in zip(self.inputs, feeds, strict=True)})
+        return feeds, lengths
+
+    def _answer_group(
+        self,
+        group: list[tuple[int, list[Any], dict[str, int]]],
+        sizes: list[int],
+        outs: Any,
+        responses: list[Any],
+    ) -> None:
+        """Each request of a launched group answered with its rows, every bucketed axis cut back to its length."""
+        start = 0
+        for (index, _, lengths), size in zip(group, sizes, strict=True):
+            parts = []
+            for name, out in zip(self.outputs, outs, strict=True):
+                cut = [slice(start, start + size)] + [slice(None)] * (out.dim() - 1)
+                for axis, length in self.bucketing.cut(name, lengths):
+                    cut[axis] = slice(0, length)
+                parts.append(out[tuple(cut)])
+            if self.bucket_numpy and all(part.device.type == "cpu" for part in parts):
+                tensors = [
+                    pb_utils.Tensor(n, self.np.ascontiguousarray(part.numpy()))
+                    for n, part in zip(self.outputs, parts, strict=True)
+                ]
+                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+            else:
+                responses[index] = self._respond(parts)
+            start += size
