@@ -4,9 +4,10 @@ Builds the benchmark's FP16 versions (BERT-base, MiniLM, ResNet-50) with the tor
 served by the runner of an earlier commit (``--old-runner FILE``, its buckets and preferred sizes as that
 commit built them) and BERT with torch.profiler on, then: each engine in-process (inputs on the GPU,
 and from pinned host memory), each version served at 1 and 64 requests of one row in flight (Triton's
-statistics per execution beside the runner's own host-time split from its log), and how long a reload
-through the model-repository API takes (what a tune trial waits for). Writes ``diagnose.json``, the
-server logs and the profiler files under ``--out``.
+statistics per execution beside the runner's own host-time split from its log; the load is the product's
+generator, :class:`tritonkit.tune.measure.Measurer`, windows of a third of ``--seconds`` until 3 agree),
+and how long a reload through the model-repository API takes (what a tune trial waits for). Writes
+``diagnose.json``, the server logs and the profiler files under ``--out``.
 
 Usage: python scripts/gpu/diagnose.py --out DIR [--old-runner FILE] [--seconds S]
 """
@@ -26,7 +27,9 @@ from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load, save
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit_bench.gpu_load import pool, run_load
+from tritonkit.tune.loadgen import Level, Target, WindowSpec
+from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
+from tritonkit.tune.stats import StabilityRule
 from tritonkit_bench.gpu_models import PARTS, build_part, examples, runner
 
 
@@ -62,6 +65,25 @@ def delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     out["us_queue_per_request"] = out["queue_ns"] / req / 1000
     out["avg_batch"] = out["rows"] / ex
     return out
+
+
+def measurer(server: EmbeddedServer, model: str, seconds: float) -> Measurer:
+    """The product's generator on ``model``: requests of one row over gRPC, at most 8 processes, windows
+    of ``seconds / 3`` until 3 agree within 10 % (at most 6)."""
+    target = Target(server.grpc_url, model, "grpc", headers=dict(server.admin_headers), batch_size=1)
+    options = MeasureOptions(
+        window=WindowSpec(max(seconds / 3, 0.1)), stability=StabilityRule(3, 0.10), max_windows=6,
+        max_processes=8,
+    )  # fmt: skip
+    return Measurer(target, options)
+
+
+def row_of(model: str, result: LevelResult, split: dict[str, Any]) -> dict[str, Any]:
+    """One served level's figures: the generator's and Triton's over the level (``split``)."""
+    r = result
+    return {"model": model, "in_flight": int(r.level.value), "req_s": r.throughput, "p50_ms": r.p50_ms,
+            "p99_ms": r.p99_ms, "stable": r.stable, "errors": r.failures, "first_error": r.error,
+            "generator_cpu": r.generator_cpu, "generator_limited": r.generator_limited, **split}  # fmt: skip
 
 
 def in_process(root: Path, part: str) -> dict[str, Any]:
@@ -160,27 +182,21 @@ def main() -> int:
         "--backend-config=python,shm-growth-byte-size=16777216",
     ]
     started = time.monotonic()
-    with (
-        EmbeddedServer(root, startup_timeout=600.0, extra_args=extra, log_file=out / "server.log") as server,
-        pool(8) as workers,
-    ):
+    with EmbeddedServer(root, startup_timeout=600.0, extra_args=extra, log_file=out / "server.log") as server:
         report["server_start_s"] = round(time.monotonic() - started, 2)
         client = grpcclient.InferenceServerClient(server.grpc_url)
+        headers = grpc_headers(server.admin_headers) or {}
         for model in versions:
-            part = "bert" if model.startswith("bert") else model.split("_")[0]
-            levels = (1,) if model == "bert_prof" else (1, 64)
-            for c in levels:
-                before = stats(client, model, grpc_headers(server.admin_headers) or {})
-                r = run_load(server.grpc_url, model, payload=PARTS[part].payload, batch=1, in_flight=c,
-                             seconds=args.seconds, workers=workers)  # fmt: skip
-                d = delta(before, stats(client, model, grpc_headers(server.admin_headers) or {}))
-                row = {"model": model, "in_flight": c, "req_s": r.requests / r.seconds, "p50_ms": r.percentile(50),
-                       "p99_ms": r.percentile(99), "errors": r.errors, "first_error": r.first_error,
-                       "client_cpu_s": r.client_cpu_s, **d}  # fmt: skip
-                report["served"].append(row)
-                log(f"{model} c{c}: {row['req_s']:,.0f} req/s p50 {row['p50_ms']:.3f} ms, infer/exec "
-                    f"{row['us_infer_per_execution']:.0f} us, queue {row['us_queue_per_request']:.0f} us, "
-                    f"avg batch {row['avg_batch']:.1f}, errors {r.errors} {r.first_error}")  # fmt: skip
+            with measurer(server, model, args.seconds) as levels:
+                levels.loaded()  # the first window after the server's start warms it up, not kept
+                for c in (1,) if model == "bert_prof" else (1, 64):
+                    before = stats(client, model, headers)
+                    result = levels.measure(Level("concurrency", c))
+                    row = row_of(model, result, delta(before, stats(client, model, headers)))
+                    report["served"].append(row)
+                    log(f"{model} c{c}: {row['req_s']:,.0f} req/s p50 {row['p50_ms']:.3f} ms, infer/exec "
+                        f"{row['us_infer_per_execution']:.0f} us, queue {row['us_queue_per_request']:.0f} us, "
+                        f"avg batch {row['avg_batch']:.1f}, errors {row['errors']} {row['first_error']}")  # fmt: skip
     started = time.monotonic()
     with EmbeddedServer(
         root, model_control_mode="explicit", startup_timeout=600.0, log_file=out / "server-explicit.log"

@@ -26,8 +26,7 @@ sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
 from tests.support import torch_zoo  # noqa: E402
 
 from tritonkit_bench import gpu  # noqa: E402
-from tritonkit_bench.gpu_load import Payload  # noqa: E402
-from tritonkit_bench.gpu_models import IMAGE_SIZE, PARTS, SEQ, Part, text_examples  # noqa: E402
+from tritonkit_bench.gpu_models import IMAGE_SIZE, PARTS, SEQ, Part, Payload, text_examples  # noqa: E402
 
 #: the zoo's image families take `x` and answer `y`
 ZOO_IMAGE = Payload((("x", (3, IMAGE_SIZE, IMAGE_SIZE), "normal"),), "y")

@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 
 from tritonkit.config import load, save
-from tritonkit_bench.gpu_load import Payload
-from tritonkit_bench.gpu_models import PARTS, Part, build_part
-from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module
-
-#: FP32 X [8] and an INT64 mask [3] in, FP32 Y out
-TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
+from tritonkit_bench.gpu_models import PARTS, TINY, Part, build_part, tiny_inputs, tiny_module
 
 
 def build_tiny(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``repo`` with ``tiny_fp16``: the part's KIND_GPU version placed on the CPU (no GPU here)."""
-    part = Part("tiny", "a linear layer", TINY, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs)
+    part = Part("tiny", "a linear layer", TINY, 16, (1, 4), (1, 4), 500.0, tiny_module, tiny_inputs)
     monkeypatch.setitem(PARTS, "tiny", part)
     build_part(repo, "tiny", lambda _: None, gpus=[0], runner="python")
     path = repo / "tiny_fp16" / "config.pbtxt"

@@ -1,4 +1,4 @@
-"""The GPU benchmark up to the GPU: its versions as a build writes them, the raw gRPC load, a served
+"""The GPU benchmark up to the GPU: its versions as a build writes them, the parts' payloads, a served
 sweep and the tune step (``tritonkit tune`` then ``tritonkit profile`` as commands) against the real
 embedded server on the CPU with a tiny model, arguments, and the page rendered from figures."""
 
@@ -8,24 +8,31 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tritonkit.config import load, save
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit_bench import gpu, gpu_render, gpu_tune
-from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload, request_bytes
 from tritonkit_bench.gpu_measure import alone, in_process, sweep
-from tritonkit_bench.gpu_models import PARTS, Part, build_part, image_examples, runner
-from tritonkit_bench.gpu_pipeline import _tiny_inputs, _tiny_module  # the dry run's tiny model, one copy
+from tritonkit_bench.gpu_models import (
+    PARTS,
+    TINY,
+    Part,
+    Payload,
+    build_part,
+    image_examples,
+    runner,
+    served_examples,
+    tiny_inputs,
+    tiny_module,
+)
 
-TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
 TINY16 = Payload((("X", (8,), "normal16"), ("MASK", (3,), "ones")), "Y")
 
 
 @pytest.fixture
 def tiny_part(monkeypatch: pytest.MonkeyPatch) -> str:
-    part = Part("tiny", "a linear layer", TINY, 16, (1, 4, 16), (1, 4), 500.0, _tiny_module, _tiny_inputs)
+    part = Part("tiny", "a linear layer", TINY, 16, (1, 4, 16), (1, 4), 500.0, tiny_module, tiny_inputs)
     monkeypatch.setitem(PARTS, "tiny", part)
     return "tiny"
 
@@ -43,7 +50,7 @@ def test_versions_are_what_a_build_writes(tmp_path: Path, tiny_part: str) -> Non
     built: list[str] = []
     version = build_part(tmp_path, tiny_part, built.append, gpus=[0])
     cfg = load(tmp_path / "tiny_fp16" / "config.pbtxt")
-    names = ["build.json", "gpu_requests.py", "model.fx.pt", "model.pt2", "model.py", "torch_pipeline.py"]
+    names = ["build.json", "gpu_requests.py", "host_stats.py", "model.fx.pt", "model.pt2", "model.py"]
     assert sorted(p.name for p in version.iterdir()) == names
     assert cfg.instance_groups[0].kind == "KIND_GPU" and cfg.instance_groups[0].count == 2
     assert cfg.parameters["batch_buckets"] == "1,2,4,8,16" and cfg.parameters["precision"] == "fp16"
@@ -71,22 +78,17 @@ def test_resnet_fp16_program_takes_fp32_images_and_matches_fp32(tmp_path: Path) 
     assert float(torch.nn.functional.cosine_similarity(out.double(), ref.double(), dim=1).min()) > 0.99
 
 
-def test_payloads_serialise_requests_of_the_models_inputs() -> None:
-    (image,) = IMAGE.arrays(2, seed=1)
-    assert image[0] == "image" and image[1].shape == (2, 3, 224, 224) and image[1].nbytes == 2 * 602112
-    (half,) = IMAGE16.arrays(2, seed=1)
-    assert half[2] == "FP16" and half[1].dtype == np.float16 and half[1].nbytes == 602112
-    ids, mask = TEXT.arrays(4, seed=1)
-    assert (ids[0], ids[1].shape, ids[2]) == ("input_ids", (4, 128), "INT64") and (mask[1] == 1).all()
-    from tritonclient.grpc import service_pb2  # noqa: PLC0415 (the generator's own wire format)
-
-    request = service_pb2.ModelInferRequest.FromString(request_bytes("bert_fp16", BERT, 1, seed=3))
-    assert request.model_name == "bert_fp16" and [o.name for o in request.outputs] == ["CLS"]
-    assert [(i.name, list(i.shape)) for i in request.inputs] == [
-        ("input_ids", [1, 128]),
-        ("attention_mask", [1, 128]),
-    ]
-    assert np.frombuffer(request.raw_input_contents[1], dtype=np.int64).tolist() == [1] * 128
+def test_every_part_s_payload_names_the_inputs_and_output_its_version_takes(tmp_path: Path) -> None:
+    """A part's payload describes its version: the inputs (names, per-row shapes) its examples feed and
+    the output the build names."""
+    for name, part in PARTS.items():
+        feeds = served_examples(name, 2)
+        assert [(n, tuple(shape)) for n, shape, _ in part.payload.inputs] == [
+            (n, tuple(t.shape[1:])) for n, t in zip(part.inputs(2, 1, False), feeds, strict=True)
+        ], name
+        assert {fill for _, _, fill in part.payload.inputs} <= {"ids", "ones", "normal", "normal16"}
+    assert PARTS["bert"].payload.output == "CLS" and PARTS["minilm"].payload.output == "EMBEDDING"
+    assert PARTS["resnet16"].payload.inputs[0][2] == "normal16" and PARTS["resnet16"].half_io
 
 
 @pytest.mark.parametrize("runner", ["python", "native"])
@@ -136,7 +138,7 @@ def test_a_half_io_part_is_built_timed_served_and_tuned_in_fp16(
     generator reads the config's types) load and measure it."""
     half = TINY16
     part = Part(
-        "half", "a linear layer", half, 16, (1, 4), (1, 4), 500.0, _tiny_module, _tiny_inputs, half_io=True
+        "half", "a linear layer", half, 16, (1, 4), (1, 4), 500.0, tiny_module, tiny_inputs, half_io=True
     )
     monkeypatch.setitem(PARTS, "half", part)
     repo = tmp_path / "repo"
@@ -272,8 +274,6 @@ def test_render_summary_parts_and_anchors() -> None:
     assert "**Not measured:** RuntimeError: out of memory" in text
     assert "0.996, BERT-Large 0.957" in text and "1.69 ms INT8, 1.95 ms FP16" in text
     assert "input / infer / output µs per execution" in text and "hand-over" not in text
-    data["parts"]["bert"]["pipeline"] = True  # a pipelined version's compute infer is named for what it is
-    assert "input / infer (hand-over: pipelined runner) / output µs" in gpu_render.render(data)
     assert "90 s putting configs into service" in text and "(0.971)" in text
     assert "| nan" not in text
     # a winner within the spread of the built config's repeated measurements: tune kept the config

@@ -7,8 +7,8 @@ Locust users against an earlier commit's); their probe model (``probe_model``). 
 (``python -m tritonkit_bench.gpu``, ``docs/benchmarks-gpu.md``): ``gpu`` (the parts and the run),
 ``gpu_models`` (models and versions), ``gpu_measure`` (in-process, accuracy, and served levels measured
 by the product's generator of record: perf_analyzer where installed, else ``tritonkit.tune.measure``),
-``gpu_load`` (the parts' ``Payload``; the raw gRPC load ``scripts/gpu/diagnose.py`` still runs), ``gpu_tune`` (tune, then
-profile), ``gpu_render`` (the page); ``gpu_pipeline`` (the torch runner pipelined against synchronous).
+``gpu_tune`` (tune, then profile), ``gpu_render`` (the page); ``gpu_ab`` (the python torch runner against
+the native backend, variant by variant).
 ``faults`` renders ``docs/reliability.md`` from the fault suite's records; ``fleet`` is the fleet plan's
 worked example, end to end.
 

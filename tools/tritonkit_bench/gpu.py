@@ -33,7 +33,7 @@ from tritonkit.config import load
 from tritonkit.errors import TritonKitError
 from tritonkit.machine import cpu_model
 from tritonkit.serve.embedded import MALLOC_TUNING_ENV
-from tritonkit.tune.space import buckets_of, jit_on, pipelined
+from tritonkit.tune.space import buckets_of, jit_on
 from tritonkit_bench import gpu_tune
 from tritonkit_bench.gpu_measure import HTTP_MAX_IN_FLIGHT, PROTOCOLS, accuracy, alone, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, build_part
@@ -168,7 +168,7 @@ def measure_part(
     part: dict[str, Any] = {
         "about": spec.about, "model": spec.model, "max_batch": spec.max_batch, "buckets": buckets_of(config),
         "instances": config.instance_groups[0].count, "delay_us": dynamic.max_queue_delay_microseconds if dynamic else None,
-        "pipeline": pipelined(config), "runner": args.runner,
+        "runner": args.runner,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }  # fmt: skip
     part["accuracy"] = accuracy(repo, name)

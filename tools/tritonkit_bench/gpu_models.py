@@ -1,7 +1,7 @@
 """The GPU benchmark's models and the versions built from them (:mod:`tritonkit_bench.gpu`).
 
 Owns the three models measured, each with seeded random weights (their outputs mean nothing; the
-architecture is what costs): a BERT-base encoder at sequence 128 (12 layers, hidden 768, 12 heads, the
+architecture is what costs) and what each takes and answers (:class:`Payload`): a BERT-base encoder at sequence 128 (12 layers, hidden 768, 12 heads, the
 CLS row of the last layer out: the model of the T4 tables users compare against), the MiniLM
 architecture (6 layers, hidden 384, mean-pooled embedding) and ResNet-50
 (:mod:`tritonkit.convert.flagship.resnet`, FP32 images, and again with FP16 images and logits on the
@@ -9,7 +9,8 @@ wire); their example and held-out inputs; and the FP16 version each
 part serves, built by :mod:`tritonkit.convert.torch_program` exactly as ``tritonkit build`` would with a
 spec's ``serving: {device: gpu, engine: torch}`` (default placement: 2 instances per GPU, the ``fine``
 bucket ladder as the batcher's preferred sizes, 500 µs delay). Export runs on the CPU, so all of this can
-be built (and tested) without a GPU.
+be built (and tested) without a GPU; :func:`tiny_module` and :func:`tiny_inputs` are a linear layer's part
+for the runs and tests that serve a part on the CPU (``gpu_ab --dry-run``, ``tests/support/bench_tiny.py``).
 """
 
 from __future__ import annotations
@@ -25,23 +26,53 @@ from tritonkit.convert.execution import ServingSpec, plan_execution
 from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
 from tritonkit.convert.flagship.resnet import build_resnet50
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit_bench.gpu_load import BERT, IMAGE, IMAGE16, TEXT, Payload
 
 __all__ = [
+    "BERT",
+    "IMAGE",
+    "IMAGE16",
     "IMAGE_SIZE",
     "PARTS",
     "SEQ",
+    "TEXT",
+    "TINY",
     "Part",
+    "Payload",
     "build_part",
     "examples",
     "reference",
     "runner",
     "served_examples",
+    "tiny_inputs",
+    "tiny_module",
 ]
 
 SEQ = 128
 IMAGE_SIZE = 224
 DELAY_US = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """What a part's version takes and answers: (name, per-row shape, fill) for each input, fill one of
+    ``ids`` (token ids in the vocabulary), ``ones`` (an attention mask), ``normal`` (FP32 standard
+    normal, an image) or ``normal16`` (the same in FP16), and the output its version names (the
+    served load is the product's generator's, its data generated from the version's config)."""
+
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...]
+    output: str
+
+
+#: MiniLM: token ids and mask of sequence 128; mean-pooled embedding.
+TEXT = Payload((("input_ids", (SEQ,), "ids"), ("attention_mask", (SEQ,), "ones")), "EMBEDDING")
+#: BERT-base: token ids and mask of sequence 128; the CLS row of the last layer.
+BERT = Payload((("input_ids", (SEQ,), "ids"), ("attention_mask", (SEQ,), "ones")), "CLS")
+#: ResNet-50: one FP32 224 x 224 RGB image per row (602 KB); logits.
+IMAGE = Payload((("image", (3, IMAGE_SIZE, IMAGE_SIZE), "normal"),), "logits")
+#: ResNet-50 with its image and logits FP16 on the wire (301 KB a row).
+IMAGE16 = Payload((("image", (3, IMAGE_SIZE, IMAGE_SIZE), "normal16"),), "logits")
+#: the tiny part (:func:`tiny_module`): FP32 ``X`` [8] and an INT64 ``MASK`` [3] in, FP32 ``Y`` out
+TINY = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +95,31 @@ class Part:
     @property
     def model(self) -> str:
         return f"{self.name}_fp16"
+
+
+def tiny_module() -> Any:
+    """A linear layer over ``X`` [8] scaled by the ``MASK`` [3] row's sum: ``Y`` [4] (seeded weights)."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 4)
+
+        def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (input names)
+            out: torch.Tensor = self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
+            return out
+
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def tiny_inputs(batch: int, seed: int, held_out: bool) -> dict[str, Any]:
+    """The tiny part's inputs: standard normal ``X``, a mask of ones."""
+    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
+
+    g = torch.Generator().manual_seed(seed)
+    return {"X": torch.randn(batch, 8, generator=g), "MASK": torch.ones(batch, 3, dtype=torch.int64)}
 
 
 def runner(name: str) -> ModuleType:

@@ -175,12 +175,11 @@ def _beats(winner: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
     return f"{winner['throughput'] / max(base['throughput'], 1e-9):.2f}x"
 
 
-def _served_table(rows: list[dict[str, Any]], rate: float, pipelined: bool = False) -> list[str]:
-    """One row per level; ``pipelined``: compute infer is the hand-over to the runner's worker (marked)."""
-    infer = "infer (hand-over: pipelined runner)" if pipelined else "infer"
+def _served_table(rows: list[dict[str, Any]], rate: float) -> list[str]:
+    """One row per level."""
     lines = [
         "| in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded rows | queue µs/req | "
-        f"input / {infer} / output µs per execution | GPU util % | client CPU % | server CPU % | errors |",
+        "input / infer / output µs per execution | GPU util % | client CPU % | server CPU % | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -256,7 +255,7 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         f"Served as built (requests of one row; / peak in-process = / {rate:,.0f} at batch {batch}):",
         "",
     ]
-    lines += [*_served_table(part.get("served", []), rate, bool(part.get("pipeline"))), ""]
+    lines += [*_served_table(part.get("served", []), rate), ""]
     for row in part.get("malloc_off", []):
         lines += [f"Same version at c{row['in_flight']} without tritonkit's malloc settings (`TRITONKIT_MALLOC_TUNING=0`): "
                   f"{row['samples_per_s']:,.0f} samples/s, compute infer {row['compute_infer_us']:,.0f} µs per execution.", ""]  # fmt: skip
@@ -267,7 +266,7 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
         lines += [f"Served with the tuned config ({tc.get('instances')} instances per GPU, max batch {tc.get('max_batch')}, "
                   f"{tc.get('delay_us')} µs delay, buckets {tc.get('buckets')}"
                   f"{', TorchScript optimised plan' if tc.get('jit_optimize') else ''}):", ""]  # fmt: skip
-        lines += [*_served_table(part["tuned_served"], rate, bool(part.get("pipeline"))), ""]
+        lines += [*_served_table(part["tuned_served"], rate), ""]
     if part.get("served_http"):
         lines += [f"Through Triton's HTTP front end, the {'tuned' if part.get('tuned_served') else 'built'} config "
                   "(the same requests as HTTP/1.1 with the binary tensor extension, one keep-alive connection per "
@@ -283,10 +282,10 @@ def _part(name: str, part: dict[str, Any]) -> list[str]:
                      "; at most 256: tritonserver 2.51's HTTP front end left requests unanswered with several hundred "
                      "connections open")
                   + "):", ""]  # fmt: skip
-        lines += [*_served_table(part["served_http"], rate, bool(part.get("pipeline"))), ""]
+        lines += [*_served_table(part["served_http"], rate), ""]
     if part.get("served_http_built"):
         lines += ["The built config through Triton's HTTP front end (the same requests and connections):", ""]
-        lines += [*_served_table(part["served_http_built"], rate, bool(part.get("pipeline"))), ""]
+        lines += [*_served_table(part["served_http_built"], rate), ""]
     return lines
 
 

@@ -1,17 +1,18 @@
-"""Pipelined against synchronous torch runner, one device call (``python -m tritonkit_bench.gpu_pipeline``).
+"""The python-backend torch runner against the native backend, one device call (``python -m
+tritonkit_bench.gpu_ab``; ``scripts/gpu/native_ab.sh`` runs it per part).
 
 Builds one part of the GPU benchmark (default ``bert``: BERT-base, sequence 128, FP16, as
-:mod:`tritonkit_bench.gpu_models` writes it), times its engine in-process (the peak), then serves the
-same version directory once per variant, only its config changed between servers: the runner's
-``pipeline`` parameter (off / on, with ``pipeline_depth``) and the instances per GPU. Each variant is
-measured at the same levels of requests of one row in flight by the product's generator of record
-(perf_analyzer where installed, else tritonkit's, at most 8 processes), Triton's statistics beside it
-(:func:`tritonkit_bench.gpu_measure.sweep`). Writes a
+:mod:`tritonkit_bench.gpu_models` writes it), times its engine in-process (the peak; for native variants
+also the traced ``model.ts`` methods the native backend replays), then serves the same version directory
+once per variant, only its config changed between servers: the backend (the python runner or the native
+one), the instances per GPU and their GPUs, the batching delay, whether a batch of one is preferred, more
+config parameters and tritonserver flags. Each variant is measured at the same levels of requests of one
+row in flight by the product's generator of record (perf_analyzer where installed, else tritonkit's, at
+most 8 processes), Triton's statistics beside it (:func:`tritonkit_bench.gpu_measure.sweep`). Writes a
 small markdown table (``--out``) and the figures as JSON (``--raw``) after every variant.
 
-Triton's compute-infer statistic of a pipelined variant is the hand-over of each batch to the runner's
-worker, not the GPU work: the table marks it. ``--dry-run`` runs the whole path on the CPU with a tiny
-model (no GPU, seconds), so a typo cannot cost a device call.
+``--dry-run`` runs the whole path on the CPU with a tiny model (no GPU, seconds), so a typo cannot cost
+a device call.
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ from tritonkit.backends.native import BACKEND, export_program
 from tritonkit.config import load, save
 from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
 from tritonkit.convert.torch_program import write_torch_version
-from tritonkit_bench.gpu_load import Payload
 from tritonkit_bench.gpu_measure import HTTP_MAX_IN_FLIGHT, PROTOCOLS, in_process, sweep
-from tritonkit_bench.gpu_models import PARTS, Part, build_part, examples
+from tritonkit_bench.gpu_models import PARTS, TINY, Part, build_part, examples, tiny_inputs, tiny_module
 from tritonkit_bench.gpu_models import runner as load_torch_runner
 from tritonkit_bench.gpu_render import peak
 
 __all__ = ["main", "parse_args", "parse_variants", "render"]
 
-DEFAULT_VARIANTS = "off:2,on:2,off:4,on:4,on:2:2:4"
-DRY = "pipeline_dry"
+DEFAULT_VARIANTS = "python:4,native:2,native:4"
+DRY = "ab_dry"
+#: the runners a variant serves with: the python-backend torch runner, the C++ backend
+RUNNERS = ("python", "native")
 
 
 def log(text: str) -> None:
@@ -46,14 +48,10 @@ def log(text: str) -> None:
 class Variant(NamedTuple):
     """One served variant of the A/B."""
 
-    #: ``off`` the synchronous python runner, ``on`` pipelined, ``native`` the C++ backend
+    #: :data:`RUNNERS`: ``python`` the python-backend torch runner, ``native`` the C++ backend
     runner: str
     #: instances per GPU
     instances: int
-    #: pipeline depth (python runner, pipelined)
-    depth: int
-    #: threads sending the answers (python runner, pipelined)
-    senders: int
     #: the instance group's GPUs
     gpus: tuple[int, ...]
     #: batching delay in microseconds; None: as built
@@ -69,10 +67,9 @@ class Variant(NamedTuple):
 
 
 def parse_variants(text: str) -> list[Variant]:
-    """``off:2,on:4,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0`` -> (runner, instances, depth, senders,
-    gpus, delay) each; depth defaults to 2, senders (threads sending the answers) to 1, gpus (the
-    instance group's GPUs, ``+`` between them; the instances are per GPU) to GPU 0, and the batching
-    delay in microseconds (after ``@``) to the built config's; ``+1`` / ``-1`` after it puts a batch
+    """``python:2,native:4,python:4:0+1,native:4@0`` -> (runner, instances, gpus, delay, ...) each; gpus
+    (the instance group's GPUs, ``+`` between them; the instances are per GPU) default to GPU 0, the
+    batching delay in microseconds (after ``@``) to the built config's; ``+1`` / ``-1`` after it puts a batch
     of one among the batcher's preferred sizes or takes it out (a lone request then leaves at once or
     waits the delay), else as built; ``%copy_threads=1/copy_split_bytes=4096`` after it sets config
     parameters and ``^grpc-infer-allocation-pool-size=1024`` at the very end tritonserver flags."""
@@ -88,11 +85,12 @@ def parse_variants(text: str) -> list[Variant]:
         lone = {"+1": True, "-1": False}.get(tail[-2:]) if tail else None
         delay = tail[:-2] if lone is not None else tail
         fields = head.split(":")
-        gpus = fields[4].split("+") if len(fields) == 5 else ["0"]
+        gpus = fields[2].split("+") if len(fields) == 3 else ["0"]
         ok = (
-            len(fields) in (2, 3, 4, 5)
-            and fields[0] in ("on", "off", "native")
-            and all(f.isdigit() and int(f) >= 1 for f in fields[1:4])
+            len(fields) in (2, 3)
+            and fields[0] in RUNNERS
+            and fields[1].isdigit()
+            and int(fields[1]) >= 1
             and all(g.isdigit() for g in gpus)
             and (delay == "" or delay.isdigit())
             and all(k.isidentifier() and eq and v for k, eq, v in pairs)
@@ -100,19 +98,15 @@ def parse_variants(text: str) -> list[Variant]:
         )
         if not ok:
             raise argparse.ArgumentTypeError(
-                "expected variants like off:2,on:2,native:4,on:4:3:4,off:4:2:1:0+1,native:4@0,native:4@500+1,"
+                "expected variants like python:2,native:4,python:4:0+1,native:4@0,native:4@500+1,"
                 "native:4%copy_threads=1,native:4^grpc-infer-allocation-pool-size=1024 "
-                "(runner:instances[:depth[:senders[:gpus]]][@delay_us][+1|-1][%key=value/...]"
+                "(python|native:instances[:gpus][@delay_us][+1|-1][%key=value/...]"
                 f"[^server-flag=value/...]); got {item!r}"
             )
-        depth = int(fields[2]) if len(fields) > 2 else 2
-        senders = int(fields[3]) if len(fields) > 3 else 1
         out.append(
             Variant(
                 fields[0],
                 int(fields[1]),
-                depth,
-                senders,
                 tuple(int(g) for g in gpus),
                 int(delay) if delay else None,
                 lone,
@@ -146,11 +140,11 @@ def _protocols(text: str) -> list[str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tritonkit_bench.gpu_pipeline", description=__doc__.splitlines()[0]
+        prog="python -m tritonkit_bench.gpu_ab", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--part", choices=sorted(PARTS), default="bert")
     parser.add_argument("--variants", type=parse_variants, default=parse_variants(DEFAULT_VARIANTS),
-                        help=f"pipeline:instances[:depth[:senders]], in order (default {DEFAULT_VARIANTS})")  # fmt: skip
+                        help=f"python|native:instances[:gpus][@delay_us]..., in order (default {DEFAULT_VARIANTS})")  # fmt: skip
     parser.add_argument(
         "--levels", type=_levels, default=[1, 64, 256], help="requests in flight (default 1,64,256)"
     )
@@ -164,11 +158,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=["grpc"],
         help=f"front ends loaded, each variant through each in turn (comma-separated of {', '.join(PROTOCOLS)}; default grpc)",
     )
-    parser.add_argument("--out", default="pipeline-ab.md")
+    parser.add_argument("--out", default="runner-ab.md")
     parser.add_argument("--raw", default=None, help="also write the figures as JSON here")
-    parser.add_argument(
-        "--work", default="/tmp/tritonkit-pipeline-ab", help="folder for the version and logs"
-    )
+    parser.add_argument("--work", default="/tmp/tritonkit-runner-ab", help="folder for the version and logs")
     parser.add_argument("--dry-run", action="store_true", help="the whole path on the CPU with a tiny model")
     args = parser.parse_args(argv)
     if args.seconds <= 0:
@@ -176,45 +168,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _tiny_module() -> Any:
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = torch.nn.Linear(8, 4)
-
-        def forward(self, X: torch.Tensor, MASK: torch.Tensor) -> torch.Tensor:  # noqa: N803 (input names)
-            out: torch.Tensor = self.proj(X) * MASK.to(X.dtype).sum(dim=1, keepdim=True)
-            return out
-
-    torch.manual_seed(0)
-    return Tiny().eval()
-
-
-def _tiny_inputs(batch: int, seed: int, held_out: bool) -> dict[str, Any]:
-    import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
-
-    g = torch.Generator().manual_seed(seed)
-    return {"X": torch.randn(batch, 8, generator=g), "MASK": torch.ones(batch, 3, dtype=torch.int64)}
-
-
 def _dry_part(repo: Path) -> str:
     """A tiny FP32 torch-runner version on the CPU under the dry-run part's name."""
-    payload = Payload((("X", (8,), "normal"), ("MASK", (3,), "ones")), "Y")
     PARTS[DRY] = Part(
-        DRY, "a linear layer (dry run)", payload, 16, (1, 4, 16), (1, 4), 50.0, _tiny_module, _tiny_inputs
+        DRY, "a linear layer (dry run)", TINY, 16, (1, 4, 16), (1, 4), 50.0, tiny_module, tiny_inputs
     )
     plan = plan_execution(ServingSpec(engine="torch"), max_batch_size=16, gpus=[])
     write_torch_version(
-        repo, PARTS[DRY].model, _tiny_module(), examples(DRY, 2), ["Y"], plan, max_batch_size=16
+        repo, PARTS[DRY].model, tiny_module(), examples(DRY, 2), ["Y"], plan, max_batch_size=16
     )
     return DRY
 
 
 def configure(repo: Path, model: str, variant: Variant) -> None:
-    """Set the variant in the model's config: the backend, the runner's pipeline parameters, the
-    instances per GPU, the GPUs, the batching delay and whether one row is a preferred batch size."""
+    """Set the variant in the model's config: the backend, the instances per GPU, the GPUs, the batching delay and whether one row is a preferred batch size."""
     v = variant
     path = repo / model / "config.pbtxt"
     config = load(path)
@@ -228,21 +195,15 @@ def configure(repo: Path, model: str, variant: Variant) -> None:
     if v.lone is not None and config.dynamic_batching is not None:
         sizes = [b for b in config.dynamic_batching.preferred_batch_size if b > 1]
         config.dynamic_batching.preferred_batch_size = [1, *sizes] if v.lone else sizes
-    config.parameters.update(
-        pipeline="on" if v.runner == "on" else "off",
-        pipeline_depth=str(v.depth),
-        pipeline_senders=str(v.senders),
-        stats_interval_s="5",
-    )
+    config.parameters.update(stats_interval_s="5")
     config.parameters.update(dict(v.params))
     save(config, path)
 
 
 def _label(variant: Variant) -> str:
     v = variant
-    on = f"on, depth {v.depth}" + (f", {v.senders} senders" if v.senders > 1 else "")
     where = "" if v.gpus == (0,) else f" per GPU on GPUs {'+'.join(map(str, v.gpus))}"
-    kind = "native backend" if v.runner == "native" else f"pipeline {on if v.runner == 'on' else 'off'}"
+    kind = "native backend" if v.runner == "native" else "python runner"
     delay = "" if v.delay_us is None else f", delay {v.delay_us} µs"
     alone = (
         "" if v.lone is None else ", a lone request " + ("leaves at once" if v.lone else "waits the delay")
@@ -291,7 +252,6 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
         log(f"serving: {label}")
         variant: dict[str, Any] = {
             "label": label,
-            "pipeline": chosen.runner == "on",
             **chosen._asdict(),
             "gpus": list(chosen.gpus),
             "lone_preferred": chosen.lone,
@@ -303,7 +263,7 @@ def measure(args: argparse.Namespace, save_figures: Any) -> dict[str, Any]:
             "-".join(
                 [
                     "server",
-                    *(str(x) for x in chosen[:4]),
+                    *(str(x) for x in chosen[:2]),
                     "+".join(map(str, chosen.gpus)),
                     str(chosen.delay_us),
                     str(chosen.lone),
@@ -341,14 +301,14 @@ def _f(value: float | None, digits: int = 0) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """The A/B table: per variant and level the served rate against the in-process peak, latency,
-    batches and Triton's split (compute infer marked where it is the hand-over), then the peaks."""
+    """The A/B table: per variant and level the served rate against the in-process peak of the engine
+    it serves, latency, batches and Triton's split, then the peaks."""
     batch, top = peak(data["in_process"]) if data.get("in_process") else (0, 0.0)
     native_batch, native_top = (
         peak(data["in_process_native"]) if data.get("in_process_native") else (batch, top)
     )
     lines = [
-        f"# Pipelined vs synchronous torch runner: `{data['model']}`"
+        f"# Python torch runner vs native backend: `{data['model']}`"
         + (" (dry run, CPU)" if data.get("dry_run") else ""),
         "",
         f"In-process peak {top:,.0f} samples/s (batch {batch}; the program the python runner serves)"
@@ -361,8 +321,7 @@ def render(data: dict[str, Any]) -> str:
         f"per level, at most {data.get('client_processes', 8)} client processes of the generator each row's "
         "JSON names (perf_analyzer where installed, else tritonkit's; front ends: grpc = unary calls, "
         "grpc-stream = Triton's ModelStreamInfer in earlier runs, http = HTTP/1.1 with the binary tensor "
-        "extension). † pipelined: Triton's compute infer is the hand-over of a "
-        "batch to the runner's worker, not the GPU work.",
+        "extension).",
         "",
         "| variant | front end | in flight | samples/s | / peak in-process | p50 ms | p99 ms | avg batch | padded | queue µs/req "
         "| input / infer / output µs per execution | GPU util % | server CPU % | errors |",
@@ -374,10 +333,11 @@ def render(data: dict[str, Any]) -> str:
             lines.append(f"| {v['label']} | – | – | failed: {v['error']} | | | | | | | | | | |")
         if not v.get("rows"):
             continue
-        mark = "†" if v["pipeline"] else ""
         engine = native_top if v.get("runner") == "native" else top
         for r in v["rows"]:
-            split = f"{r['compute_input_us']:,.0f} / {r['compute_infer_us']:,.0f}{mark} / {r['compute_output_us']:,.0f}"
+            split = (
+                f"{r['compute_input_us']:,.0f} / {r['compute_infer_us']:,.0f} / {r['compute_output_us']:,.0f}"
+            )
             lines.append(
                 f"| {v['label']} | {r.get('protocol', 'grpc')} | {r['in_flight']} | {r['samples_per_s']:,.0f} | "
                 f"{r['samples_per_s'] / engine if engine else 0:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
@@ -398,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
         if not torch.cuda.is_available():
-            print("tritonkit_bench.gpu_pipeline: expected a CUDA GPU; torch sees none (--dry-run runs on the CPU)", file=sys.stderr)  # fmt: skip
+            print("tritonkit_bench.gpu_ab: expected a CUDA GPU; torch sees none (--dry-run runs on the CPU)", file=sys.stderr)  # fmt: skip
             return 2
 
     def save_figures(data: dict[str, Any]) -> None:
