@@ -73,9 +73,8 @@ def _invalid(message: str) -> CallRefusedError:
     return CallRefusedError(INVALID_ARGUMENT, message[:300])
 
 
-def _check_parameters(where: str, count: int) -> None:
-    if count > MAX_PARAMETERS:
-        raise _invalid(f"{where} has {count} parameters; at most {MAX_PARAMETERS} are served")
+def _too_many_parameters(where: str, count: int) -> CallRefusedError:
+    return _invalid(f"{where} has {count} parameters; at most {MAX_PARAMETERS} are served")
 
 
 def _elements(name: str, shape: list[int]) -> int:
@@ -105,11 +104,14 @@ def _check_strings(name: str, data: bytes | memoryview, count: int) -> None:
         )
 
 
-def _check_input(tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: Raw | None, model: str) -> int:
+def _check_input(
+    tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: Raw | bytes | None, model: str
+) -> int:
     """The checks of one input; returns its first dim (-1 for a scalar)."""
     name, datatype = tensor.name[:60], tensor.datatype
     shape = list(tensor.shape)
-    _check_parameters(f"input `{name}`", len(tensor.parameters))
+    if len(tensor.parameters) > MAX_PARAMETERS:
+        raise _too_many_parameters(f"input `{name}`", len(tensor.parameters))
     count = _elements(name, shape)
     size = _DTYPE_BYTES.get(datatype)
     if size is None:
@@ -137,7 +139,7 @@ def _check_input(tensor: service_pb2.ModelInferRequest.InferInputTensor, raw: Ra
             raise _invalid(f"input `{name}`: shape {shape[:8]} needs {count} elements, {given} given")
     elif raw is not None:
         if size == 0:
-            _check_strings(name, raw.data(), count)
+            _check_strings(name, raw if isinstance(raw, bytes) else raw.data(), count)
         elif len(raw) != count * size:
             raise _invalid(
                 f"input `{name}` ({datatype}): shape {shape[:8]} needs {count * size} bytes, {len(raw)} given"
@@ -161,9 +163,11 @@ def check_infer(
         request, raws = parse_infer(message)
     except DecodeError:
         raise _invalid("the message is not a ModelInferRequest protobuf") from None
-    _check_parameters("the request", len(request.parameters))
+    if len(request.parameters) > MAX_PARAMETERS:
+        raise _too_many_parameters("the request", len(request.parameters))
     for output in request.outputs:
-        _check_parameters(f"output `{output.name[:60]}`", len(output.parameters))
+        if len(output.parameters) > MAX_PARAMETERS:
+            raise _too_many_parameters(f"output `{output.name[:60]}`", len(output.parameters))
     model = request.model_name
     firsts = [
         _check_input(tensor, raws[i] if i < len(raws) else None, model)

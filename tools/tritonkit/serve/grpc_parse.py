@@ -73,21 +73,18 @@ class Pieces:
 
 
 class Raw:
-    """One ``raw_input_contents`` entry: its length, and its bytes on demand."""
+    """One ``raw_input_contents`` entry: its length, and its bytes on demand (joined where it is cut)."""
 
-    __slots__ = ("_data", "_pieces", "size", "start")
+    __slots__ = ("pieces", "size", "start")
 
-    def __init__(self, pieces: Pieces | None, start: int, size: int, data: bytes | None = None) -> None:
-        self._pieces, self.start, self.size, self._data = pieces, start, size, data
+    def __init__(self, pieces: Pieces, start: int, size: int) -> None:
+        self.pieces, self.start, self.size = pieces, start, size
 
     def __len__(self) -> int:
         return self.size
 
     def data(self) -> bytes | memoryview:
-        if self._data is not None:
-            return self._data
-        assert self._pieces is not None
-        return self._pieces.slice(self.start, self.start + self.size)
+        return self.pieces.slice(self.start, self.start + self.size)
 
 
 def _varint(pieces: Pieces, at: int) -> tuple[int, int]:
@@ -144,10 +141,16 @@ def parse_infer(
     message: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
     *,
     whole_bytes: int = WHOLE_BYTES,
-) -> tuple[service_pb2.ModelInferRequest, list[Raw]]:
-    """(the request without its raw contents, each raw content); raises ``DecodeError`` as protobuf's
+) -> tuple[service_pb2.ModelInferRequest, list[Raw] | list[bytes]]:
+    """(the request without its raw contents (or with them, where protobuf parsed it whole), each raw
+    content: a :class:`Raw` span, or protobuf's bytes); raises ``DecodeError`` as protobuf's
     parse of the whole message would. A message of at most ``whole_bytes`` is parsed whole."""
-    pieces = Pieces([message] if isinstance(message, bytes | bytearray | memoryview) else message)
+    if isinstance(message, bytes | bytearray | memoryview):
+        message = [message]
+    if len(message) == 1 and len(message[0]) <= whole_bytes:  # a small message in one piece
+        request = service_pb2.ModelInferRequest.FromString(bytes(message[0]))
+        return request, list(request.raw_input_contents)
+    pieces = Pieces(message)
     if pieces.size > whole_bytes:
         try:
             head, spans = _walk(pieces)
@@ -160,5 +163,4 @@ def parse_infer(
     request = service_pb2.ModelInferRequest.FromString(
         bytes(whole) if isinstance(whole, memoryview) else whole
     )
-    raws = [Raw(None, 0, len(data), data) for data in request.raw_input_contents]
-    return request, raws
+    return request, list(request.raw_input_contents)

@@ -45,6 +45,7 @@ _SETTING = struct.Struct(">HI")
 _CANCEL, _REFUSED_STREAM, _PROTOCOL_ERROR, _FRAME_SIZE, _CALM = 0x8, 0x7, 0x1, 0x6, 0xB
 _MAX_BLOCK = 64 << 10
 _REFUSED_KEPT = 4096
+_SMALL = 16 << 10  # a message body this small goes to Triton with its prefix, one DATA frame
 _DEFAULT_WINDOW = 65_535
 #: the stream window the client is kept at, above what a message still needs
 _STREAM_ROOM = 1 << 20
@@ -418,7 +419,10 @@ class ClientSide(asyncio.Protocol):
                     self.guard.fetch_config(missing.key, functools.partial(self._resume, stream))
                     return
             stream.pending.pop(0)
-            stream.out.extend(message)
+            if len(message) == 2 and len(message[1]) < _SMALL:  # the prefix and a small body: one frame
+                stream.out.append(b"".join(message))
+            else:
+                stream.out.extend(message)
         if stream.end_in and not stream.pending:
             self._send(stream)
 

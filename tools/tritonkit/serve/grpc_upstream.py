@@ -110,17 +110,26 @@ class UpstreamSide(asyncio.Protocol):
                     continue
                 if self.control is not None:
                     take = min(self.need, size - at)
-                    self.control += view[at : at + take]
+                    if not self.control and take == self.need:  # the whole payload in this read
+                        payload = data[at : at + take]
+                    else:
+                        self.control += view[at : at + take]
+                        payload = None
                     at += take
                     self.need -= take
                     if not self.need:
-                        self._control(out)
+                        self._control(out, payload)
+                    continue
+                if not self.head and size - at >= 9:  # the whole frame header in this read
+                    self._frame_head(out, data[at : at + 9])
+                    at += 9
                     continue
                 take = min(9 - len(self.head), size - at)
                 self.head += view[at : at + take]
                 at += take
                 if len(self.head) == 9:
-                    self._frame_head(out)
+                    header, self.head = bytes(self.head), bytearray()
+                    self._frame_head(out, header)
         except (hpack.HPACKError, ValueError):
             if self.transport is not None:
                 self.transport.abort()
@@ -136,8 +145,7 @@ class UpstreamSide(asyncio.Protocol):
             out.extend(self.owner.to_client)
             self.owner.to_client = []
 
-    def _frame_head(self, out: list[bytes | memoryview]) -> None:
-        header, self.head = bytes(self.head), bytearray()
+    def _frame_head(self, out: list[bytes | memoryview], header: bytes) -> None:
         high, low, kind, flags, stream_id = w.FRAME.unpack(header)
         length, stream_id = (high << 8) | low, stream_id & 0x7FFFFFFF
         if kind == w.DATA:
@@ -156,8 +164,10 @@ class UpstreamSide(asyncio.Protocol):
         if not length:
             self._control(out)
 
-    def _control(self, out: list[bytes | memoryview]) -> None:
-        payload, self.control = bytes(self.control or b""), None
+    def _control(self, out: list[bytes | memoryview], payload: bytes | None = None) -> None:
+        if payload is None:
+            payload = bytes(self.control or b"")
+        self.control = None
         kind, flags, stream_id, owner = self.kind, self.flags, self.stream_id, self.owner
         if kind in (w.HEADERS, w.CONTINUATION):
             if kind == w.HEADERS:
