@@ -303,6 +303,29 @@ def load_program(path: str, device: str) -> tuple[Any, list[Any]]:
     return program.module(), [getattr(v, "dtype", None) for v in vals]
 
 
+def _place(torch: Any, params: dict[str, Any], args: dict[str, str]) -> str:
+    """The instance's device from parameter ``device`` (auto: the instance's GPU where torch sees one),
+    made current, and torch's host threads (``host_threads``: 1 on a GPU)."""
+    wanted = _param(params, "device", "auto")
+    if wanted not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"parameter `device` must be auto, cuda or cpu; got {wanted!r}")
+    has_cuda = torch.cuda.is_available()
+    if wanted == "cuda" and not has_cuda:
+        raise ValueError("parameter `device` is cuda but torch sees no GPU here")
+    on_gpu = has_cuda and (
+        wanted == "cuda" or (wanted == "auto" and args.get("model_instance_kind") != "CPU")
+    )
+    device = f"cuda:{int(args.get('model_instance_device_id') or 0)}" if on_gpu else "cpu"
+    if on_gpu:
+        torch.cuda.set_device(device)
+    # On the GPU the host side only gathers, pads and copies: torch's default of one thread per core
+    # in every stub oversubscribes the machine (measured on the H100: see docs/benchmarks-gpu.md).
+    threads = _param(params, "host_threads", "1" if on_gpu else "")
+    if threads:
+        torch.set_num_threads(int(threads))
+    return device
+
+
 class TritonPythonModel(GeneralPath, BucketedPath):
     """Python-backend entry points: ``initialize``, ``execute``, ``finalize``."""
 
@@ -333,23 +356,7 @@ class TritonPythonModel(GeneralPath, BucketedPath):
             exchange == "auto" and int(numpy.__version__.split(".")[0]) < 2
         )
 
-        wanted = _param(params, "device", "auto")
-        if wanted not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"parameter `device` must be auto, cuda or cpu; got {wanted!r}")
-        has_cuda = torch.cuda.is_available()
-        if wanted == "cuda" and not has_cuda:
-            raise ValueError("parameter `device` is cuda but torch sees no GPU here")
-        on_gpu = has_cuda and (
-            wanted == "cuda" or (wanted == "auto" and args.get("model_instance_kind") != "CPU")
-        )
-        device = f"cuda:{int(args.get('model_instance_device_id') or 0)}" if on_gpu else "cpu"
-        if on_gpu:
-            torch.cuda.set_device(device)
-        # On the GPU the host side only gathers, pads and copies: torch's default of one thread per core
-        # in every stub oversubscribes the machine (measured on the H100: see docs/benchmarks-gpu.md).
-        threads = _param(params, "host_threads", "1" if on_gpu else "")
-        if threads:
-            torch.set_num_threads(int(threads))
+        device = _place(torch, params, args)
 
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         module, in_dtypes = load_program(
