@@ -183,7 +183,7 @@ def test_where_the_native_backend_compiles_the_default_build_is_native(
     execution = _execution(repo, "tiny_fp16")
     assert execution["runner"] == "native" and "runner_reason" not in execution
     assert executions(repo) == [
-        "tiny_fp16 version 1 executes on gpu: engine torch (native runner), fp16, buckets 1,2,4,8, "
+        "tiny_fp16 version 1 executes on gpu: engine torch (native runner, 4 traced methods), fp16, buckets 1,2,4,8, "
         "instances 2 x KIND_GPU on GPU [0] (1 GPU(s) visible)"
     ]
     # asked for by name, the python runner is kept whatever the host has

@@ -47,7 +47,7 @@ from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
 from tritonkit.tune.loadgen import Level, Target
 from tritonkit.tune.measure import LevelResult, MeasureOptions, find_max, generator_line, refuse_limited
 from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
-from tritonkit.tune.space import PIPELINED_NOTE, buckets_of, padded_share, pipelined
+from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit.tune.traffic import Traffic, buckets_in, generated_line, token_figures, token_line, traffic_of
 
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             results = _sweep(measurer, levels, figures.show)
         if args.find_max and best is not None:
             figures.cross_check(best)
-    extra = _extra(args, provenance, binary, figures, pipelined(served_config), best)
+    extra = _extra(args, provenance, binary, figures, best)
     _export(args, results, figures.checks, extra)
     return _verdict(args, best)
 
@@ -126,9 +126,7 @@ def _served_config(args: argparse.Namespace, conn: Endpoint, model: str) -> Mode
 
 
 def _print_notes(args: argparse.Namespace, served_config: ModelConfig) -> None:
-    """The pipelined runner's note, and which length generated requests give a variable dim."""
-    if pipelined(served_config):
-        print(f"note: {PIPELINED_NOTE}", flush=True)
+    """Which length generated requests give a variable dim."""
     if args.input_data is None and args.generator == "tritonkit" and (line := generated_line(served_config)):
         print(line, flush=True)
 
@@ -210,7 +208,6 @@ def _extra(
     provenance: Provenance,
     binary: Binary | str | None,
     figures: _Figures,
-    is_pipelined: bool,
     best: LevelResult | None,
 ) -> dict[str, Any]:
     """The JSON export's fields beside the levels."""
@@ -231,8 +228,6 @@ def _extra(
     if figures.traffic is not None and figures.shape_buckets is not None:
         axes = {axis: list(edges) for axis, edges in figures.shape_buckets.axes.items()}
         extra["tokens"] = {"lengths": figures.traffic.source, "edges": axes, "by_level": figures.tokens}
-    if is_pipelined:
-        extra["compute_infer_is"] = "hand-over to the pipelined runner, not the GPU work"
     if args.find_max:
         extra["latency_budget_ms"] = args.latency_budget_ms
         extra["best"] = best.summary() if best is not None else None

@@ -63,7 +63,6 @@ __all__ = [
     "jit_on",
     "on_gpu",
     "padded_share",
-    "pipelined",
     "profile_batch_range",
     "same_config",
 ]
@@ -90,22 +89,6 @@ JIT_PARAMETER = "jit_optimize"
 def on_gpu(cfg: ModelConfig) -> bool:
     """True for a version whose (first) instance group runs on GPUs."""
     return bool(cfg.instance_groups) and cfg.instance_groups[0].kind == "KIND_GPU"
-
-
-#: What Triton's compute-infer statistic measures for a pipelined torch-runner version: one built before
-#: ``serving.pipeline`` was removed carries the pipelined execute in its own copy of the runner.
-#: (``commands/profile.py`` still notes it; the tuner no longer does.)
-PIPELINED_NOTE = (
-    "pipelined runner (parameter pipeline=on): Triton's compute infer is the hand-over of each batch "
-    "to the runner's worker (staging the inputs, waiting for a free slot), not the GPU work; the answers "
-    "are sent after it, so latency and throughput are the figures to read"
-)
-
-
-def pipelined(cfg: ModelConfig) -> bool:
-    """True for a torch-runner version with the pipelined execute on (its ``pipeline`` parameter): one
-    built before the mode was removed, whose copied runner still has it."""
-    return cfg.backend == "python" and str(cfg.parameters.get("pipeline", "off")) == "on"
 
 
 def _bucketed(cfg: ModelConfig) -> bool:
