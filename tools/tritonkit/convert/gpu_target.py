@@ -29,6 +29,7 @@ from tritonkit.convert.datasets import Datasets
 from tritonkit.convert.execution import (
     DEFAULT_GPU_INSTANCES,
     ExecutionPlan,
+    ServingSpec,
     choose_device,
     method_buckets,
     plan_execution,
@@ -150,6 +151,7 @@ def plan_version(
     why = _cpu_only(spec, source, precision, mbs)
     device, reason = choose_device(serving.device, gpus, why)
     if device == "cpu":
+        reason += _gpu_only_settings(serving)
         return cpu_plan(
             [InstanceGroup(kind=spec.instance_kind, count=spec.instances.count)], precision, reason
         )
@@ -165,6 +167,17 @@ def plan_version(
         else None,
     )
     return dataclasses.replace(plan, reason=reason)
+
+
+def _gpu_only_settings(serving: ServingSpec) -> str:
+    """The note a CPU version's reason carries for what of ``serving`` applies on a GPU only (the portable
+    runner serves it; ``serving.device: cpu`` with them is refused when the spec is read)."""
+    named = [
+        f"serving.{key} {value}"
+        for key, value in (("engine", serving.engine), ("runner", serving.runner))
+        if value != "auto"
+    ]
+    return f"; {' and '.join(named)} apply on a GPU only" if named else ""
 
 
 @dataclasses.dataclass(frozen=True)
