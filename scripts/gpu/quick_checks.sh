@@ -3,15 +3,18 @@
 # call cut short still returns what finished.
 #   profile  the GPU profile detected from nvidia-smi, and a tiny torch spec with max_batch_size 128 built
 #            (fp32 + fp16, serving: {device: gpu}) on it: a GPU outside the named table is planned as itself
+#   native   scripts/gpu/native_buckets_smoke.py: the native runner's shape buckets built, served on the GPU
+#            (CUDA graph per (batch, shape) bucket), mixed lengths answered at their own length
 #   guard    scripts/gpu/grpc_guard_cost.py: gRPC through the guard vs Triton's own port (tiny and 602 KB)
 #   levit    timm's LeViT-128S (run once in FP32 first, filling its attention-bias cache) built fp32 + fp16
 #            with serving: {device: gpu, engine: torch}, served, one request per version answered
-# Usage: PARTS="profile guard levit" scripts/gpu/quick_checks.sh      (after scripts/gpu/pack.sh; carry .whl)
+# Usage: PARTS="profile native guard levit" scripts/gpu/quick_checks.sh      (after scripts/gpu/pack.sh; carry .whl)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/setup.sh
 source "$HERE/setup.sh" || exit 1
-PARTS=${PARTS:-profile guard levit}
+PARTS=${PARTS:-profile native guard levit}
+ROUNDS=${ROUNDS:-1}
 SPECS=$(mktemp -d)
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/machine.txt" 2>&1
 cat > "$SPECS/tiny.py" <<'PY'
@@ -57,8 +60,11 @@ for part in $PARTS; do
       python3 -m tritonkit.cli build "$SPECS/tiny.yaml" --repo "$SPECS/repo" >> "$OUT/profile.txt" 2>&1
       echo "build exit $?" >> "$OUT/profile.txt"
       python3 -m tritonkit.cli check --repo "$SPECS/repo" >> "$OUT/profile.txt" 2>&1; echo "check exit $?" >> "$OUT/profile.txt" ;;
+    native)
+      python3 "$HERE/native_buckets_smoke.py" --device gpu --out "$SPECS/native" > "$OUT/native.txt" 2>&1
+      echo "exit $?" >> "$OUT/native.txt" ;;
     guard)
-      OUT=$OUT python3 "$HERE/grpc_guard_cost.py" --concurrency 1,8,32 --rounds 3 > "$OUT/guard.txt" 2>&1
+      OUT=$OUT python3 "$HERE/grpc_guard_cost.py" --concurrency 1,8,32 --rounds "$ROUNDS" > "$OUT/guard.txt" 2>&1
       echo "exit $?" >> "$OUT/guard.txt" ;;
     levit)
       python3 -m tritonkit.cli build "$SPECS/levit.yaml" --repo "$SPECS/repo" > "$OUT/levit.txt" 2>&1
