@@ -95,11 +95,18 @@ def _measure(pa: str, url: str, model: str, concurrency: int, seconds: float) ->
                 "--concurrency-range", str(concurrency), "--measurement-interval", str(int(seconds * 1000)),
                 "--stability-percentage", "999", "--max-trials", "3", "-f", str(report),
             ]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
+            try:  # 3 windows and perf_analyzer's start: a run past 60 s is stuck (a loaded host)
+                done = subprocess.run(
+                    command, capture_output=True, text=True, check=False, timeout=60 + 10 * seconds
+                )
+            except subprocess.TimeoutExpired:
+                why = [f"no answer within {60 + 10 * seconds:.0f} s"]
+                continue
             if done.returncode == 0 and report.exists():
                 row = next(csv.DictReader(report.open()))
                 return float(row["Inferences/Second"]), float(row["p50 latency"]) / 1000.0
             why = (done.stdout + done.stderr).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+            why = [f"exit {done.returncode}: {why[0]}"]
     print(f"perf_analyzer failed twice on {url} ({model}, c{concurrency}): {why[0][:200]}", file=sys.stderr)
     return None
 
@@ -153,6 +160,8 @@ def main() -> int:
                         if got is not None:
                             runs[side].append(got)
                 line = _row(model, level, runs)
+                if not server.is_running():
+                    line += f" tritonserver stopped: {'; '.join(server.problems())[:200]}"
                 lines.append(line)
                 print(line, flush=True)
         refused = server.refused

@@ -73,6 +73,7 @@ HOSTILE = {
         + inner,
     )
     + _raw(b"\0" * 96),
+    "more top-level fields than the walk takes": _field(99, 0, b"\x01") * 1100 + VALID,
     "BYTES elements": _request([[1, 2]], [], "BYTES")
     + _raw(struct.pack("<I", 3) + b"abc" + struct.pack("<I", 0)),
     "BYTES elements that do not add up": _request([[1, 2]], [], "BYTES")

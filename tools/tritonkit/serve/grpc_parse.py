@@ -26,7 +26,7 @@ from tritonkit.errors import TritonKitError
 __all__ = ["MAX_FIELDS", "WHOLE_BYTES", "Pieces", "Raw", "parse_infer"]
 
 #: top-level fields the walk takes before it leaves the message to protobuf's own parse
-MAX_FIELDS = 4096
+MAX_FIELDS = 1024
 #: messages this small are parsed whole by protobuf (a copy of them is cheaper than the walk)
 WHOLE_BYTES = 32 << 10
 _RAW = 7  # ModelInferRequest.raw_input_contents

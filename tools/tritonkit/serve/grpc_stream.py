@@ -19,7 +19,7 @@ from tritonkit.serve.grpc_checks import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, Ca
 if TYPE_CHECKING:
     from tritonkit.serve.grpc_relay import ClientSide
 
-__all__ = ["ConfigMissingError", "GrpcGuard", "Stream", "inflate", "open_message"]
+__all__ = ["ConfigMissingError", "GrpcGuard", "Piece", "Stream", "inflate", "open_message"]
 
 _PREFIX = struct.Struct(">BI")
 Piece = memoryview | bytes
