@@ -14,7 +14,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/gpu/setup.sh
 source "$HERE/setup.sh" || exit 1
 PARTS=${PARTS:-profile native guard levit}
-ROUNDS=${ROUNDS:-1}
 SPECS=$(mktemp -d)
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/machine.txt" 2>&1
 cat > "$SPECS/tiny.py" <<'PY'
@@ -64,7 +63,7 @@ for part in $PARTS; do
       python3 "$HERE/native_buckets_smoke.py" --device gpu --out "$SPECS/native" > "$OUT/native.txt" 2>&1
       echo "exit $?" >> "$OUT/native.txt" ;;
     guard)
-      OUT=$OUT python3 "$HERE/grpc_guard_cost.py" --concurrency 1,8,32 --rounds "$ROUNDS" > "$OUT/guard.txt" 2>&1
+      OUT=$OUT python3 "$HERE/grpc_guard_cost.py" --quick > "$OUT/guard.txt" 2>&1
       echo "exit $?" >> "$OUT/guard.txt" ;;
     levit)
       python3 -m tritonkit.cli build "$SPECS/levit.yaml" --repo "$SPECS/repo" > "$OUT/levit.txt" 2>&1
