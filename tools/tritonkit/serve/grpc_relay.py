@@ -240,21 +240,33 @@ class ClientSide(asyncio.Protocol):
             self._data(flags, stream_id, source[pos + 9 : pos + 9 + length])
             return
         whole = bytes(source[pos : pos + 9 + length])
+        if kind in (w.HEADERS, w.CONTINUATION):
+            self._header_frame(kind, flags, stream_id, whole)
+        else:
+            self._control_frame(kind, flags, stream_id, whole)
+
+    def _header_frame(self, kind: int, flags: int, stream_id: int, whole: bytes) -> None:
+        """A HEADERS or CONTINUATION frame: its fragment gathered into the block, the frame sent on."""
         if kind == w.HEADERS:
             self._headers_start(flags, stream_id, whole[9:])
             self.to_up.append(whole)
             if self.block is not None and flags & w.END_HEADERS:
                 self._headers_end()
-        elif kind == w.CONTINUATION:
-            if self.block is None or stream_id != self.block_stream:
-                raise _ConnectionError(_PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-            self.block += whole[9:]
-            if len(self.block) > _MAX_BLOCK:
-                raise _ConnectionError(_CALM, "a header block over 64 KiB")
-            self.to_up.append(whole)
-            if flags & w.END_HEADERS:
-                self._headers_end()
-        elif kind == w.SETTINGS:
+            return
+        if self.block is None or stream_id != self.block_stream:
+            raise _ConnectionError(_PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        self.block += whole[9:]
+        if len(self.block) > _MAX_BLOCK:
+            raise _ConnectionError(_CALM, "a header block over 64 KiB")
+        self.to_up.append(whole)
+        if flags & w.END_HEADERS:
+            self._headers_end()
+
+    def _control_frame(self, kind: int, flags: int, stream_id: int, whole: bytes) -> None:
+        """SETTINGS (the header table size Triton's answers may use), WINDOW_UPDATE and RST_STREAM (not
+        for a refused stream), PING, GOAWAY, PRIORITY: sent on. Other frame types (PUSH_PROMISE from a
+        client, unknown extensions) are dropped (§4.1, §8.4)."""
+        if kind == w.SETTINGS:
             if not flags & w.ACK:
                 for at in range(9, len(whole) - 5, 6):
                     key, value = _SETTING.unpack_from(whole, at)
@@ -269,7 +281,6 @@ class ClientSide(asyncio.Protocol):
             self.to_up.append(whole)
         elif kind in (w.PING, w.GOAWAY, w.PRIORITY):
             self.to_up.append(whole)
-        # other frame types (PUSH_PROMISE from a client, unknown extensions) are dropped (§4.1, §8.4)
 
     def _headers_start(self, flags: int, stream_id: int, payload: bytes) -> None:
         try:

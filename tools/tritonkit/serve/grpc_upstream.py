@@ -90,6 +90,30 @@ class UpstreamSide(asyncio.Protocol):
             self.owner.transport.resume_reading()
         self.owner.unblock()
 
+    def _gather_control(self, out: list[bytes | memoryview], data: bytes, view: memoryview, at: int) -> int:
+        """The next piece of a non-DATA frame's payload from ``data`` at ``at`` (the whole payload taken
+        as one slice when this read holds it); the frame handled once whole. Returns where reading goes on."""
+        assert self.control is not None
+        take = min(self.need, len(data) - at)
+        if not self.control and take == self.need:  # the whole payload in this read
+            payload: bytes | None = data[at : at + take]
+        else:
+            self.control += view[at : at + take]
+            payload = None
+        self.need -= take
+        if not self.need:
+            self._control(out, payload)
+        return at + take
+
+    def _gather_head(self, out: list[bytes | memoryview], view: memoryview, at: int) -> int:
+        """The next piece of a frame header cut by the end of a read; the frame begun once its 9 bytes are in."""
+        take = min(9 - len(self.head), len(view) - at)
+        self.head += view[at : at + take]
+        if len(self.head) == 9:
+            header, self.head = bytes(self.head), bytearray()
+            self._frame_head(out, header)
+        return at + take
+
     def data_received(self, data: bytes) -> None:
         view, at, size = memoryview(data), 0, len(data)
         out: list[bytes | memoryview] = []
@@ -109,27 +133,13 @@ class UpstreamSide(asyncio.Protocol):
                     self.skipping -= take
                     continue
                 if self.control is not None:
-                    take = min(self.need, size - at)
-                    if not self.control and take == self.need:  # the whole payload in this read
-                        payload = data[at : at + take]
-                    else:
-                        self.control += view[at : at + take]
-                        payload = None
-                    at += take
-                    self.need -= take
-                    if not self.need:
-                        self._control(out, payload)
+                    at = self._gather_control(out, data, view, at)
                     continue
                 if not self.head and size - at >= 9:  # the whole frame header in this read
                     self._frame_head(out, data[at : at + 9])
                     at += 9
                     continue
-                take = min(9 - len(self.head), size - at)
-                self.head += view[at : at + take]
-                at += take
-                if len(self.head) == 9:
-                    header, self.head = bytes(self.head), bytearray()
-                    self._frame_head(out, header)
+                at = self._gather_head(out, view, at)
         except (hpack.HPACKError, ValueError):
             if self.transport is not None:
                 self.transport.abort()
@@ -170,17 +180,7 @@ class UpstreamSide(asyncio.Protocol):
         self.control = None
         kind, flags, stream_id, owner = self.kind, self.flags, self.stream_id, self.owner
         if kind in (w.HEADERS, w.CONTINUATION):
-            if kind == w.HEADERS:
-                self.block = bytearray(w.header_fragment(flags, payload))
-                self.block_stream, self.block_end = stream_id, bool(flags & w.END_STREAM)
-            elif self.block is None or stream_id != self.block_stream:
-                raise ValueError("CONTINUATION without its HEADERS")
-            else:
-                self.block += payload
-            if len(self.block) > _MAX_BLOCK:
-                raise ValueError("a header block over 64 KiB")
-            if flags & w.END_HEADERS:
-                self._headers_end(out)
+            self._header_block(out, kind, flags, stream_id, payload)
             return
         if kind == w.SETTINGS:
             if not flags & w.ACK:
@@ -204,6 +204,23 @@ class UpstreamSide(asyncio.Protocol):
         elif kind == w.PUSH_PROMISE:
             raise ValueError("PUSH_PROMISE from Triton")
         self._injected(out)
+
+    def _header_block(
+        self, out: list[bytes | memoryview], kind: int, flags: int, stream_id: int, payload: bytes
+    ) -> None:
+        """A HEADERS or CONTINUATION payload gathered into the block (at most 64 KiB), re-encoded for the
+        client once the block ends."""
+        if kind == w.HEADERS:
+            self.block = bytearray(w.header_fragment(flags, payload))
+            self.block_stream, self.block_end = stream_id, bool(flags & w.END_STREAM)
+        elif self.block is None or stream_id != self.block_stream:
+            raise ValueError("CONTINUATION without its HEADERS")
+        else:
+            self.block += payload
+        if len(self.block) > _MAX_BLOCK:
+            raise ValueError("a header block over 64 KiB")
+        if flags & w.END_HEADERS:
+            self._headers_end(out)
 
     def _settings(self, payload: bytes) -> None:
         owner = self.owner
