@@ -14,7 +14,7 @@ import pytest
 from tritonkit.convert import isolate
 
 # Fixtures shared across test packages live in plain modules under tests/support/.
-pytest_plugins = ("tests.support.onnx_zoo",)
+pytest_plugins = ("tests.support.onnx_zoo", "tests.support.measure_server")
 
 
 @functools.cache

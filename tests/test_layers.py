@@ -20,7 +20,9 @@ MAX_LINES = 600
 #: backend), importing nothing from tritonkit (:func:`test_backends_import_nothing_from_tritonkit`).
 #: ``commands``, ``cli`` and ``demo`` sit on top (``serve`` sits low: ``repository.check`` reports
 #: what ``serve.sources`` refuses; ``deploy`` sits below ``loadtest``: the load-test scenario names it
-#: checks are passed in, not imported) and nothing below imports them.
+#: checks are passed in, not imported) and nothing below imports them. ``measure`` (load generation,
+#: windows, statistics, payloads, provenance) sits under every package that measures: ``loadtest``,
+#: ``tune`` and ``fleet``.
 LAYERS: tuple[str, ...] = (
     "backends",
     "errors",
@@ -32,6 +34,7 @@ LAYERS: tuple[str, ...] = (
     "convert",
     "deploy",
     "client",
+    "measure",
     "loadtest",
     "tune",
     "fleet",

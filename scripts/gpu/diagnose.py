@@ -5,7 +5,7 @@ served by the runner of an earlier commit (``--old-runner FILE``, its buckets an
 commit built them) and BERT with torch.profiler on, then: each engine in-process (inputs on the GPU,
 and from pinned host memory), each version served at 1 and 64 requests of one row in flight (Triton's
 statistics per execution beside the runner's own host-time split from its log; the load is the product's
-generator, :class:`tritonkit.tune.measure.Measurer`, windows of a third of ``--seconds`` until 3 agree),
+generator, :class:`tritonkit.measure.levels.Measurer`, windows of a third of ``--seconds`` until 3 agree),
 and how long a reload through the model-repository API takes (what a tune trial waits for). Writes
 ``diagnose.json``, the server logs and the profiler files under ``--out``.
 
@@ -25,11 +25,11 @@ import tritonclient.grpc as grpcclient
 
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load, save
+from tritonkit.measure.levels import LevelResult, MeasureOptions, Measurer
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
-from tritonkit.tune.stats import StabilityRule
 from tritonkit_bench.gpu_models import PARTS, build_part, examples, runner
 
 

@@ -18,7 +18,7 @@ source "$HERE/setup.sh" || exit 1
 WORK=${WORK:-/tmp/tritonkit-pa-capture}
 rm -rf "$WORK" && mkdir -p "$WORK"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
-PA=$(python3 -c 'import sys; from tritonkit.tune.perf_analyzer import locate; b = locate(); print(getattr(b, "path", "")); print(b if isinstance(b, str) else b.version, file=sys.stderr)' 2>>"$OUT/pa-capture.log")
+PA=$(python3 -c 'import sys; from tritonkit.measure.perf_analyzer import locate; b = locate(); print(getattr(b, "path", "")); print(b if isinstance(b, str) else b.version, file=sys.stderr)' 2>>"$OUT/pa-capture.log")
 tail -1 "$OUT/pa-capture.log"
 [ -n "$PA" ] || { echo "perf_analyzer not found (see pa-capture.log)"; exit 1; }
 LEVELS=${LEVELS:-1 64}
@@ -46,8 +46,8 @@ build_part(Path(sys.argv[1]), sys.argv[2], log, runner='native'); print(PARTS[sy
   fi
   # tritonkit's own requests as perf_analyzer's input data: its random INT64 data is past any vocabulary
   # (a BERT's token ids: a device-side assert in the native backend, every later request failed)
-  python3 -c "import sys; from pathlib import Path; from tritonkit.tune.loadgen import Target
-from tritonkit.tune.perf_analyzer import write_input_data
+  python3 -c "import sys; from pathlib import Path; from tritonkit.measure.loadgen import Target
+from tritonkit.measure.perf_analyzer import write_input_data
 write_input_data(Target('localhost:18001', sys.argv[1], 'grpc'), Path(sys.argv[2]))" "$model" "$WORK/$part-data.json" \
     2>>"$OUT/pa-capture.log" || rc=1
   for c in $LEVELS; do

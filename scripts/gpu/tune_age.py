@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import load as load_config
+from tritonkit.measure.levels import MeasureOptions, Measurer, wait_ready
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.endpoint import endpoint
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions, Measurer, wait_ready
 from tritonkit.tune.space import apply_point, base_point
-from tritonkit.tune.stats import StabilityRule
 from tritonkit_bench.gpu import log
 from tritonkit_bench.gpu_models import PARTS, build_part
 

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 from tritonkit.config import from_dict, save
+from tritonkit.measure.levels import MeasureOptions, Measurer, sweep
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions, Measurer, sweep
 
 LEVELS = (4, 8, 12, 16, 24, 32)
 

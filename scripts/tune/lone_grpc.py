@@ -4,7 +4,7 @@ Builds (once, under --work) two ONNX versions (onnxruntime, CPU): ``small`` (X F
 and ``image`` (one FP32 image [3, 224, 224], 602 KB, -> its 3 channel means), serves them with the
 embedded tritonserver (gRPC direct, no guard), and measures one request in flight over gRPC, in
 interleaved rounds: perf_analyzer (NVIDIA's C++ client, tritonkit's requests as its input data),
-tritonkit's generator as profile runs it (:class:`~tritonkit.tune.lone_grpc.LoneGrpcTransport`, HTTP/2
+tritonkit's generator as profile runs it (:class:`~tritonkit.measure.lone_grpc.LoneGrpcTransport`, HTTP/2
 on a socket) and the same generator on tritonclient's grpcio stub (``Target.lone_grpc_socket=False``,
 what it ran before). Each figure is a level's p50 (windows of --seconds, 3 kept); the ratios are taken
 within each round, then their median. Needs perf_analyzer (``make perf-analyzer``;
@@ -33,11 +33,11 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from tritonkit.convert.onnx_import import import_onnx  # noqa: E402
 from tritonkit.machine import description  # noqa: E402
+from tritonkit.measure.levels import MeasureOptions, Measurer  # noqa: E402
+from tritonkit.measure.loadgen import Level, Target, WindowSpec  # noqa: E402
+from tritonkit.measure.perf_analyzer import PerfAnalyzerMeasurer  # noqa: E402
+from tritonkit.measure.stats import StabilityRule  # noqa: E402
 from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
-from tritonkit.tune.loadgen import Level, Target, WindowSpec  # noqa: E402
-from tritonkit.tune.measure import MeasureOptions, Measurer  # noqa: E402
-from tritonkit.tune.perf_analyzer import PerfAnalyzerMeasurer  # noqa: E402
-from tritonkit.tune.stats import StabilityRule  # noqa: E402
 
 MODELS = {"small": "FP32 [4] (16 B)", "image": "FP32 [3, 224, 224] (602 KB)"}
 CLIENTS = ("perf_analyzer", "tritonkit, socket (as run)", "tritonkit, grpcio stub (before)")

@@ -24,10 +24,10 @@ sys.path[:0] = [str(ROOT / "tools")]
 import numpy as np  # noqa: E402
 
 from tritonkit.machine import description  # noqa: E402
+from tritonkit.measure.levels import MeasureOptions, Measurer  # noqa: E402
+from tritonkit.measure.loadgen import Level, Target, WindowSpec  # noqa: E402
+from tritonkit.measure.stats import StabilityRule  # noqa: E402
 from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
-from tritonkit.tune.loadgen import Level, Target, WindowSpec  # noqa: E402
-from tritonkit.tune.measure import MeasureOptions, Measurer  # noqa: E402
-from tritonkit.tune.stats import StabilityRule  # noqa: E402
 
 SHAPE = (1, 3, 224, 224)
 CLIENTS = ("raw tritonclient", "generator, blocking (as run)", "generator, asyncio loop")

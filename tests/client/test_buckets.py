@@ -183,7 +183,7 @@ def test_async_client_pads_and_cuts_alike(server: EmbeddedServer, protocol: str)
 
 LOCUST_SCRIPT = """
 import json, sys
-from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads
+from tritonkit.measure.payloads import fetch_model_spec, make_payloads
 from tritonkit.loadtest.users import HttpLeanClient, bucketed
 
 class Events:

@@ -65,7 +65,7 @@ def tune_report(
         "model": model, "latency_budget_ms": budget_ms, "search": "quick", "measurements": len(levels),
         "winner": winner, "baseline": winner, "trials": [winner], "finals": [],
     }  # fmt: skip
-    if device is not None:  # as `tritonkit tune` records it (loadtest.provenance)
+    if device is not None:  # as `tritonkit tune` records it (measure.provenance)
         gpu = device != "cpu"
         data["provenance"] = {
             "tritonkit_version": "0.1.0", "date": "2026-11-25T00:00:00+00:00", "host": "h", "triton_version": "2.51.0",

@@ -15,9 +15,9 @@ from tritonkit.fleet.colocate import ServerSession
 from tritonkit.fleet.openloop import MeasureSettings, Stream
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.stats import StabilityRule
 
 SHORT = MeasureSettings(warmup_s=0.5, min_seconds=1.5, max_seconds=3.0, min_samples=30, window_s=0.5)
 # The plan's search levels: what the tests check is what the planner does with its measurements (groups,

@@ -1,6 +1,6 @@
 """``tritonkit plan --fleet --tune --generator perf_analyzer``: the tunes a fleet runs now measured by the real
 perf_analyzer against the real embedded tritonserver (the open-loop levels stay tritonkit's), and the one-line
-refusals. Without the binary the test that runs it skips with the reason (``tests/tune/perf_analyzer_binary.py``).
+refusals. Without the binary the test that runs it skips with the reason (``tests/support/perf_analyzer_binary.py``).
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 from tests.fleet.conftest import write_fleet
-from tests.tune.perf_analyzer_binary import find
+from tests.support.perf_analyzer_binary import find
 
 from tritonkit.cli import main
 from tritonkit.fleet.openloop import MeasureSettings
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, run_fleet
-from tritonkit.tune import perf_analyzer as pa
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
+from tritonkit.measure import perf_analyzer as pa
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.tune.trial_log import load_rows
 
 SEARCH = MeasureSettings(warmup_s=0.25, min_seconds=0.75, max_seconds=1.5, min_samples=30, window_s=0.25)

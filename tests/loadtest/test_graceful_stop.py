@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
+from tritonkit.measure.payloads import fetch_model_spec, make_payloads, request_body
 from tritonkit.serve.embedded import EmbeddedServer
 
 from .conftest import triton_requests

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tritonkit.client.codec import grpc_answer
-from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads, request_body
 from tritonkit.loadtest.transports import wire as grpc_wire
 from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
-from tritonkit.loadtest.validation import check_outputs
+from tritonkit.measure.payloads import fetch_model_spec, make_payloads, request_body
+from tritonkit.measure.validation import check_outputs
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.loadtest.report.metrics import parse_metrics, scrape
 from tritonkit.loadtest.wrk import LUA_SCRIPT, cross_check, parse_wrk_output, wrk_available
+from tritonkit.measure.payloads import fetch_model_spec
 from tritonkit.serve.embedded import EmbeddedServer
 
 from .conftest import triton_requests

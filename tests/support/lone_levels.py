@@ -1,4 +1,4 @@
-"""Driving the load generator's loop directly for one-request levels (tests/tune): a level per window
+"""Driving the load generator's loop directly for one-request levels (tests/measure): a level per window
 spec on one session, the windows each emitted, and whether the blocking client served them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from tritonkit.tune.loadgen import Level, RawWindow, Target, WindowSpec, _Loop, _Session
+from tritonkit.measure.loadgen import Level, RawWindow, Target, WindowSpec, _Loop, _Session
 
 
 def lone_levels(

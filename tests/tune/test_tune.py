@@ -7,19 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.measure_server import build_repository
 
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig, from_pbtxt, to_pbtxt
 from tritonkit.errors import OptionError, TritonKitError
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer, free_port
 from tritonkit.tune.apply import RepositoryApi, read_config, write_as_model, write_config
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.space import apply_point
-from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.tuner import TuneOptions, load_finals, load_trials, tune
-
-from .conftest import build_repository
 
 
 def _options(repo: Path, report: Path, **extra: object) -> TuneOptions:
@@ -35,7 +34,7 @@ def _options(repo: Path, report: Path, **extra: object) -> TuneOptions:
         "queue": False,
         "require_stable": False,  # 8 helpers share 2 cores: stability is not this test's subject
         "finalists": 0,  # the finals have their own test
-        # the generator's own limit is tests/tune/test_capacity.py's subject: on 2 shared cores a fast ONNX
+        # the generator's own limit is tests/measure/test_capacity.py's subject: on 2 shared cores a fast ONNX
         # model keeps one Python generator busy, so no window here is judged by it (a share of 1.5 cores)
         "measure": MeasureOptions(
             window=WindowSpec(0.1), stability=StabilityRule(3, 0.5), max_windows=3, max_generator_cpu=1.5

@@ -15,10 +15,10 @@ from tests.support.slow_model import slow_repository
 
 from tritonkit.cli import main
 from tritonkit.config import from_pbtxt, to_dict
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.tune.space import base_point, describe
-from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.trial_log import load_baselines
 from tritonkit.tune.tuner import TuneOptions, tune
 

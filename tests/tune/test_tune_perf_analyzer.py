@@ -1,7 +1,7 @@
 """``tritonkit tune --generator perf_analyzer``: the real perf_analyzer binary against the real embedded
 tritonserver, on the tiny python-backend model ``work``; and the one-line refusals when it cannot measure.
 
-Without the binary the tests that run it skip with the reason (``tests/tune/perf_analyzer_binary.py``).
+Without the binary the tests that run it skip with the reason (``tests/support/perf_analyzer_binary.py``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.tune.perf_analyzer_binary import find
+from tests.support.measure_server import build_repository
+from tests.support.perf_analyzer_binary import find
 
 from tritonkit.cli import main
 from tritonkit.errors import TritonKitError
-from tritonkit.tune import perf_analyzer as pa
-from tritonkit.tune.generators import choose
-from tritonkit.tune.measure import MeasureOptions
+from tritonkit.measure import perf_analyzer as pa
+from tritonkit.measure.generators import choose
+from tritonkit.measure.levels import MeasureOptions
 from tritonkit.tune.trial_log import load_rows
-
-from .conftest import build_repository
 
 #: one config (the grid is the model's own), concurrency up to 2, loose windows: a 2-core host shared with
 #: the server and perf_analyzer; what is checked is where each figure came from, not its size

@@ -3,7 +3,7 @@
 Owns the raw facts: the CPU's name and core count, the GPUs NVIDIA's driver lists (``nvidia-smi``; none
 where it is absent or lists none), the host name, and the one-line description benchmark pages print.
 What a measurement was taken on as a whole (these facts plus the server and the model versions) is
-:mod:`tritonkit.loadtest.provenance`'s.
+:mod:`tritonkit.measure.provenance`'s.
 """
 
 from __future__ import annotations

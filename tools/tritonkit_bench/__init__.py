@@ -6,7 +6,7 @@ against brute force), ``compare`` (FP32 / FP16 / INT8 of the flagships, served) 
 Locust users against an earlier commit's); their probe model (``probe_model``). The GPU benchmark
 (``python -m tritonkit_bench.gpu``, ``docs/benchmarks-gpu.md``): ``gpu`` (the parts and the run),
 ``gpu_models`` (models and versions), ``gpu_measure`` (in-process, accuracy, and served levels measured
-by the product's generator of record: perf_analyzer where installed, else ``tritonkit.tune.measure``),
+by the product's generator of record: perf_analyzer where installed, else ``tritonkit.measure.levels``),
 ``gpu_tune`` (tune, then profile), ``gpu_render`` (the page); ``gpu_ab`` (the python torch runner against
 the native backend, variant by variant).
 ``faults`` renders ``docs/reliability.md`` from the fault suite's records; ``fleet`` is the fleet plan's

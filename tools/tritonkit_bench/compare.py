@@ -19,11 +19,11 @@ from typing import Any
 
 from tritonkit.errors import TritonKitError
 from tritonkit.machine import description
+from tritonkit.measure.levels import LevelResult, MeasureOptions, Measurer
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.endpoint import endpoint
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
 
 __all__ = ["FAMILIES", "compare_models", "run"]
 

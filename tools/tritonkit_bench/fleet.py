@@ -27,10 +27,10 @@ from tritonkit.fleet.devices import local_type
 from tritonkit.fleet.openloop import MeasureSettings
 from tritonkit.fleet.planner import PlanOptions
 from tritonkit.fleet.run import FleetRunOptions, finish, run_fleet
-from tritonkit.loadtest.payloads import parse_batch_mix
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.payloads import parse_batch_mix
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.tune.tuner import TuneOptions, tune
 
 __all__ = ["CPU_MODELS", "GPU_MODELS", "Target", "build_gpu_models", "build_mlp", "main"]

@@ -4,8 +4,8 @@ the FP32 reference, and versions served by the embedded tritonserver, level by l
 In-process figures run the torch runner's own engine (``backends/runners/torch_runner.py``; for a native
 version, the same engine replaying its ``model.ts`` methods) on the GPU with the server stopped, inputs already on the GPU (the engine alone, as the issue's baseline was
 measured). Served figures are requests of one row kept in flight by the product's generator of record
-(:mod:`tritonkit.tune.generators`: NVIDIA's perf_analyzer where it is installed, else tritonkit's own,
-:mod:`tritonkit.tune.measure`; the requests are the product's generated data for the model's inputs),
+(:mod:`tritonkit.measure.generators`: NVIDIA's perf_analyzer where it is installed, else tritonkit's own,
+:mod:`tritonkit.measure.levels`; the requests are the product's generated data for the model's inputs),
 each level measured in windows until 3 agree as ``tritonkit profile`` measures it, next to Triton's own
 statistics over the level (queue, compute input / infer / output, the batches formed and so the padded
 share, from ``batch_stats``), the server's CPU time and the GPU's utilisation sampled by nvidia-smi.
@@ -29,13 +29,13 @@ from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.backends.native import PROGRAM as NATIVE_PROGRAM
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.config import load
+from tritonkit.measure.generators import choose, label, measurer_of
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
+from tritonkit.measure.perf_analyzer import Binary, locate
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.generators import choose, label, measurer_of
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.perf_analyzer import Binary, locate
 from tritonkit.tune.space import buckets_of, padded_share
-from tritonkit.tune.stats import StabilityRule
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples
 
 __all__ = ["HTTP_MAX_IN_FLIGHT", "PROTOCOLS", "accuracy", "alone", "in_process", "server_stats", "sweep"]

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.loadtest.run import LoadTestOptions, parse_model
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.wrk import cross_check, wrk_available
 from tritonkit.machine import description
+from tritonkit.measure.payloads import fetch_model_spec
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit_bench.probe_model import write_probe_model
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, from_dict, save, to_pbtxt
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.tune.compare import markdown
-from tritonkit.tune.loadgen import WindowSpec
-from tritonkit.tune.measure import MeasureOptions
 from tritonkit.tune.search import Outcome, brute, finals, grid, quick
-from tritonkit.tune.stats import StabilityRule
 from tritonkit.tune.synthetic import AXES, noisy_surface, surface
 from tritonkit.tune.tuner import TuneOptions, tune
 from tritonkit_bench.compare import compare_models

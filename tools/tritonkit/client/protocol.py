@@ -9,11 +9,17 @@ only the answers differ (JSON on HTTP, protobuf on gRPC). This module holds that
 ``InferInput``/``InferRequestedOutput`` classes the shared-memory path builds). The transports
 (:mod:`tritonkit.client.transport`, :mod:`tritonkit.client.aio_transport`) subclass them and add only
 the connection and the send (blocking or awaited).
+
+Also the few facts the gRPC calls framed by hand share (the load test's ``wire`` transport,
+:mod:`tritonkit.loadtest.transports.wire`, and the lone request's, :mod:`tritonkit.measure.lone_grpc`):
+the ``ModelInfer`` path (:data:`GRPC_INFER_PATH`), ``grpc-timeout``'s value (:func:`grpc_timeout`) and
+HTTP/2's error names (:func:`http2_error_name`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -34,6 +40,7 @@ from tritonkit.client.spec import (
 
 __all__ = [
     "CONFIG",
+    "GRPC_INFER_PATH",
     "GRPC_RESTRICTED_PREFIX",
     "INDEX",
     "INFER_OBJECTS",
@@ -46,8 +53,30 @@ __all__ = [
     "GrpcProtocol",
     "HttpProtocol",
     "grpc_headers",
+    "grpc_timeout",
+    "http2_error_name",
 ]
 
+#: The unary RPC of an inference, for the gRPC calls framed by hand (the load test's wire transport,
+#: the lone request's).
+GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+#: HTTP/2 error codes (§7)
+_HTTP2_ERRORS = [
+    "NO_ERROR",
+    "PROTOCOL_ERROR",
+    "INTERNAL_ERROR",
+    "FLOW_CONTROL_ERROR",
+    "SETTINGS_TIMEOUT",
+    "STREAM_CLOSED",
+    "FRAME_SIZE_ERROR",
+    "REFUSED_STREAM",
+    "CANCEL",
+    "COMPRESSION_ERROR",
+    "CONNECT_ERROR",
+    "ENHANCE_YOUR_CALM",
+    "INADEQUATE_SECURITY",
+    "HTTP_1_1_REQUIRED",
+]
 #: Triton reads a restricted gRPC protocol's key header with this prefix (server: grpc_server.cc).
 GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
 #: Connection and read timeout of the HTTP clients when the client has no timeout of its own.
@@ -63,6 +92,20 @@ INDEX = "get_model_repository_index"
 STATISTICS = "get_inference_statistics"
 #: tritonclient's own infer with ``InferInput`` objects (the shared-memory path).
 INFER_OBJECTS = "infer"
+
+
+def http2_error_name(code: int) -> str:
+    """RFC 9113's name of an HTTP/2 error code."""
+    return _HTTP2_ERRORS[code] if 0 <= code < len(_HTTP2_ERRORS) else f"error 0x{code:x}"
+
+
+def grpc_timeout(seconds: float) -> str:
+    """``grpc-timeout``'s value: at most 8 digits and a unit, rounded up, as fine as it fits."""
+    for unit, scale in (("n", 1e9), ("u", 1e6), ("m", 1e3), ("S", 1.0), ("M", 1 / 60), ("H", 1 / 3600)):
+        value = max(1, math.ceil(seconds * scale))
+        if value < 100_000_000:
+            return f"{value}{unit}"
+    return "99999999H"
 
 
 def grpc_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:

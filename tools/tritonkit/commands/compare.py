@@ -2,9 +2,9 @@
 
 Prints (and with ``--json``/``--markdown`` writes) each target's median throughput and p99 and the
 median and interquartile range of its per-round ratios to the first target. ``--generator
-perf_analyzer`` measures every round with NVIDIA's perf_analyzer (:mod:`tritonkit.tune.perf_analyzer`:
+perf_analyzer`` measures every round with NVIDIA's perf_analyzer (:mod:`tritonkit.measure.perf_analyzer`:
 one process per round and target, the same window and stability flags; chosen by
-:func:`tritonkit.tune.generators.choose`, as profile and tune choose); the summary names the generator.
+:func:`tritonkit.measure.generators.choose`, as profile and tune choose); the summary names the generator.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from tritonkit.commands.measure_args import (
     target,
 )
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.provenance import collect
+from tritonkit.measure.generators import choose, label, measurer_of
+from tritonkit.measure.levels import LevelResult, refuse_limited
+from tritonkit.measure.loadgen import Level
+from tritonkit.measure.provenance import collect
 from tritonkit.tune.compare import compare, markdown, summarize
-from tritonkit.tune.generators import choose, label, measurer_of
-from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import LevelResult, refuse_limited
 
 
 def register(parser: argparse.ArgumentParser) -> None:

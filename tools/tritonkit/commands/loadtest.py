@@ -15,11 +15,11 @@ from pathlib import Path
 
 from tritonkit.commands.shared_args import add_repo, options_from
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.input_data import read_entries
 from tritonkit.loadtest.options import LoadTestOptions, parse_model
-from tritonkit.loadtest.payloads import INPUT_DATA, SOURCES
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
+from tritonkit.measure.input_data import read_entries
+from tritonkit.measure.payloads import INPUT_DATA, SOURCES
 
 
 def _number(name: str) -> Callable[[str], float]:

@@ -2,9 +2,9 @@
 
 Owns the measurement flags (server, windows, stability, generator workers: ``auto`` or N, transport, shared memory)
 and their checks (one line, expected vs given), ``--generator`` (its choice is
-:func:`tritonkit.tune.generators.choose`'s, shared by every command that measures), and :func:`connect`: the server of ``--url`` or the
+:func:`tritonkit.measure.generators.choose`'s, shared by every command that measures), and :func:`connect`: the server of ``--url`` or the
 embedded one on ``--repo`` with only the named models loaded (:func:`tritonkit.serve.endpoint.endpoint`),
-and the :class:`~tritonkit.tune.loadgen.Target` of a model on it.
+and the :class:`~tritonkit.measure.loadgen.Target` of a model on it.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from collections.abc import Sequence
 
 from tritonkit.commands.shared_args import add_protocol, add_repo
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.input_data import read_entries
+from tritonkit.measure import generators
+from tritonkit.measure.capacity import AUTO, parse_workers
+from tritonkit.measure.input_data import read_entries
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.options import ADMIN_HEADER
-from tritonkit.tune import generators
-from tritonkit.tune.capacity import AUTO, parse_workers
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
 
 __all__ = [
     "GENERATORS",
@@ -184,7 +184,7 @@ def target(where: Endpoint, model: str, args: argparse.Namespace, version: str =
     )  # fmt: skip
 
 
-# --generator: whose load measures a level (tritonkit.tune.generators chooses; .perf_analyzer runs the other)
+# --generator: whose load measures a level (tritonkit.measure.generators chooses; .perf_analyzer runs the other)
 GENERATORS = generators.GENERATORS
 
 

@@ -3,7 +3,7 @@
 Parses the fleet flags into :class:`~tritonkit.fleet.run.FleetRunOptions`, prints every error of the fleet
 file on a line of its own (exit 1, nothing written), and a short summary of the plan written.
 ``--generator perf_analyzer`` (with ``--tune``) measures the tunes run now with perf_analyzer
-(:func:`tritonkit.tune.generators.choose`, as ``tritonkit tune`` chooses: one line when it cannot);
+(:func:`tritonkit.measure.generators.choose`, as ``tritonkit tune`` chooses: one line when it cannot);
 the open-loop levels of models alone and together stay tritonkit's generator.
 """
 
@@ -95,8 +95,8 @@ def run_fleet_command(args: argparse.Namespace) -> int:
                 f"--generator {args.generator}: expected --tune (it measures the tunes run now; the open-loop "
                 "levels are tritonkit's)"
             )
-        from tritonkit.tune.generators import choose  # noqa: PLC0415
-        from tritonkit.tune.measure import MeasureOptions  # noqa: PLC0415
+        from tritonkit.measure.generators import choose  # noqa: PLC0415
+        from tritonkit.measure.levels import MeasureOptions  # noqa: PLC0415
 
         choose(args.generator, MeasureOptions())  # the binary, or its one line before anything is measured
     settings = options_from(MeasureSettings, args)

@@ -10,8 +10,8 @@ it says which length generated requests give a variable (-1) dim. Exit code 0, o
 when no level met the budget.
 
 ``--generator perf_analyzer`` measures every level with NVIDIA's perf_analyzer instead
-(:mod:`tritonkit.tune.perf_analyzer`: one process per level, the same window and stability flags; chosen
-by :func:`tritonkit.tune.generators.choose`, as compare and tune choose), read
+(:mod:`tritonkit.measure.perf_analyzer`: one process per level, the same window and stability flags; chosen
+by :func:`tritonkit.measure.generators.choose`, as compare and tune choose), read
 into the same table, CSV and JSON. With tritonkit's generator, every report carries perf_analyzer's
 figure beside each level's (each level of a sweep, the best of ``--find-max``: a ``perf_analyzer`` line,
 ``pa_*`` CSV columns, ``cross_check`` by level in the JSON) when the binary is installed, and says
@@ -40,13 +40,19 @@ from tritonkit.commands.measure_args import (
 )
 from tritonkit.config import ModelConfig, from_proto
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.provenance import Provenance, collect, markdown_lines
+from tritonkit.measure.generators import LevelMeasurer, choose, measurer_of
+from tritonkit.measure.levels import LevelResult, MeasureOptions, find_max, generator_line, refuse_limited
+from tritonkit.measure.loadgen import Level, Target
+from tritonkit.measure.perf_analyzer import (
+    Binary,
+    PerfAnalyzerMeasurer,
+    cross_check,
+    cross_check_line,
+    locate,
+)
+from tritonkit.measure.provenance import Provenance, collect, markdown_lines
 from tritonkit.serve.endpoint import Endpoint
 from tritonkit.tune.export import table, write_csv, write_json
-from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
-from tritonkit.tune.loadgen import Level, Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, find_max, generator_line, refuse_limited
-from tritonkit.tune.perf_analyzer import Binary, PerfAnalyzerMeasurer, cross_check, cross_check_line, locate
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit.tune.traffic import Traffic, buckets_in, generated_line, token_figures, token_line, traffic_of
 

@@ -16,7 +16,7 @@ into the spec. A model with shape buckets tuned with ``--input-data FILE`` also 
 edges (candidates from the file's length histogram, every set ending at the model's longest length), and
 its figures carry tokens/s beside req/s with the padded share of the tokens sent. ``--generator
 perf_analyzer`` measures every level (trials, baseline, finals) with NVIDIA's perf_analyzer, the same
-windows and stability flags (:func:`tritonkit.tune.generators.choose`, as profile and compare choose;
+windows and stability flags (:func:`tritonkit.measure.generators.choose`, as profile and compare choose;
 one line and a non-zero exit when the binary is absent); its CSV and output per level are kept in
 ``--report``'s ``perf_analyzer/`` folder and each level of ``trials.jsonl`` names its CSV (``source``).
 Exit code 0, 3 when no config met the budget.

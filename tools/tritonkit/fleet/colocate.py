@@ -25,11 +25,11 @@ from typing import Any
 from tritonkit.config import ModelConfig
 from tritonkit.errors import TritonKitError
 from tritonkit.fleet.openloop import GroupLevel, MeasureSettings, Stream, measure_streams
+from tritonkit.measure.levels import wait_ready
 from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.serve.sources import trusting
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.plan import queue_at
 
 __all__ = ["ServerSession", "ShareResult", "find_share"]

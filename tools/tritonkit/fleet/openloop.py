@@ -1,12 +1,12 @@
 """Open-loop load on several models of one server at once, and each model's client-side p99.
 
 Owns :class:`Stream` (a model, its arrival rate and batch mix, its budget), :class:`ModelResult`,
-:class:`GroupLevel` and :func:`measure_streams`. The load is :mod:`tritonkit.tune.loadgen`'s
+:class:`GroupLevel` and :func:`measure_streams`. The load is :mod:`tritonkit.measure.loadgen`'s
 constant-arrival-rate open loop (``Level("rate", r)``: one request every ``1 / r`` s whatever the
 answers do, late sends and drops counted), one generator per model and batch size of its mix at
 ``rate x weight`` (the superposition is the model's arrivals), all on the process's one load loop, so
 every model is loaded at its planned rate at the same time. The requests are the load tests' payloads
-(:func:`tritonkit.loadtest.payloads.make_payloads`, ``auto`` data), drawn by the tune generator.
+(:func:`tritonkit.measure.payloads.make_payloads`, ``auto`` data), drawn by the measuring generator.
 Latencies are timed per request in nanoseconds and merged per model; Triton's queue/compute split per
 model comes from two statistics snapshots around the measured span. A level whose generator sent more
 than 5 % of a model's requests late is marked generator-limited: it measured the client, not the server.
@@ -22,8 +22,8 @@ from typing import Any
 
 from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
-from tritonkit.tune.stats import ServerSplit, latency_percentiles, server_split
+from tritonkit.measure.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
+from tritonkit.measure.stats import ServerSplit, latency_percentiles, server_split
 
 __all__ = ["GroupLevel", "MeasureSettings", "ModelResult", "Stream", "measure_streams"]
 

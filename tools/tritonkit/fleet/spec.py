@@ -39,7 +39,7 @@ from tritonkit.convert.spec_parse import BoundedLoader
 from tritonkit.deploy.checks.context import Problems
 from tritonkit.errors import ConfigError, LoadTestError, TritonKitError
 from tritonkit.fleet.devices import TYPES, canonical, memory_gib
-from tritonkit.loadtest.payloads import parse_batch_mix
+from tritonkit.measure.payloads import parse_batch_mix
 
 __all__ = ["OBJECTIVES", "Fleet", "FleetFileError", "GpuSpec", "ModelSpec", "Node", "load_fleet"]
 

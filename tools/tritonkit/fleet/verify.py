@@ -24,9 +24,9 @@ from tritonkit.config import ModelConfig
 from tritonkit.fleet.packing import Group
 from tritonkit.fleet.spec import Fleet
 from tritonkit.loadtest.options import LoadTestOptions, ModelTarget
-from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads
 from tritonkit.loadtest.run import run as run_loadtest
 from tritonkit.loadtest.slo import SLO
+from tritonkit.measure.payloads import fetch_model_spec, make_payloads
 from tritonkit.repository.views import link_view
 from tritonkit.serve.endpoint import Endpoint
 from tritonkit.serve.sources import trusting

@@ -9,14 +9,13 @@ Entry point for Python callers (``tritonkit loadtest``, ``make demo``)::
 
 Modules: ``options`` (what a run is asked to do, and its checks), ``run`` (orchestration),
 ``supervise`` (the Locust child processes and the progress line), ``watch`` (how a run ends early: the
-server found dead, or Ctrl-C), ``payloads`` (model metadata → seeded requests; the one generator of
-request data, tune's too), ``input_data`` (requests from a perf_analyzer ``--input-data`` file),
-``validation`` (answer checks), ``users`` (Locust users), ``transports/`` (how a gRPC user's request
+server found dead, or Ctrl-C), ``users`` (Locust users), ``transports/`` (how a gRPC user's request
 reaches Triton: ``wire``, HTTP/2 framed by hand, on ``hub``, the socket driven by the gevent hub),
-``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms, quantile intervals),
-``provenance`` (what a measurement ran on, carried by every measuring output), ``report/``
+``scenarios`` / ``shapes`` (load profiles), ``slo`` (gates, histograms, quantile intervals), ``report/``
 (``summary``: the capacity report; ``locust_csv``: Locust's CSVs; ``metrics``: Triton's ``/metrics``;
 ``plots``), ``wrk`` with ``post.lua`` (C cross-check), ``locustfile`` (what ``tritonkit loadtest`` runs).
+Request data, answer checks and provenance are :mod:`tritonkit.measure`'s (``payloads``, ``input_data``,
+``validation``, ``provenance``), shared with every other measuring tool.
 Nothing here imports Locust or gevent at import time (Locust monkey-patches the process that
 imports it); the names below load lazily.
 """

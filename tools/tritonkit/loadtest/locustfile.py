@@ -30,11 +30,11 @@ import locust.stats
 from locust import constant_pacing, events
 from locust.runners import WorkerRunner
 
-from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import make_plan
 from tritonkit.loadtest.shapes import Live, RampShape, request_stop, shape_for
 from tritonkit.loadtest.slo import SLO, Histogram
 from tritonkit.loadtest.users import TritonGrpcUser, TritonHttpUser
+from tritonkit.measure.payloads import parse_batch_mix
 
 CONFIG_ENV = "TRITONKIT_LOADTEST_CONFIG"
 #: plain ``locust -f``: the model when ``--triton-model`` is not given

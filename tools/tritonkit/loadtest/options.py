@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import IO
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import parse_batch_mix
 from tritonkit.loadtest.scenarios import SCENARIOS, make_plan, parse_duration
 from tritonkit.loadtest.slo import SLO
+from tritonkit.measure.payloads import parse_batch_mix
 
 __all__ = [
     "ADMIN_KEY_ENV",

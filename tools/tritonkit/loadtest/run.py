@@ -24,8 +24,6 @@ from typing import Any
 
 from tritonkit.errors import LoadTestError, TritonKitError
 from tritonkit.loadtest.options import ADMIN_KEY_ENV, LoadTestOptions, ModelTarget, parse_model, stop_timeout
-from tritonkit.loadtest.payloads import ModelSpec, fetch_model_spec, make_payloads
-from tritonkit.loadtest.provenance import collect as collect_provenance
 from tritonkit.loadtest.report import summary as reporting
 from tritonkit.loadtest.report.metrics import MetricsScraper, batch_stats, server_statistics
 from tritonkit.loadtest.scenarios import make_plan
@@ -33,6 +31,8 @@ from tritonkit.loadtest.supervise import run_locust
 from tritonkit.loadtest.watch import ServerWatch
 from tritonkit.loadtest.wrk import cross_check
 from tritonkit.machine import description
+from tritonkit.measure.payloads import ModelSpec, fetch_model_spec, make_payloads
+from tritonkit.measure.provenance import collect as collect_provenance
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.endpoint import Endpoint, endpoint
 

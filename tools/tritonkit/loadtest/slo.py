@@ -3,9 +3,9 @@
 A breach makes ``tritonkit loadtest`` exit non-zero and is named in the report. The same gate
 checks one ramp step (so the ramp can stop at the knee) and a whole run. Pure: numbers in,
 breaches out. Also owns the latency histogram the gates read (µs keys, mergeable across Locust
-processes), because Locust's own percentiles are rounded to whole milliseconds, and the confidence
-interval of a percentile from its sample count (:func:`quantile_ci_ranks`: the distribution-free
-order-statistic interval, exact binomial): a p99 of 110 requests has no upper bound inside the sample.
+processes), because Locust's own percentiles are rounded to whole milliseconds, with the confidence
+interval of a percentile from its sample count (the ranks come from
+:func:`tritonkit.measure.stats.quantile_ci_ranks`): a p99 of 110 requests has no upper bound inside the sample.
 """
 
 from __future__ import annotations
@@ -16,46 +16,14 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from tritonkit.errors import LoadTestError
+from tritonkit.measure.stats import quantile_ci_ranks
 
-__all__ = ["SLO", "Breach", "Histogram", "Totals", "check_slo", "quantile_ci_ranks"]
+__all__ = ["SLO", "Breach", "Histogram", "Totals", "check_slo"]
 
 #: latencies under this many µs are kept exactly; above, to 4 significant digits
 _EXACT_BELOW_US = 10_000
 #: exit code of ``tritonkit loadtest`` when a gate broke (1 is for errors)
 EXIT_SLO_BREACH = 3
-
-
-def _binomial_cdf(n: int, q: float) -> dict[int, float]:
-    """P(B <= k) for B ~ Binomial(n, q), for the ks where it is neither 0 nor 1 to double precision
-    (outside: 0 below, 1 above). Log-space terms, so n may be in the millions."""
-    sd = math.sqrt(n * q * (1 - q))
-    low, high = max(0, math.floor(n * q - 12 * sd - 2)), min(n, math.ceil(n * q + 12 * sd + 2))
-    log_q, log_p = math.log(q), math.log1p(-q)
-    base = math.lgamma(n + 1)
-    total, cdf = 0.0, {}
-    for k in range(low, high + 1):
-        total += math.exp(base - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
-        cdf[k] = min(1.0, total)
-    return cdf
-
-
-def quantile_ci_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int | None, int | None]:
-    """1-based ranks (j, k) of the sorted sample such that the ``q`` quantile lies between the j-th and
-    the k-th smallest value with at least ``confidence``: P(j <= B < k) >= confidence for B ~ Bin(n, q),
-    split evenly between the tails. ``None`` for a bound outside the sample: below the smallest or above
-    the largest value measured (a p99 of under ~300 samples has no upper bound inside them)."""
-    if n < 1 or not 0 < q < 1 or not 0 < confidence < 1:
-        return None, None
-    tail = (1 - confidence) / 2
-    cdf = _binomial_cdf(n, q)
-    first, last = min(cdf), max(cdf)
-
-    def at(k: int) -> float:  # P(B <= k)
-        return cdf.get(k, 0.0 if k < first else 1.0)
-
-    lower = next((j for j in range(min(n, last + 1), 0, -1) if at(j - 1) <= tail), None)
-    upper = next((k for k in range(max(1, first), n + 1) if 1 - at(k - 1) <= tail), None)
-    return lower, upper
 
 
 class Histogram:

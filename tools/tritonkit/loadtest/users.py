@@ -42,7 +42,9 @@ from tritonkit.client.codec import HEADER_LENGTH, grpc_answer, http_error, http_
 from tritonkit.client.errors import InvalidInputError
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.options import HTTP_TRANSPORTS, stop_timeout
-from tritonkit.loadtest.payloads import (
+from tritonkit.loadtest.transports.hub import GrpcTransport, HubConnection
+from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
+from tritonkit.measure.payloads import (
     BatchMix,
     ModelSpec,
     PayloadSet,
@@ -51,9 +53,7 @@ from tritonkit.loadtest.payloads import (
     make_payloads,
     request_body,
 )
-from tritonkit.loadtest.transports.hub import GrpcTransport, HubConnection
-from tritonkit.loadtest.transports.wire import WireGrpcConnection, WireGrpcError
-from tritonkit.loadtest.validation import OutputCheck, check_outputs
+from tritonkit.measure.validation import OutputCheck, check_outputs
 
 __all__ = [
     "Backoff",

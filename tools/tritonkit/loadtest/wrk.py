@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import ModelSpec, http_request, make_payloads
+from tritonkit.measure.payloads import ModelSpec, http_request, make_payloads
 
 __all__ = ["LUA_SCRIPT", "cross_check", "parse_wrk_output", "request_body", "wrk_available"]
 

@@ -1,20 +1,16 @@
-"""Measuring, tuning and planning: what load a model sustains, which config serves it best, how many replicas.
+"""Tuning and planning: which config serves a model best, and how many replicas it needs.
 
-Owns perf_analyzer's method, kept honest (:mod:`.stats`: µs percentiles, stability over windows, Triton's
-server-side split from statistics deltas; :mod:`.generator`: an asyncio load generator on
-:class:`~tritonkit.client.AsyncClient` on the process's one load loop (:mod:`.eventloop`) or in worker
-processes, closed loop at a concurrency or
-open loop at a constant or Poisson request rate, with its own CPU share and late sends; :mod:`.measure`:
-a load level measured in windows until stable, sweeps and the search for the highest load within a
-latency budget), the config search (:mod:`.space` axes from a model's config and engine profiles,
-:mod:`.search` brute force and coordinate ascent, :mod:`.apply` configs through the model-repository API
-and the winner written back atomically, :mod:`.tuner` the tune with the model's own config as its
-baseline, :mod:`.trial_log` the resumable trial log, :mod:`.verdict` whether the winner beats the
-baseline beyond the spread, :mod:`.spec_file` the winner written into the build spec, :mod:`.report`
-its files), :mod:`.compare` (interleaved rounds of several models) and :mod:`.plan` (replicas, cost, HPA
+Owns the config search (:mod:`.space` axes from a model's config and engine profiles, :mod:`.search`
+brute force and coordinate ascent, :mod:`.synthetic` a deterministic response surface that checks the searches without a
+server, :mod:`.apply` configs through the model-repository API and the winner written back
+atomically, :mod:`.tuner` the tune with the model's own config as its baseline, :mod:`.trial` and
+:mod:`.trial_log` one trial and the resumable trial log, :mod:`.verdict` whether the winner beats the
+baseline beyond the spread, :mod:`.spec_file` the winner written into the build spec, :mod:`.traffic` a
+measurement's lengths on shape-bucketed axes and the edges tried from them, :mod:`.report` its files),
+:mod:`.export` (``profile``'s level results as CSV and JSON), :mod:`.compare` (interleaved rounds of several models) and :mod:`.plan` (replicas, cost, HPA
 target and the kustomize patch of the t4 overlay, refused for a device the tune did not measure unless
 translated, and the check of the knee with the tune's own method).
 
-Sits above :mod:`tritonkit.loadtest` (provenance, payloads and percentile intervals come from there) and
-below ``commands``.
+Sits above :mod:`tritonkit.measure` (every level is measured there: load generation, windows,
+statistics, payloads, provenance) and below ``fleet`` and ``commands``.
 """

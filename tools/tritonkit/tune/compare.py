@@ -13,9 +13,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonkit.loadtest.provenance import markdown_lines
-from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import LevelResult
+from tritonkit.measure.levels import LevelResult
+from tritonkit.measure.loadgen import Level
+from tritonkit.measure.provenance import markdown_lines
 
 __all__ = ["Comparison", "compare", "markdown", "summarize"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.atomic import write_text
-from tritonkit.tune.measure import LevelResult
+from tritonkit.measure.levels import LevelResult
 
 __all__ = ["COLUMNS", "table", "write_csv", "write_json"]
 

@@ -43,7 +43,7 @@ def finals_summary(
 ) -> list[dict[str, Any]]:
     """Per finalist (and the model's own config when it was measured beside them): the search's figure,
     each round's figure and concurrency, their median and spread. No figure is the generator's: a round
-    the generator limited ended the tune (:class:`~tritonkit.tune.measure.GeneratorLimitedError`)."""
+    the generator limited ended the tune (:class:`~tritonkit.measure.levels.GeneratorLimitedError`)."""
     out = []
     entries = [(describe(f.point), f.searched.throughput, list(f.figures), False) for f in final_list]
     if not baseline["on_grid"] and baseline.get("final_figures"):

@@ -43,12 +43,12 @@ import yaml
 from tritonkit import deploy
 from tritonkit.atomic import write_text
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.provenance import Provenance, markdown_lines
+from tritonkit.measure.generators import choose, measurer_of
+from tritonkit.measure.levels import MeasureOptions, find_max, wait_ready
+from tritonkit.measure.loadgen import Target, WindowSpec
+from tritonkit.measure.provenance import Provenance, markdown_lines
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.endpoint import endpoint
-from tritonkit.tune.generators import choose, measurer_of
-from tritonkit.tune.loadgen import Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions, find_max, wait_ready
-from tritonkit.tune.stats import StabilityRule
 
 __all__ = ["PATCH_FILE", "Plan", "apply_patch", "check_knee", "check_patch", "kustomize_patch", "make_plan"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.atomic import write_text, write_with
-from tritonkit.loadtest.provenance import markdown_lines
+from tritonkit.measure.provenance import markdown_lines
 
 __all__ = ["pareto_front", "ranked", "write_report"]
 

@@ -5,8 +5,8 @@ A model whose config carries the parameter ``shape_buckets`` (:mod:`tritonkit.ba
 pads each request up to the smallest edge that covers it on every dynamic axis. Owns:
 
 - :func:`traffic_of`: each request's length per axis, from a perf_analyzer ``--input-data`` file (its
-  entries as :mod:`tritonkit.loadtest.input_data` reads them, against the config's inputs) or, without
-  one, the generator's own length for every variable dim (:data:`~tritonkit.loadtest.payloads.VARIABLE_DIM`);
+  entries as :mod:`tritonkit.measure.input_data` reads them, against the config's inputs) or, without
+  one, the generator's own length for every variable dim (:data:`~tritonkit.measure.payloads.VARIABLE_DIM`);
   a request above the last edge is one line naming the entry.
 - :func:`edge_candidates`: the ``edges.<axis>`` values ``tritonkit tune --input-data`` searches: the
   current edges, the default powers of two, and edges at the traffic's length quantiles for 2 to 6
@@ -41,8 +41,8 @@ from tritonkit.config import ModelConfig
 from tritonkit.config.dtypes import normalize_dtype
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.input_data import requests
-from tritonkit.loadtest.payloads import VARIABLE_DIM, generated_lengths
+from tritonkit.measure.input_data import requests
+from tritonkit.measure.payloads import VARIABLE_DIM, generated_lengths
 
 __all__ = [
     "EDGES",

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from tritonkit.config import ModelConfig, to_dict
 from tritonkit.errors import TritonKitError
+from tritonkit.measure.generators import LevelMeasurer, choose, measurer_of
+from tritonkit.measure.levels import GeneratorLimitedError, LevelResult, MeasureOptions, find_max, wait_ready
+from tritonkit.measure.loadgen import Target
 from tritonkit.tune.apply import RepositoryApi
-from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
-from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import GeneratorLimitedError, LevelResult, MeasureOptions, find_max, wait_ready
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit.tune.traffic import buckets_in, point_edges, token_figures, traffic_of
 
@@ -64,7 +64,7 @@ def measure_config(
     ``final`` = (round, concurrency), a finals round: that concurrency or, when it breaks the budget (p99
     or failures), the highest level below it that fits (halved, then bisected once), stability not
     required (the rounds are the averaging). A level the generator limited with all the capacity it
-    has ends the tune (:class:`~tritonkit.tune.measure.GeneratorLimitedError` goes up, nothing of it is
+    has ends the tune (:class:`~tritonkit.measure.levels.GeneratorLimitedError` goes up, nothing of it is
     logged or written): it measured the client, and a winner or a bound from it would be the client's. ``measurer``: the tune's one load generator (None: one for this config). The row
     says where the seconds went (``load_s``: the config put into service and ready; ``measure_s``: its
     levels) and, for a runner that pads to buckets, the share of padded rows (``padded_share``)."""

@@ -2,7 +2,7 @@
 
 Owns the options of :func:`tritonkit.tune.tuner.tune` (the server, the model and budget, the grid, the
 search and finals, what is written, the measurement settings and the load generator of record:
-``generator`` ``tritonkit`` or ``perf_analyzer``, chosen by :mod:`tritonkit.tune.generators`), their
+``generator`` ``tritonkit`` or ``perf_analyzer``, chosen by :mod:`tritonkit.measure.generators`), their
 checks (:meth:`TuneOptions.validate`: :class:`~tritonkit.errors.OptionError` naming the option) and the
 ``method`` record ``tune.json`` keeps (``tritonkit plan --check-knee`` measures again from it).
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from tritonkit.errors import OptionError
-from tritonkit.tune.generators import GENERATORS, label
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.perf_analyzer import Binary
+from tritonkit.measure.generators import GENERATORS, label
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.perf_analyzer import Binary
 from tritonkit.tune.space import DEFAULT_DELAYS_US
 
 __all__ = ["TuneOptions"]

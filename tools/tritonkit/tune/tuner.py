@@ -36,13 +36,13 @@ from typing import Any
 from tritonkit.client import Client
 from tritonkit.config import ModelConfig, from_proto, to_dict
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.provenance import collect
+from tritonkit.measure.generators import LevelMeasurer, choose, measurer_of
+from tritonkit.measure.levels import wait_ready
+from tritonkit.measure.loadgen import Target
+from tritonkit.measure.provenance import collect
 from tritonkit.serve.endpoint import Endpoint, endpoint
 from tritonkit.tune.apply import RepositoryApi, read_config
 from tritonkit.tune.finals import crowned, finals_summary
-from tritonkit.tune.generators import LevelMeasurer, choose, measurer_of
-from tritonkit.tune.loadgen import Target
-from tritonkit.tune.measure import wait_ready
 from tritonkit.tune.report import write_report
 from tritonkit.tune.search import Axis, Final, Outcome, SearchResult, brute, finalists, finals, quick, snap
 from tritonkit.tune.space import (

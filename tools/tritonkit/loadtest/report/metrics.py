@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit.client import Client, ClientError, ModelStatistics, RestrictedApiError
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import ModelSpec
+from tritonkit.measure.payloads import ModelSpec
 
 __all__ = [
     "COUNTERS",

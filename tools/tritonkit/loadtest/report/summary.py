@@ -5,7 +5,7 @@ Client view (counts, throughput and p50/p95/p99 from the fine histograms the loc
 failures CSV through :mod:`.locust_csv`), server view (Triton's counters from :mod:`.metrics`), the
 accounting check (requests Locust sent vs requests Triton counted), SLO gates per model and
 overall, the ramp's steps and knee, the wrk cross-check and the run's provenance (device, engines,
-Triton, host, date: :mod:`tritonkit.loadtest.provenance`), all in one place. The Markdown table
+Triton, host, date: :mod:`tritonkit.measure.provenance`), all in one place. The Markdown table
 follows the T4 guide's benchmark table: model, precision, batch, p50/p95/p99 (the p99 with its sample
 count and 95 % interval), throughput, failures.
 """
@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonkit.loadtest.payloads import ModelSpec
-from tritonkit.loadtest.provenance import markdown_lines
 from tritonkit.loadtest.report.locust_csv import read_failures
 from tritonkit.loadtest.report.metrics import MetricsScraper
 from tritonkit.loadtest.report.plots import draw_all
 from tritonkit.loadtest.slo import EXIT_SLO_BREACH, Breach, Histogram, Totals, check_slo
 from tritonkit.loadtest.watch import INTERRUPTED
+from tritonkit.measure.payloads import ModelSpec
+from tritonkit.measure.provenance import markdown_lines
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_SERVER_DIED", "Summary", "collect", "markdown", "write"]
 

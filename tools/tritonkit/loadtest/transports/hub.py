@@ -33,7 +33,6 @@ from gevent.lock import BoundedSemaphore
 from tritonkit.errors import LoadTestError
 
 __all__ = [
-    "PATH",
     "GrpcResult",
     "GrpcTransport",
     "HubConnection",
@@ -41,8 +40,6 @@ __all__ = [
     "status_name",
 ]
 
-#: The unary RPC the transport calls.
-PATH = "/inference.GRPCInferenceService/ModelInfer"
 #: gRPC status codes the transport itself produces (the rest come from the server's trailers).
 OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = 0, 1, 2, 4, 8
 PERMISSION_DENIED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, UNAUTHENTICATED = 7, 12, 13, 14, 16

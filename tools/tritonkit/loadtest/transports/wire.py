@@ -28,7 +28,6 @@ replaced before that).
 
 from __future__ import annotations
 
-import math
 import struct
 import time
 from collections.abc import Callable
@@ -37,11 +36,11 @@ from typing import ClassVar
 import hpack
 from gevent.hub import Waiter
 
+from tritonkit.client.protocol import GRPC_INFER_PATH, grpc_timeout, http2_error_name
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest.transports.hub import (
     CANCELLED,
     INTERNAL,
-    PATH,
     PERMISSION_DENIED,
     RESOURCE_EXHAUSTED,
     UNAVAILABLE,
@@ -50,7 +49,7 @@ from tritonkit.loadtest.transports.hub import (
     Stream,
 )
 
-__all__ = ["WireGrpcConnection", "WireGrpcError", "grpc_timeout"]
+__all__ = ["WireGrpcConnection", "WireGrpcError"]
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _FRAME = struct.Struct(">HBBBL")  # length (24 bits as 16 + 8), type, flags, stream id
@@ -64,23 +63,6 @@ _MAX_STREAM_ID = (1 << 31) - 1
 _OUR_MAX_FRAME = 16_384
 #: frame types whose payload has one fixed size (§6.3, 6.4, 6.7, 6.9)
 _FIXED_SIZE = {_PRIORITY_FRAME: 5, _RST_STREAM: 4, _PING: 8, _WINDOW_UPDATE: 4}
-#: HTTP/2 error codes (§7)
-_ERRORS = [
-    "NO_ERROR",
-    "PROTOCOL_ERROR",
-    "INTERNAL_ERROR",
-    "FLOW_CONTROL_ERROR",
-    "SETTINGS_TIMEOUT",
-    "STREAM_CLOSED",
-    "FRAME_SIZE_ERROR",
-    "REFUSED_STREAM",
-    "CANCEL",
-    "COMPRESSION_ERROR",
-    "CONNECT_ERROR",
-    "ENHANCE_YOUR_CALM",
-    "INADEQUATE_SECURITY",
-    "HTTP_1_1_REQUIRED",
-]
 _PROTOCOL_ERROR, _FLOW_CONTROL_ERROR, _FRAME_SIZE_ERROR, _REFUSED_STREAM, _CANCEL = 1, 3, 6, 7, 8
 #: RST_STREAM error code → gRPC status (gRPC's ``PROTOCOL-HTTP2.md``); others are INTERNAL
 _RST_STATUS = {
@@ -110,20 +92,6 @@ def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes
     return _FRAME.pack(size >> 8, size & 0xFF, kind, flags, stream_id) + payload
 
 
-def error_name(code: int) -> str:
-    """RFC 9113's name of an HTTP/2 error code."""
-    return _ERRORS[code] if 0 <= code < len(_ERRORS) else f"error 0x{code:x}"
-
-
-def grpc_timeout(seconds: float) -> str:
-    """``grpc-timeout``'s value: at most 8 digits and a unit, rounded up, as fine as it fits."""
-    for unit, scale in (("n", 1e9), ("u", 1e6), ("m", 1e3), ("S", 1.0), ("M", 1 / 60), ("H", 1 / 3600)):
-        value = max(1, math.ceil(seconds * scale))
-        if value < 100_000_000:
-            return f"{value}{unit}"
-    return "99999999H"
-
-
 class WireGrpcConnection(HubConnection):
     """One HTTP/2 connection carrying the unary ``ModelInfer`` calls of every user of a process."""
 
@@ -138,7 +106,7 @@ class WireGrpcConnection(HubConnection):
         self._fields = [
             (":method", "POST"),
             (":scheme", "http"),
-            (":path", PATH),
+            (":path", GRPC_INFER_PATH),
             (":authority", url),
             ("content-type", "application/grpc"),
             ("te", "trailers"),
@@ -310,7 +278,9 @@ class WireGrpcConnection(HubConnection):
     def _connection_error(self, code: int, reason: str) -> None:
         """Tell the server why in a GOAWAY (§5.4.1), then fail every call."""
         self._outgoing += _frame(_GOAWAY, 0, 0, struct.pack(">LL", 0, code))
-        self._die(f"HTTP/2 protocol error reading Triton's answer: {error_name(code)}: {reason}", linger=True)
+        self._die(
+            f"HTTP/2 protocol error reading Triton's answer: {http2_error_name(code)}: {reason}", linger=True
+        )
 
     def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytearray) -> None:
         if self._continuation is not None and kind != _CONTINUATION:
@@ -381,7 +351,7 @@ class WireGrpcConnection(HubConnection):
                 self._resend([stream])
         else:
             status = _RST_STATUS.get(code, INTERNAL)
-            self._fail(stream_id, status, f"Triton reset the stream (HTTP/2 {error_name(code)})")
+            self._fail(stream_id, status, f"Triton reset the stream (HTTP/2 {http2_error_name(code)})")
 
     def _on_goaway_frame(self, flags: int, stream_id: int, payload: bytearray) -> None:
         """A GOAWAY's last-stream-id, error code and debug text, handed to :meth:`_on_goaway`."""
@@ -423,7 +393,7 @@ class WireGrpcConnection(HubConnection):
         self._resend(unprocessed + self._queued())
         if code:  # an error: the server closes now, streams still open get no answer
             text = f": {detail}" if detail else ""
-            self._die(f"Triton ended the HTTP/2 connection (GOAWAY {error_name(code)}{text})")
+            self._die(f"Triton ended the HTTP/2 connection (GOAWAY {http2_error_name(code)}{text})")
         elif not self._streams:
             self.close()
 

@@ -1,4 +1,6 @@
-"""Fixtures for the tune tests: tiny models written into a temporary repository, and real embedded servers.
+"""Fixtures for the measure and tune tests: tiny models written into a temporary repository, and real embedded
+servers. A plugin of the suite (``pytest_plugins`` in ``tests/conftest.py``), so ``tests/measure`` and
+``tests/tune`` share one session's server; a folder whose conftest defines ``repo`` or ``server`` uses its own.
 
 Models:
 - ``work``  python backend, FP32 [-1, 4] -> OUT = X + 1 after ~1 ms of sleep per execution (not per

@@ -1,7 +1,7 @@
 """Request payloads: what a model takes (from Triton's metadata) and seeded data for it.
 
-The one generator of request data: the Locust users and ``tune``'s load generator
-(:mod:`tritonkit.tune.loadgen`) both draw their requests from :func:`make_payloads`, so both tools
+The one generator of request data: the Locust users (:mod:`tritonkit.loadtest.users`) and the load
+generator of ``profile`` and ``tune`` (:mod:`.loadgen`) both draw their requests from :func:`make_payloads`, so both tools
 load a model alike. A :class:`~tritonkit.client.spec.ModelSpec` (the client's) is read once from the
 server (``/v2/models/<m>`` metadata plus the config). :func:`make_payloads` builds a small pool of
 requests per batch size of the *batch mix* (random data of the right dtype and shape from a seeded
@@ -34,8 +34,8 @@ from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.data import synthetic_images
 from tritonkit.errors import ConfigError, LoadTestError
-from tritonkit.loadtest.input_data import requests
-from tritonkit.loadtest.validation import OutputCheck, dtype_of
+from tritonkit.measure.input_data import requests
+from tritonkit.measure.validation import OutputCheck, dtype_of
 
 __all__ = [
     "INPUT_DATA",
@@ -262,7 +262,7 @@ def make_payloads(
     for ``BYTES`` inputs), ``image`` (seeded image-like pictures for ``N, C, H, W`` float inputs),
     or ``auto`` (text for ``BYTES``, images for image-shaped inputs, random elsewhere; the
     default), or ``input-data:PATH`` (the requests of a perf_analyzer ``--input-data`` file, see
-    :mod:`tritonkit.loadtest.input_data`). ``variable_dim`` fills non-batch ``-1`` axes.
+    :mod:`tritonkit.measure.input_data`). ``variable_dim`` fills non-batch ``-1`` axes.
     """
     if source.startswith(INPUT_DATA):
         return _from_file(spec, dict(batch_mix or {1: 1.0}), source.removeprefix(INPUT_DATA))

@@ -14,10 +14,10 @@ import os
 from typing import Protocol
 
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.capacity import AUTO
-from tritonkit.tune.loadgen import Level, Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Measurer
-from tritonkit.tune.perf_analyzer import (
+from tritonkit.measure.capacity import AUTO
+from tritonkit.measure.levels import LevelResult, MeasureOptions, Measurer
+from tritonkit.measure.loadgen import Level, Target
+from tritonkit.measure.perf_analyzer import (
     STABILITY_WINDOWS,
     Binary,
     PerfAnalyzerError,
@@ -32,8 +32,8 @@ GENERATORS = ("tritonkit", "perf_analyzer")
 
 
 class LevelMeasurer(Protocol):
-    """A measurer of levels of one model (:class:`~tritonkit.tune.measure.Measurer` or
-    :class:`~tritonkit.tune.perf_analyzer.PerfAnalyzerMeasurer`)."""
+    """A measurer of levels of one model (:class:`~tritonkit.measure.levels.Measurer` or
+    :class:`~tritonkit.measure.perf_analyzer.PerfAnalyzerMeasurer`)."""
 
     measurements: int
     discarded: int
@@ -66,7 +66,7 @@ def generator_problem(
 
 def choose(generator: str, options: MeasureOptions, shared_memory: str = "none") -> Binary | None:
     """The perf_analyzer binary that measures with ``options`` (None: tritonkit's generator), or
-    :class:`~tritonkit.tune.perf_analyzer.PerfAnalyzerError` in one line (``--generator perf_analyzer:
+    :class:`~tritonkit.measure.perf_analyzer.PerfAnalyzerError` in one line (``--generator perf_analyzer:
     not installed (...)``, or the setting it cannot honour)."""
     if generator not in GENERATORS:
         raise TritonKitError(f"--generator {generator!r}: expected one of {', '.join(GENERATORS)}")

@@ -1,5 +1,5 @@
 """Provenance: what every profile, compare, tune, plan and loadtest output records about where and when it
-was measured, one test per field, against the real server of tests/tune/conftest.py (``add``: an ONNX model
+was measured, one test per field, against the real server of tests/support/measure_server.py (``add``: an ONNX model
 built for the portable runner, with ``build.json``; ``work``: a hand-written python model without one)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tritonkit
-from tritonkit.loadtest.provenance import Provenance, collect, is_local, markdown_lines
 from tritonkit.machine import cpu_model, gpu_names
+from tritonkit.measure.provenance import Provenance, collect, is_local, markdown_lines
 from tritonkit.serve.embedded import EmbeddedServer
 
 

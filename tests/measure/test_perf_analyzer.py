@@ -15,17 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.perf_analyzer_binary import SETUP, find
 from tests.support.python_models import model_source
-from tests.tune.perf_analyzer_binary import SETUP, find
 
 from tritonkit.cli import main
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import TritonKitError
+from tritonkit.measure import perf_analyzer as pa
+from tritonkit.measure.levels import MeasureOptions
+from tritonkit.measure.loadgen import Level, Target, WindowSpec
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune import perf_analyzer as pa
-from tritonkit.tune.loadgen import Level, Target, WindowSpec
-from tritonkit.tune.measure import MeasureOptions
-from tritonkit.tune.stats import StabilityRule
 
 #: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
 LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10)

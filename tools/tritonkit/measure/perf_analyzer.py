@@ -6,8 +6,8 @@ manylinux_2_38 wheel on glibc 2.36, is a reason, not a crash), its command line 
 (:func:`command`), reading its three outputs (:func:`parse_csv`: ``-f`` with ``--verbose-csv``;
 :func:`parse_stdout`: the ``-v`` pass lines and summary; :func:`parse_export`: the
 ``--profile-export-file`` JSON's windows and request timestamps) into the project's
-:class:`~tritonkit.tune.measure.LevelResult` (:func:`level_result`), and :class:`PerfAnalyzerMeasurer`,
-whose ``measure(level)`` drops into :func:`~tritonkit.tune.measure.find_max` and every loop that
+:class:`~tritonkit.measure.levels.LevelResult` (:func:`level_result`), and :class:`PerfAnalyzerMeasurer`,
+whose ``measure(level)`` drops into :func:`~tritonkit.measure.levels.find_max` and every loop that
 measures levels.
 
 One perf_analyzer process measures one level (``--concurrency-range N:N`` or ``--request-rate-range R:R``):
@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.loadgen import Level, Target
-from tritonkit.tune.measure import LevelResult, MeasureOptions, Window
-from tritonkit.tune.stats import ServerSplit, latency_percentiles, quantile_interval_us
+from tritonkit.measure.levels import LevelResult, MeasureOptions, Window
+from tritonkit.measure.loadgen import Level, Target
+from tritonkit.measure.stats import ServerSplit, latency_percentiles, quantile_interval_us
 
 __all__ = [
     "ENV",
@@ -482,7 +482,7 @@ class PerfAnalyzerMeasurer:
 def write_input_data(target: Target, path: Path, count: int = 4) -> None:
     """tritonkit's generated requests for ``target`` (its seed, batch size and variable dims) as a
     perf_analyzer ``--input-data`` file: each tensor's bytes in ``b64``, its shape without the batch."""
-    from tritonkit.loadtest.payloads import fetch_model_spec, make_payloads  # noqa: PLC0415 (only without data)
+    from tritonkit.measure.payloads import fetch_model_spec, make_payloads  # noqa: PLC0415 (only without data)
 
     spec = fetch_model_spec(target.url, target.model, target.version, protocol=target.protocol)
     made = make_payloads(

@@ -22,11 +22,11 @@ from tests.support.lone_levels import lone_levels
 from tritonkit.client import AsyncClient, Client
 from tritonkit.commands.measure_args import cuda_missing
 from tritonkit.errors import ClientError
+from tritonkit.measure import eventloop
+from tritonkit.measure.levels import MeasureOptions, Measurer, find_max
+from tritonkit.measure.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
+from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune import eventloop
-from tritonkit.tune.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
-from tritonkit.tune.measure import MeasureOptions, Measurer, find_max
-from tritonkit.tune.stats import StabilityRule
 
 QUICK = MeasureOptions(window=WindowSpec(0.25), stability=StabilityRule(3, 0.6), max_windows=4)
 

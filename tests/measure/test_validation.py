@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonkit.config.dtypes import triton_to_numpy
-from tritonkit.loadtest.validation import OutputCheck, check_outputs
+from tritonkit.measure.validation import OutputCheck, check_outputs
 
 CHECKS = [OutputCheck("Y", "FP32", (2, -1))]
 

@@ -10,7 +10,7 @@ The generator check marks a window ``generator_limited`` when its loop used more
 ``max_generator_cpu`` of a core or, at a request rate, sent more than ``max_late_share`` of its requests
 late or dropped them: such a level measures the generator, not the server. :meth:`Measurer.measure`
 then measures the level again with twice the processes, up to what the host has
-(:mod:`tritonkit.tune.capacity`), and a level still limited is never an answer: :func:`find_max` and
+(:mod:`tritonkit.measure.capacity`), and a level still limited is never an answer: :func:`find_max` and
 :func:`refuse_limited` stop with :class:`GeneratorLimitedError`, one line naming the limit and the
 flag. Every result says the generator capacity it was measured with (``generator``).
 """
@@ -24,9 +24,9 @@ from typing import Any
 
 from tritonkit.client import Client
 from tritonkit.errors import TritonKitError
-from tritonkit.tune.capacity import AUTO, Capacity
-from tritonkit.tune.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
-from tritonkit.tune.stats import (
+from tritonkit.measure.capacity import AUTO, Capacity
+from tritonkit.measure.loadgen import Level, LoadGenerator, RawWindow, Target, WindowSpec
+from tritonkit.measure.stats import (
     ServerSplit,
     StabilityRule,
     latency_percentiles,
@@ -62,7 +62,7 @@ class MeasureOptions:
     max_windows: int = 10
     max_generator_cpu: float = 0.9
     max_late_share: float = 0.05
-    #: generator processes: :data:`~tritonkit.tune.capacity.AUTO` (sized per level, grown when a level
+    #: generator processes: :data:`~tritonkit.measure.capacity.AUTO` (sized per level, grown when a level
     #: is limited) or that many for every level (1: this process's load loop)
     workers: int = AUTO
     #: with ``workers`` AUTO, the most processes (None: the cores this host leaves the generator)

@@ -5,7 +5,7 @@ and its gevent users are the generator whose saturation this module must detect,
 loop with ``AsyncClient`` sends HTTP or gRPC (or through system/CUDA shared memory) at a few tens of µs of
 CPU per request, times every request with ``perf_counter_ns``, and measures its own CPU time; where one
 core is not enough, worker processes each run a loop with a share of the load. Requests are encoded once
-and sent as encoded on the loop's own connections (:mod:`tritonkit.tune.sender`).
+and sent as encoded on the loop's own connections (:mod:`tritonkit.measure.sender`).
 
 A load level is a concurrency (closed loop: that many requests always in flight) or a request rate (open
 loop, constant spacing or Poisson arrivals; a send that starts more than ``late_us`` after its slot is
@@ -16,11 +16,11 @@ A request counts in the window in which it completes; failures are counted apart
 :class:`LoadGenerator` hides where the loops run: one loop, the load loop of this process (its CPU is
 that loop's thread's), or spawned processes kept for every level of a sweep, each on its own load loop
 (their CPU is the process'). ``workers=N`` runs every level on N processes (1: this process);
-``workers=AUTO`` (0, the default of the commands) sizes each level by :func:`tritonkit.tune.capacity.auto_processes`
+``workers=AUTO`` (0, the default of the commands) sizes each level by :func:`tritonkit.measure.capacity.auto_processes`
 (the host's cores, the server on the same host or not, the request's size, the level) and can be told to
 grow (:meth:`LoadGenerator.more`) when a level measured the generator instead of the server. One :class:`~tritonkit.client.AsyncClient` per loop (and, for a
 level of one request in flight, one blocking :class:`~tritonkit.client.Client`) serves every level and is
-closed on that loop, which is never closed (:mod:`tritonkit.tune.eventloop` says why).
+closed on that loop, which is never closed (:mod:`tritonkit.measure.eventloop` says why).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from tritonkit.errors import TritonKitError
-from tritonkit.tune import eventloop
-from tritonkit.tune.capacity import (
+from tritonkit.measure import eventloop
+from tritonkit.measure.capacity import (
     AUTO,
     Capacity,
     auto_processes,
@@ -48,7 +48,7 @@ from tritonkit.tune.capacity import (
     host_cores,
     is_local,
 )
-from tritonkit.tune.sender import OpenLoop, Session, Target
+from tritonkit.measure.sender import OpenLoop, Session, Target
 
 _Session = Session  # the name the tests drive the loop with
 
@@ -356,8 +356,8 @@ class LoadGenerator:
     """Runs load levels on one or more asyncio loops and yields their windows; a context manager.
 
     ``workers``: N processes for every level (1: this process's load loop), or :data:`AUTO`: each
-    level sized by :func:`~tritonkit.tune.capacity.auto_processes`, up to ``max_processes`` (None: the
-    cores this host leaves the generator, :func:`~tritonkit.tune.capacity.generator_cores`); processes
+    level sized by :func:`~tritonkit.measure.capacity.auto_processes`, up to ``max_processes`` (None: the
+    cores this host leaves the generator, :func:`~tritonkit.measure.capacity.generator_cores`); processes
     are spawned when a level first needs them and kept for the rest of the run."""
 
     def __init__(self, target: Target, workers: int = 1, max_processes: int | None = None) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tritonkit.config import TensorSpec
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.payloads import (
+from tritonkit.measure.payloads import (
     ModelSpec,
     make_payloads,
     parse_batch_mix,

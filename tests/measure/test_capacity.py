@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.support.measure_server import build_repository
 
 from tritonkit.cli import main
 from tritonkit.config import from_pbtxt
-from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.capacity import (
+from tritonkit.measure.capacity import (
     AUTO,
     auto_processes,
     connections,
@@ -25,8 +25,7 @@ from tritonkit.tune.capacity import (
     per_process,
     pools,
 )
-from tritonkit.tune.loadgen import Level, LoadGenerator, Target, WindowSpec
-from tritonkit.tune.measure import (
+from tritonkit.measure.levels import (
     GeneratorLimitedError,
     LevelResult,
     MeasureOptions,
@@ -34,10 +33,10 @@ from tritonkit.tune.measure import (
     find_max,
     generator_line,
 )
-from tritonkit.tune.stats import StabilityRule
+from tritonkit.measure.loadgen import Level, LoadGenerator, Target, WindowSpec
+from tritonkit.measure.stats import StabilityRule
+from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.tune.tuner import TuneOptions, tune
-
-from .conftest import build_repository
 
 KB = 1024
 #: every window of every generator process is over this share of a core

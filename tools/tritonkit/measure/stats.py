@@ -5,19 +5,19 @@ whole milliseconds); Triton's server-side split of a window (queue, compute inpu
 compute output, per request, from the difference of two statistics snapshots, and the batch sizes the
 server formed from ``batch_stats``); the confidence interval of a percentile from the latencies it was
 computed from (:func:`quantile_interval_us`: order statistics, so a p99 of a few hundred requests shows
-how loose it is); and perf_analyzer's stability rule: the last ``count`` windows agree within
+how loose it is; :func:`quantile_ci_ranks`, the distribution-free order-statistic ranks, exact binomial,
+which the load test's histograms read too); and perf_analyzer's stability rule: the last ``count`` windows agree within
 ``tolerance`` on throughput and p99.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from tritonkit.loadtest.slo import quantile_ci_ranks
 
 __all__ = [
     "PERCENTILES",
@@ -25,12 +25,46 @@ __all__ = [
     "StabilityRule",
     "latency_percentiles",
     "merge_splits",
+    "quantile_ci_ranks",
     "quantile_interval_us",
     "server_split",
 ]
 
 #: Percentiles every window and level reports.
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+
+def _binomial_cdf(n: int, q: float) -> dict[int, float]:
+    """P(B <= k) for B ~ Binomial(n, q), for the ks where it is neither 0 nor 1 to double precision
+    (outside: 0 below, 1 above). Log-space terms, so n may be in the millions."""
+    sd = math.sqrt(n * q * (1 - q))
+    low, high = max(0, math.floor(n * q - 12 * sd - 2)), min(n, math.ceil(n * q + 12 * sd + 2))
+    log_q, log_p = math.log(q), math.log1p(-q)
+    base = math.lgamma(n + 1)
+    total, cdf = 0.0, {}
+    for k in range(low, high + 1):
+        total += math.exp(base - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
+        cdf[k] = min(1.0, total)
+    return cdf
+
+
+def quantile_ci_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int | None, int | None]:
+    """1-based ranks (j, k) of the sorted sample such that the ``q`` quantile lies between the j-th and
+    the k-th smallest value with at least ``confidence``: P(j <= B < k) >= confidence for B ~ Bin(n, q),
+    split evenly between the tails. ``None`` for a bound outside the sample: below the smallest or above
+    the largest value measured (a p99 of under ~300 samples has no upper bound inside them)."""
+    if n < 1 or not 0 < q < 1 or not 0 < confidence < 1:
+        return None, None
+    tail = (1 - confidence) / 2
+    cdf = _binomial_cdf(n, q)
+    first, last = min(cdf), max(cdf)
+
+    def at(k: int) -> float:  # P(B <= k)
+        return cdf.get(k, 0.0 if k < first else 1.0)
+
+    lower = next((j for j in range(min(n, last + 1), 0, -1) if at(j - 1) <= tail), None)
+    upper = next((k for k in range(max(1, first), n + 1) if 1 - at(k - 1) <= tail), None)
+    return lower, upper
 
 
 def latency_percentiles(latencies_ns: Sequence[int] | np.ndarray[Any, Any]) -> dict[str, float]:
@@ -52,7 +86,7 @@ def quantile_interval_us(
     latencies_ns: Sequence[int] | np.ndarray[Any, Any], q: float = 0.99, confidence: float = 0.95
 ) -> tuple[float | None, float | None]:
     """The ``confidence`` interval (µs) of the ``q`` quantile of these latencies: the order statistics
-    :func:`~tritonkit.loadtest.slo.quantile_ci_ranks` names (None: the bound lies outside the sample)."""
+    :func:`quantile_ci_ranks` names (None: the bound lies outside the sample)."""
     values = np.sort(np.asarray(latencies_ns, dtype=np.float64)) / 1000.0
     lower, upper = quantile_ci_ranks(int(values.size), q, confidence)
     return (

@@ -6,7 +6,7 @@ loop's clients and request pool, kept from level to level), :class:`Requests` (a
 payloads, each checked against the model (:meth:`~tritonkit.client.spec.ModelSpec.prepare`) and laid
 out by the client's codec once, padded to its shape bucket first where the config says ``pad_at
 client``, before any level: HTTP bodies, gRPC ``ModelInferRequest`` messages) and :class:`Lanes` (the
-asyncio transports of one process, pools of :data:`~tritonkit.tune.capacity.HTTP_POOL` HTTP
+asyncio transports of one process, pools of :data:`~tritonkit.measure.capacity.HTTP_POOL` HTTP
 connections opened as requests in flight need them). A request is then sent as it was encoded, with
 no per-request validation, copy or encoding: through :class:`~tritonkit.client.AsyncClient` the
 client prepared and encoded every call again (``tobytes`` of each tensor and the body's join, two
@@ -36,9 +36,9 @@ from tritonkit.client.ops import ClientOps
 from tritonkit.client.spec import ModelSpec
 from tritonkit.client.transport import GrpcTransport, HttpTransport
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.payloads import INPUT_DATA, make_payloads
-from tritonkit.tune.capacity import HTTP_POOL
-from tritonkit.tune.lone_grpc import LoneGrpcTransport
+from tritonkit.measure.capacity import HTTP_POOL
+from tritonkit.measure.lone_grpc import LoneGrpcTransport
+from tritonkit.measure.payloads import INPUT_DATA, make_payloads
 
 __all__ = ["Lanes", "OpenLoop", "Requests", "Session", "Target", "blocking_transport"]
 
@@ -75,7 +75,7 @@ class Target:
     #: one request in flight is sent with blocking calls (:meth:`_Loop._single`); False: on the asyncio
     #: path like any other level (benchmarks compare the two; worker processes get it with the target)
     blocking_single: bool = True
-    #: a lone gRPC request goes on :class:`~tritonkit.tune.lone_grpc.LoneGrpcTransport`'s socket; False:
+    #: a lone gRPC request goes on :class:`~tritonkit.measure.lone_grpc.LoneGrpcTransport`'s socket; False:
     #: on tritonclient's grpcio stub (benchmarks compare the two)
     lone_grpc_socket: bool = True
 
@@ -141,7 +141,7 @@ def blocking_transport(
     url: str, protocol: str, headers: Mapping[str, str] | None, timeout_s: float, socket: bool = True
 ) -> Blocking:
     """The blocking transport of a lone request (one connection, this thread's): on gRPC
-    :class:`~tritonkit.tune.lone_grpc.LoneGrpcTransport`, HTTP/2 spoken on a socket (grpcio's Python
+    :class:`~tritonkit.measure.lone_grpc.LoneGrpcTransport`, HTTP/2 spoken on a socket (grpcio's Python
     call path cost a lone request about 0.2 ms more than perf_analyzer's C++ client:
     docs/benchmarks-lone-request.md), or with ``socket=False`` tritonclient's grpcio stub; on HTTP
     tritonclient's keep-alive connection."""
@@ -154,9 +154,9 @@ class Session:
     """One generator's clients and request pool, kept from level to level on the load loop.
 
     Made on first use (inside the loop: grpc.aio channels and aiohttp sessions bind to it), closed by
-    :meth:`close` on the same loop, which keeps running afterwards (:mod:`tritonkit.tune.eventloop`).
+    :meth:`close` on the same loop, which keeps running afterwards (:mod:`tritonkit.measure.eventloop`).
     The :class:`~tritonkit.client.AsyncClient` reads the model and, with shared memory, sends; without,
-    requests go as encoded once (:class:`~tritonkit.tune.sender.Requests`) on the :class:`Lanes`.
+    requests go as encoded once (:class:`~tritonkit.measure.sender.Requests`) on the :class:`Lanes`.
     """
 
     def __init__(self, target: Target) -> None:

@@ -19,9 +19,9 @@ from tritonkit.cli import main
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import LoadTestError
-from tritonkit.loadtest.input_data import requests
+from tritonkit.measure.input_data import requests
+from tritonkit.measure.loadgen import Target, WindowSpec
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.loadgen import Target, WindowSpec
 
 FAST = ["--window-s", "0.15", "--stability-pct", "60", "--max-windows", "3", "--timeout-s", "10"]
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tritonkit.client import ModelStatistics
-from tritonkit.tune.loadgen import Level
-from tritonkit.tune.measure import GeneratorLimitedError, LevelResult, find_max
-from tritonkit.tune.stats import ServerSplit, StabilityRule, latency_percentiles, merge_splits, server_split
+from tritonkit.measure.levels import GeneratorLimitedError, LevelResult, find_max
+from tritonkit.measure.loadgen import Level
+from tritonkit.measure.stats import (
+    ServerSplit,
+    StabilityRule,
+    latency_percentiles,
+    merge_splits,
+    server_split,
+)
 
 
 def _stats(**values: int | dict[int, int]) -> ModelStatistics:

@@ -1,5 +1,7 @@
 """Response validation shared by every load-test user: output names, dtypes, shapes, finite values.
 
+:class:`OutputCheck` is also what a payload expects back (:mod:`.payloads`).
+
 A load test that counts wrong answers as successes measures nothing, so each response is checked
 against what the model's metadata promises before it is reported. The checks work on decoded
 answers (``{name: array}``): the ``lean`` HTTP and the ``wire`` gRPC users decode theirs with the

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tritonkit.tune import perf_analyzer as pa
+from tritonkit.measure import perf_analyzer as pa
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / ".cache" / "perf_analyzer"
 
 
 def find() -> pa.Binary | str:
-    """The binary (as :func:`tritonkit.tune.perf_analyzer.locate` finds it when named), or the reason."""
+    """The binary (as :func:`tritonkit.measure.perf_analyzer.locate` finds it when named), or the reason."""
     named = os.environ.get(pa.ENV) or str(SETUP / "bin" / "perf_analyzer")
     if not Path(named).exists():
         why = (SETUP / "UNAVAILABLE").read_text().strip() if (SETUP / "UNAVAILABLE").is_file() else ""

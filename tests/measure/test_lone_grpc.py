@@ -1,4 +1,4 @@
-"""The lone request's gRPC socket transport (tritonkit.tune.lone_grpc) against the real embedded tritonserver:
+"""The lone request's gRPC socket transport (tritonkit.measure.lone_grpc) against the real embedded tritonserver:
 its answers are tritonclient's (several datatypes, a 602 KB request and answer), a refused request raises
 tritonclient's exception in one line, a server restart (Triton's GOAWAY, a closed connection) reconnects,
 and profile's one request in flight goes through it."""
@@ -16,8 +16,8 @@ import onnx
 import pytest
 from numpy.typing import NDArray
 from onnx import TensorProto, helper
+from tests.support.measure_server import python_model
 from tests.support.python_models import model_source
-from tests.tune.conftest import python_model
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.client.codec import grpc_request
@@ -25,9 +25,9 @@ from tritonkit.client.transport import GrpcTransport
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.errors import TritonKitError
+from tritonkit.measure.lone_grpc import LoneGrpcError, LoneGrpcTransport
+from tritonkit.measure.sender import Session, Target
 from tritonkit.serve.embedded import EmbeddedServer
-from tritonkit.tune.lone_grpc import LoneGrpcError, LoneGrpcTransport
-from tritonkit.tune.sender import Session, Target
 
 #: input name -> (ONNX element type, Triton datatype, NumPy dtype): echoed by ``types`` through Identity
 TYPES = {

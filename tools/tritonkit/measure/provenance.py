@@ -28,8 +28,8 @@ from tritonclient.grpc import model_config_pb2
 
 import tritonkit
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.payloads import fetch_model_spec
 from tritonkit.machine import cpu_model, gpu_names, host_name
+from tritonkit.measure.payloads import fetch_model_spec
 from tritonkit.repository import Manifest, ModelRepository
 
 __all__ = ["ModelFacts", "Provenance", "collect", "is_local", "markdown_lines"]

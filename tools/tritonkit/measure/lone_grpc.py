@@ -46,10 +46,14 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.client.codec import grpc_answer
-from tritonkit.client.protocol import NETWORK_TIMEOUT_S, grpc_headers
+from tritonkit.client.protocol import (
+    GRPC_INFER_PATH,
+    NETWORK_TIMEOUT_S,
+    grpc_headers,
+    grpc_timeout,
+    http2_error_name,
+)
 from tritonkit.errors import TritonKitError
-from tritonkit.loadtest.transports.hub import PATH
-from tritonkit.loadtest.transports.wire import error_name, grpc_timeout
 from tritonkit.serve.grpc_wire import (
     ACK,
     CONTINUATION,
@@ -219,7 +223,7 @@ class _Connection:
         if self._reset is not None:
             if self._reset == _REFUSED_STREAM or stream_id > self.last_id:
                 raise _ResendError
-            raise LoneGrpcError(13, f"Triton reset the stream (HTTP/2 {error_name(self._reset)})")
+            raise LoneGrpcError(13, f"Triton reset the stream (HTTP/2 {http2_error_name(self._reset)})")
         self.used = True
         return self._answer()
 
@@ -365,7 +369,7 @@ class _Connection:
             if code and self._tail is None:
                 detail = payload[8:].tobytes().decode(errors="replace")
                 raise LoneGrpcError(
-                    14, f"Triton ended the connection (GOAWAY {error_name(code)}) {detail}".strip()
+                    14, f"Triton ended the connection (GOAWAY {http2_error_name(code)}) {detail}".strip()
                 )
 
     def _settings(self, payload: memoryview) -> None:
@@ -408,7 +412,7 @@ class LoneGrpcTransport:
         self.url = url
         self._host, self._port = _address(url)
         self._connect_timeout = network_timeout or NETWORK_TIMEOUT_S
-        fields = [(":method", "POST"), (":scheme", "http"), (":path", PATH), (":authority", url),
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", GRPC_INFER_PATH), (":authority", url),
                   ("content-type", "application/grpc"), ("te", "trailers"),
                   *(grpc_headers(headers) or {}).items()]  # fmt: skip
         self._fields = [(k.encode(), v.encode()) for k, v in fields]
