@@ -11,13 +11,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from tritonkit.errors import TritonKitError
 from tritonkit.serve.grpc_checks import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, CallRefusedError
-
-if TYPE_CHECKING:
-    from tritonkit.serve.grpc_relay import ClientSide
 
 __all__ = ["ConfigMissingError", "GrpcGuard", "Piece", "Stream", "inflate", "open_message"]
 
@@ -28,7 +25,7 @@ Piece = memoryview | bytes
 class GrpcGuard(Protocol):
     """What a connection needs of :class:`tritonkit.serve.grpc_guard.GrpcGuard`."""
 
-    connections: set[ClientSide]
+    connections: set[Any]  # the relay's connections (grpc_relay.ClientSide; named there, not here: no cycle)
     draining: bool
     held: str | None
     max_connections: int
