@@ -68,7 +68,7 @@ rm -rf "$WORK/site"
 # setup.sh gives it to the stubs only (the host's scipy/transformers need its NumPy 2).
 download "$DEST" numpy==1.26.4 tritonclient==2.73.0 gevent==26.9.0 geventhttpclient==2.6.1 python-rapidjson==1.25 \
   polygraphy==0.53.6 onnx-graphsurgeon==0.6.1 brotli==1.2.1 zope.event==6.2 zope.interface==8.7 \
-  greenlet==3.3.2 httptools==0.9.0  # httptools: the HTTP guard's parser (tritonkit.serve imports it)
+  greenlet==3.3.2 httptools==0.9.0 hpack==4.2.0  # httptools, hpack: the HTTP and gRPC guards' parsers (tritonkit.serve imports them)
 # cuda-bindings: tritonclient's CUDA shared memory (`--shared-memory cuda`) on a CUDA 13 host. With it,
 # .whl/ (61 MB) and the checkout pass a device call's 64 MiB: a run of the native runner alone may leave
 # numpy (the python-backend stubs' NumPy) out of the folder it carries, one of the python runner cuda-bindings.
