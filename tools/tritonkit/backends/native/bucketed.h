@@ -350,22 +350,12 @@ class Bucketed {
   // lengths and edges into ``m``; its error response otherwise.
   TRITONSERVER_Error* read(TRITONBACKEND_Request* request, int64_t taken, Member* m) {
     for (const Tensor& spec : model_->inputs) {
-      TRITONBACKEND_Input* input = nullptr;
-      if (auto* err = TRITONBACKEND_RequestInput(request, spec.name.c_str(), &input)) {
-        TRITONSERVER_ErrorDelete(err);
-        return error(TRITONSERVER_ERROR_INVALID_ARG, "request lacks input `" + spec.name + "`");
-      }
-      TRITONSERVER_DataType dtype;
-      const int64_t* shape = nullptr;
-      uint32_t dims = 0, buffers = 0;
-      uint64_t bytes = 0;
-      if (auto* err = TRITONBACKEND_InputProperties(input, nullptr, &dtype, &shape, &dims, &bytes, &buffers)) return err;
-      if (dtype != spec.dtype.triton) {
-        return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong data type");
-      }
-      bool same = dims == spec.dims.size() + 1;
-      for (size_t d = 0; same && d < spec.dims.size(); ++d) same = spec.dims[d] < 0 ? shape[d + 1] >= 0 : shape[d + 1] == spec.dims[d];
-      if (!same || shape[0] < 1) return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong shape");
+      RequestInput in;
+      if (auto* err = read_input(request, spec, &in)) return err;
+      TRITONBACKEND_Input* input = in.input;
+      const int64_t* shape = in.shape;
+      const uint32_t dims = in.dims, buffers = in.buffers;
+      const uint64_t bytes = in.bytes;
       if (m->rows < 0) m->rows = shape[0];
       if (shape[0] != m->rows) return error(TRITONSERVER_ERROR_INVALID_ARG, "inputs disagree on the batch size");
       if (taken + m->rows > model_->max_batch_size) {

@@ -326,24 +326,12 @@ TRITONSERVER_Error* Instance::gather(TRITONBACKEND_Request* request, size_t slot
   const int64_t capacity = buckets_.back().rows;
   for (size_t i = 0; i < model_->inputs.size(); ++i) {
     const Tensor& spec = model_->inputs[i];
-    TRITONBACKEND_Input* input = nullptr;
-    if (auto* err = TRITONBACKEND_RequestInput(request, spec.name.c_str(), &input)) {
-      TRITONSERVER_ErrorDelete(err);
-      return error(TRITONSERVER_ERROR_INVALID_ARG, "request lacks input `" + spec.name + "`");
-    }
-    TRITONSERVER_DataType dtype;
-    const int64_t* shape = nullptr;
-    uint32_t dims = 0, buffers = 0;
-    uint64_t bytes = 0;
-    if (auto* err = TRITONBACKEND_InputProperties(input, nullptr, &dtype, &shape, &dims, &bytes, &buffers)) return err;
-    if (dtype != spec.dtype.triton) {
-      return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong data type");
-    }
-    bool same = dims == spec.dims.size() + 1;
-    for (size_t d = 0; same && d < spec.dims.size(); ++d) same = shape[d + 1] == spec.dims[d];
-    if (!same || shape[0] < 1) {
-      return error(TRITONSERVER_ERROR_INVALID_ARG, "input `" + spec.name + "` has the wrong shape");
-    }
+    RequestInput in;  // a fixed-shape model's dims are all fixed: read_input compares each
+    if (auto* err = read_input(request, spec, &in)) return err;
+    TRITONBACKEND_Input* input = in.input;
+    const int64_t* shape = in.shape;
+    const uint32_t buffers = in.buffers;
+    const uint64_t bytes = in.bytes;
     if (*rows < 0) *rows = shape[0];
     if (shape[0] != *rows) {
       return error(TRITONSERVER_ERROR_INVALID_ARG, "inputs disagree on the batch size");
