@@ -152,11 +152,10 @@ class ServingSpec:
         if not isinstance(graphs, bool):
             raise SpecError(f"serving.cuda_graphs must be true or false; got {shown(graphs)}")
         runner, jit_optimize = _runner_flags(data)
-        _refuse_gpu_only_on_cpu(data)
         placement = _placement(data.get("instances", {}) or {})
         shape_buckets = _shape_buckets(data.get("shape_buckets", {}))
         pad_values = _pad_values(data.get("pad_values", {}) or {})
-        return cls(
+        spec = cls(
             device=str(data.get("device", "auto")),
             engine=str(data.get("engine", "auto")),
             precision=str(data.get("precision", "auto")),
@@ -168,6 +167,21 @@ class ServingSpec:
             shape_buckets=shape_buckets,
             pad_values=dict(pad_values),
         )
+        if spec.device == "cpu" and spec.gpu_only():  # the portable runner serves every CPU version
+            raise SpecError(
+                f"{' and '.join(spec.gpu_only())} serve on a GPU; with serving.device cpu the portable runner "
+                "serves every version: set serving.device gpu (or auto), or leave them auto"
+            )
+        return spec
+
+    def gpu_only(self) -> list[str]:
+        """The settings named here that apply on a GPU only (``serving.engine torch``, ``serving.runner
+        native``, ...): a CPU version is served by the portable runner whatever they say."""
+        return [
+            f"serving.{key} {value}"
+            for key, value in (("engine", self.engine), ("runner", self.runner))
+            if value != "auto"
+        ]
 
     def to_mapping(self) -> dict[str, Any]:
         """The ``serving:`` section that :meth:`from_mapping` reads back as this spec."""
@@ -194,17 +208,6 @@ PIPELINE_REMOVED = (
     "for batches in flight while the next is gathered use serving.runner: native (two pipelined "
     "instances per GPU), or drop the key"
 )
-
-
-def _refuse_gpu_only_on_cpu(data: Mapping[str, Any]) -> None:
-    """``serving.device: cpu`` with ``engine``/``runner`` named: the portable runner serves every CPU
-    version, so they would be ignored; one line instead."""
-    named = [f"serving.{key} {data[key]}" for key in ("engine", "runner") if data.get(key, "auto") != "auto"]
-    if data.get("device") == "cpu" and named:
-        raise SpecError(
-            f"{' and '.join(named)} serve on a GPU; with serving.device cpu the portable runner serves every "
-            "version: set serving.device gpu (or auto), or leave them auto"
-        )
 
 
 def _runner_flags(data: Mapping[str, Any]) -> tuple[str, bool]:

@@ -29,7 +29,6 @@ from tritonkit.convert.datasets import Datasets
 from tritonkit.convert.execution import (
     DEFAULT_GPU_INSTANCES,
     ExecutionPlan,
-    ServingSpec,
     choose_device,
     method_buckets,
     plan_execution,
@@ -151,7 +150,8 @@ def plan_version(
     why = _cpu_only(spec, source, precision, mbs)
     device, reason = choose_device(serving.device, gpus, why)
     if device == "cpu":
-        reason += _gpu_only_settings(serving)
+        if serving.gpu_only():  # the portable runner serves it; `device: cpu` with them is refused when read
+            reason += f"; {' and '.join(serving.gpu_only())} apply on a GPU only"
         return cpu_plan(
             [InstanceGroup(kind=spec.instance_kind, count=spec.instances.count)], precision, reason
         )
@@ -167,17 +167,6 @@ def plan_version(
         else None,
     )
     return dataclasses.replace(plan, reason=reason)
-
-
-def _gpu_only_settings(serving: ServingSpec) -> str:
-    """The note a CPU version's reason carries for what of ``serving`` applies on a GPU only (the portable
-    runner serves it; ``serving.device: cpu`` with them is refused when the spec is read)."""
-    named = [
-        f"serving.{key} {value}"
-        for key, value in (("engine", serving.engine), ("runner", serving.runner))
-        if value != "auto"
-    ]
-    return f"; {' and '.join(named)} apply on a GPU only" if named else ""
 
 
 @dataclasses.dataclass(frozen=True)
