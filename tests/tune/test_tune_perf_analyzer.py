@@ -28,7 +28,7 @@ SMALL = [
     "--model", "work", "--latency-budget-ms", "1000", "--search", "brute", "--instances", "1",
     "--delays-us", "off", "--max-batch-sizes", "8", "--no-preferred", "--no-queue-policy",
     "--max-concurrency", "2", "--finalists", "0", "--write", "none", "--no-plots", "--accept-unstable",
-    "--window-s", "0.3", "--stability-pct", "60", "--max-windows", "6", "--timeout-s", "10",
+    "--window-s", "0.5", "--stability-pct", "100", "--max-windows", "10", "--timeout-s", "10",
 ]  # fmt: skip
 
 
@@ -57,7 +57,7 @@ def test_a_tune_with_perf_analyzer_writes_trials_whose_figures_are_its_csv_rows(
     sources = [level["source"] for level in levels]
     assert len(set(sources)) == len(sources)  # a level measured again has a file of its own
     stable = [level for level in levels if level["stable"]]
-    assert stable, levels  # 60 % agreement over 3 windows: at least one level perf_analyzer made stable
+    assert stable, levels  # within 2x over 3 windows: at least one level perf_analyzer made stable
     for level in stable:
         (csv_row,) = pa.parse_csv((report / level["source"]).read_text())
         # the trial's figures are perf_analyzer's CSV row: its level, throughput and percentiles

@@ -462,7 +462,8 @@ class PerfAnalyzerMeasurer:
 
     def _keep(self, level: Level, folder: Path, output: str) -> str:
         """Copy the level's files into ``keep`` (``<label>.*``; ``<label>-2.*`` and on when a level is
-        measured again, so none is overwritten); the CSV's path as ``<keep's name>/<file>`` ("": none)."""
+        measured again, so none is overwritten); the CSV's path as ``<keep's name>/<file>``, the log's where
+        perf_analyzer wrote no CSV (a level it could not make stable: its pass lines are the figures; "": none kept)."""
         if self.keep is None:
             return ""
         self.keep.mkdir(parents=True, exist_ok=True)
@@ -476,7 +477,7 @@ class PerfAnalyzerMeasurer:
             if (folder / f"pa.{suffix}").is_file():
                 shutil.copyfile(folder / f"pa.{suffix}", self.keep / f"{name}.{suffix}")
         csv = self.keep / f"{name}.csv"
-        return f"{self.keep.name}/{csv.name}" if csv.is_file() else ""
+        return f"{self.keep.name}/{csv.name if csv.is_file() else f'{name}.log'}"
 
 
 def write_input_data(target: Target, path: Path, count: int = 4) -> None:
