@@ -17,6 +17,7 @@ import hpack
 import pytest
 from tritonclient.grpc import service_pb2
 
+from tritonkit.serve import grpc_guard, grpc_relay
 from tritonkit.serve.grpc_guard import GrpcGuard
 
 _FRAME = struct.Struct(">HBBBL")
@@ -178,3 +179,45 @@ def test_a_refused_request_never_reaches_triton_whole(guarded: tuple[GrpcGuard, 
         data, _ = triton.stream_data(1)
         assert len(data) < len(message)
         assert guard.refused == 1 and _wait(lambda: guard.buffered == 0)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_what_comes_before_tritons_connection_is_up_reaches_it(
+    loop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's preface and first call, sent the moment it connects, while the guard's connection to
+    Triton is still coming up (held back here by 0.3 s): uvloop hands the guard that first read although
+    the guard paused reading in ``connection_made``. Once dropped, so perf_analyzer's first call on a
+    16-core host (its preface before the guard's link) ended 'Socket closed'."""
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is in the dev extra") if loop == "uvloop" else None
+    monkeypatch.setattr(
+        grpc_guard, "_event_loop", uvloop.new_event_loop if uvloop is not None else asyncio.new_event_loop
+    )
+    connect = grpc_relay.ClientSide._connect
+
+    async def slow_connect(self: grpc_relay.ClientSide) -> None:
+        await asyncio.sleep(0.3)
+        await connect(self)
+
+    monkeypatch.setattr(grpc_relay.ClientSide, "_connect", slow_connect)
+    triton = _Triton()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    guard = GrpcGuard("127.0.0.1", port, triton.port, max_message_bytes=8 << 20)
+    guard.start()
+    try:
+        assert isinstance(guard._loop, uvloop.Loop) if uvloop is not None else True
+        message = _message([1, 4], 16)
+        block = hpack.Encoder().encode(
+            [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
+             (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+        )  # fmt: skip
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(_PREFACE + _frame(4, 0, 0) + _frame(1, 4, 1, block) + _frame(0, 1, 1, message))
+            assert _wait(lambda: len(triton.stream_data(1)[0]) >= len(message))
+            assert bytes(triton.got).startswith(_PREFACE + _frame(4, 0, 0))
+            assert triton.stream_data(1) == (message, False)
+    finally:
+        guard.close()
+        triton.close()

@@ -72,6 +72,7 @@ class ClientSide(asyncio.Protocol):
         self.block_stream = 0
         self.block_flags = 0
         self.decoder = w.BlockDecoder(_MAX_BLOCK)
+        self.table_size: int | None = None  # the client's SETTINGS_HEADER_TABLE_SIZE, for Triton's answers
         self.reserved = 0
         self.up_window = _DEFAULT_WINDOW  # Triton's connection window for our DATA
         self.up_initial = _DEFAULT_WINDOW  # Triton's SETTINGS_INITIAL_WINDOW_SIZE
@@ -91,7 +92,9 @@ class ClientSide(asyncio.Protocol):
         if self.guard.draining or self.guard.held or len(self.guard.connections) > self.guard.max_connections:
             self.abort()
             return
-        self.transport.pause_reading()  # until Triton's connection is up
+        # until Triton's connection is up; uvloop still delivers the first read (its pause, made in
+        # connection_made, precedes its start of reading), which _flush keeps until then
+        self.transport.pause_reading()
         self._connecting = asyncio.ensure_future(self._connect())
 
     async def _connect(self) -> None:
@@ -107,7 +110,10 @@ class ClientSide(asyncio.Protocol):
             up.transport.close() if up.transport is not None else None
             return
         self.up = up
+        if self.table_size is not None:  # the client's SETTINGS came first
+            up.decoder.decoder.max_allowed_table_size = self.table_size
         assert self.transport is not None
+        self._flush()  # what came before Triton's connection was up (uvloop reads despite the pause)
         self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -270,8 +276,10 @@ class ClientSide(asyncio.Protocol):
             if not flags & w.ACK:
                 for at in range(9, len(whole) - 5, 6):
                     key, value = _SETTING.unpack_from(whole, at)
-                    if key == 1 and self.up is not None:
-                        self.up.decoder.decoder.max_allowed_table_size = value
+                    if key == 1:
+                        self.table_size = value
+                        if self.up is not None:
+                            self.up.decoder.decoder.max_allowed_table_size = value
             self.to_up.append(whole)
         elif kind in (w.WINDOW_UPDATE, w.RST_STREAM):
             if stream_id in self.refused:
@@ -512,9 +520,11 @@ class ClientSide(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._grant_connection()
-        if self.to_up and self.up is not None and self.up.transport is not None:
+        if self.up is None or self.up.transport is None:
+            return  # Triton's connection is not up yet: kept for _connect's flush
+        if self.to_up:
             self.up.transport.writelines(self.to_up)
-        self.to_up = []
+            self.to_up = []
         if self.to_client and self.transport is not None and self.up is not None and self.up.can_inject:
             self.transport.writelines(self.to_client)
             self.to_client = []
