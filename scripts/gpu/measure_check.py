@@ -129,6 +129,12 @@ MODELS: dict[str, tuple[str, str]] = {
 }
 
 
+def model_of(name: str, small: bool) -> str:
+    """The served model a build of ``name`` writes (``<name>_<precision>``): parts run in separate calls
+    find it without any record of the build."""
+    return f"{name}_{'fp32' if small else MODELS[name][0]}"
+
+
 def save() -> None:
     (OUT / "measure.json").write_text(json.dumps(RESULTS, indent=1, default=str))
 
@@ -151,7 +157,7 @@ def build(models: list[str], small: bool) -> None:
 
     (WORK / "mc_models.py").write_text(MODULES.format(layers=2 if small else 12))
     for name in models:
-        precision = "fp32" if small else MODELS[name][0]
+        precision = model_of(name, small).rsplit("_", 1)[1]
         spec = {
             "name": name,
             "source": {"torch": f"mc_models:{name}"},
@@ -166,7 +172,7 @@ def build(models: list[str], small: bool) -> None:
             WORK / f"build-{name}.log",
             900,
         )
-        RESULTS.setdefault("builds", {})[name] = {"exit": code, "s": took, "model": f"{name}_{precision}"}
+        RESULTS.setdefault("builds", {})[name] = {"exit": code, "s": took, "model": model_of(name, small)}
         print(f"build {name}: exit {code} in {took} s", flush=True)
         save()
 
@@ -193,7 +199,7 @@ def profile(models: list[str], small: bool) -> None:
         RESULTS["ready_s"] = _ready(18000, 600)
         print(f"serve ready after {RESULTS['ready_s']} s", flush=True)
         for name in models:
-            model = RESULTS["builds"][name]["model"]
+            model = model_of(name, small)
             levels = "1,4" if small else MODELS[name][1]
             out = WORK / f"profile-{name}.json"
             code, took = run(
@@ -217,9 +223,8 @@ def profile(models: list[str], small: bool) -> None:
         server.wait(timeout=60)
 
 
-def tune(model_key: str, budget_ms: float) -> None:
+def tune(model: str, budget_ms: float) -> None:
     """`tritonkit tune` as a user types it, then the written config measured by perf_analyzer alone."""
-    model = RESULTS["builds"][model_key]["model"]
     report = WORK / "tune-report"
     code, took = run(
         [sys.executable, "-m", "tritonkit", "tune", "--repo", str(WORK / "repo"), "--model", model,
@@ -269,18 +274,15 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     OUT.mkdir(parents=True, exist_ok=True)
     models, parts = args.models.split(","), args.parts.split(",")
-    if (WORK / "measure-state.json").is_file():  # an earlier call's builds (parts split over calls)
-        RESULTS.update(json.loads((WORK / "measure-state.json").read_text()))
     try:
         if "build" in parts:
             build(models, args.small)
         if "profile" in parts:
             profile(models, args.small)
         if "tune" in parts:
-            tune(args.tune_model, args.latency_budget_ms)
+            tune(model_of(args.tune_model, args.small), args.latency_budget_ms)
     finally:
         save()
-        (WORK / "measure-state.json").write_text(json.dumps({"builds": RESULTS.get("builds", {})}))
         with tarfile.open(OUT / "measure-logs.tgz", "w:gz") as tar:
             for log in [*WORK.glob("*.log"), *WORK.glob("*.txt")]:
                 tar.add(log, arcname=log.name)
