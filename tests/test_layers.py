@@ -45,6 +45,25 @@ LAYERS: tuple[str, ...] = (
 )
 
 
+#: The floors of ``convert``, lowest first: a module of ``tritonkit.convert`` may import only from its
+#: own floor or the floors before it. A floor is a stage sub-package or, for a module left in
+#: ``convert/`` itself, that module. ``isolate`` (the build worker every native step runs in) is the
+#: floor under every stage; the stages follow the build's order (the spec, the source's graph, the data,
+#: the precisions and their gate, the targets); the orchestration sits on top.
+CONVERT_FLOORS: tuple[str, ...] = (
+    "isolate",
+    "spec",
+    "graph",
+    "inputs",
+    "precisions",
+    "targets",
+    "versions",
+    "report",
+    "pipeline",
+    "onnx_import",
+)
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -148,6 +167,35 @@ def test_stage_packages_import_only_lower_layers() -> None:
         if src != "tritonkit" and dst != "tritonkit" and _layer(dst) > _layer(src)
     )
     assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def _convert_floor(module: str) -> int:
+    parts = module.split(".")
+    return CONVERT_FLOORS.index(parts[2]) if len(parts) > 2 and parts[2] in CONVERT_FLOORS else -1
+
+
+def test_convert_stages_import_only_lower_floors() -> None:
+    graph = _graph()
+    inside = {m for m in graph if m.startswith("tritonkit.convert.")}
+    unknown = sorted(m for m in inside if _convert_floor(m) < 0)
+    assert unknown == [], f"convert modules outside every floor (add them to CONVERT_FLOORS): {unknown}"
+    upward = sorted(
+        f"{src} -> {dst}"
+        for src in inside
+        for dst in graph[src]
+        if dst in inside and _convert_floor(dst) > _convert_floor(src)
+    )
+    assert upward == [], "convert imports from a higher floor:\n" + "\n".join(upward)
+
+
+def test_convert_floors_are_the_folder() -> None:
+    """Every floor named is there (a sub-package or a module of ``convert/``), and ``convert/`` holds
+    nothing else: a new stage or module is placed in the order before it lands."""
+    convert = PACKAGE / "convert"
+    present = {p.stem for p in convert.glob("*.py") if p.name != "__init__.py"} | {
+        p.name for p in convert.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert present == set(CONVERT_FLOORS)
 
 
 def test_backends_import_nothing_from_tritonkit() -> None:

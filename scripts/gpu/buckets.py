@@ -42,7 +42,7 @@ MODULE = '''
 import torch
 from transformers import BertConfig, BertModel
 
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 
 class Cls(torch.nn.Module):

@@ -39,7 +39,7 @@ RESULTS: dict[str, Any] = {}
 
 MODULES = """
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 LAYERS = {layers}
 

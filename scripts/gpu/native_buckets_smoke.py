@@ -30,7 +30,7 @@ from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
 
 MODULE = '''
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 
 class Tokens(torch.nn.Module):

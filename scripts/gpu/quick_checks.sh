@@ -18,7 +18,7 @@ SPECS=$(mktemp -d)
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/machine.txt" 2>&1
 cat > "$SPECS/tiny.py" <<'PY'
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 def make() -> TorchSource:
     torch.manual_seed(0)
@@ -35,7 +35,7 @@ YAML
 cat > "$SPECS/levit.py" <<'PY'
 import timm
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 def make() -> TorchSource:
     torch.manual_seed(0)
@@ -55,7 +55,7 @@ for part in $PARTS; do
   start=$(date +%s)
   case $part in
     profile)
-      python3 -c 'from tritonkit.convert.gpu_profiles import detect_gpu; print(detect_gpu())' > "$OUT/profile.txt" 2>&1
+      python3 -c 'from tritonkit.convert.spec.gpu_profiles import detect_gpu; print(detect_gpu())' > "$OUT/profile.txt" 2>&1
       python3 -m tritonkit.cli build "$SPECS/tiny.yaml" --repo "$SPECS/repo" >> "$OUT/profile.txt" 2>&1
       echo "build exit $?" >> "$OUT/profile.txt"
       python3 -m tritonkit.cli check --repo "$SPECS/repo" >> "$OUT/profile.txt" 2>&1; echo "check exit $?" >> "$OUT/profile.txt" ;;

@@ -36,8 +36,8 @@ CLIENTS = ("raw tritonclient", "generator, blocking (as run)", "generator, async
 def build(repo: Path) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
-    from tritonkit.convert.execution import ServingSpec, plan_execution  # noqa: PLC0415
-    from tritonkit.convert.torch_program import write_torch_version  # noqa: PLC0415
+    from tritonkit.convert.spec.execution import ServingSpec, plan_execution  # noqa: PLC0415
+    from tritonkit.convert.targets.torch_program import write_torch_version  # noqa: PLC0415
 
     class Head(torch.nn.Module):
         def forward(self, image: torch.Tensor) -> torch.Tensor:

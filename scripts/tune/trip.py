@@ -55,8 +55,8 @@ SPLIT = ("queue", "compute_input", "compute_infer", "compute_output")
 def build(repo: Path) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
-    from tritonkit.convert.execution import ServingSpec, plan_execution  # noqa: PLC0415
-    from tritonkit.convert.torch_program import write_torch_version  # noqa: PLC0415
+    from tritonkit.convert.spec.execution import ServingSpec, plan_execution  # noqa: PLC0415
+    from tritonkit.convert.targets.torch_program import write_torch_version  # noqa: PLC0415
 
     class Head(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

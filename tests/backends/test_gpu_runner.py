@@ -1,5 +1,5 @@
 """The GPU runners on a GPU (``gpu`` marker: skipped here with the reason printed): versions written
-by tritonkit.convert.torch_program, served by the real tritonserver on KIND_GPU instances, answer as
+by tritonkit.convert.targets.torch_program, served by the real tritonserver on KIND_GPU instances, answer as
 the module does; CUDA graph replay equals eager execution for every batch size."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tritonkit.backends.runners import load_runner
-from tritonkit.convert.execution import Placement, ServingSpec, plan_execution
-from tritonkit.convert.torch_program import write_onnx_gpu_version, write_torch_version
+from tritonkit.convert.spec.execution import Placement, ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import write_onnx_gpu_version, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.gpu

@@ -24,8 +24,8 @@ import tritonclient.http as httpclient
 
 from tritonkit.backends.native import cache_key
 from tritonkit.config import load, save
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import ServerError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.serve.embedded import EmbeddedServer

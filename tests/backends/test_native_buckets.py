@@ -33,13 +33,13 @@ from tritonkit.backends import native
 from tritonkit.backends.runners.shape_buckets import Buckets, TooLongError, plan_groups
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, save
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert.buckets import apply_buckets
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.export import TorchSource
-from tritonkit.convert.gpu_target import plan_version
-from tritonkit.convert.source import Source
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.graph.export import TorchSource
+from tritonkit.convert.graph.source import Source
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.buckets import apply_buckets
+from tritonkit.convert.targets.gpu_target import plan_version
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import ServerError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import GraphIO

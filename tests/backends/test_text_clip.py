@@ -22,7 +22,7 @@ from tritonkit.serve.embedded import EmbeddedServer
 from tritonkit.serve.process import stubs_of
 
 tokenizers = pytest.importorskip("tokenizers")
-minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")
+minilm = pytest.importorskip("tritonkit.convert.graph.flagship.minilm")
 MAX_TOKENS = 256
 
 

@@ -14,8 +14,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tritonkit.config import load, save
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.slow  # a torch version built and served per test: seconds each

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonkit.convert.buildspec import with_overrides
-from tritonkit.convert.export import export_model
-from tritonkit.convert.flagship import flagship_spec
+from tritonkit.convert.graph.export import export_model
+from tritonkit.convert.graph.flagship import flagship_spec
 from tritonkit.convert.pipeline import BuildResult, build_all, build_from_spec
+from tritonkit.convert.spec.buildspec import with_overrides
 from tritonkit.errors import ModelImportError
 from tritonkit.serve.embedded import EmbeddedServer
 

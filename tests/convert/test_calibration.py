@@ -11,8 +11,9 @@ import numpy as np
 import onnx
 import pytest
 
-from tritonkit.convert.accuracy import Thresholds, cosine_rows, degenerate, gate
-from tritonkit.convert.precision import Int8Options, activation_scales, quantize_int8
+from tritonkit.convert.precisions.accuracy import Thresholds, cosine_rows, degenerate, gate
+from tritonkit.convert.precisions.precision import activation_scales, quantize_int8
+from tritonkit.convert.spec.options import Int8Options
 from tritonkit.errors import AccuracyError
 
 

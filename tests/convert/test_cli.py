@@ -174,7 +174,7 @@ def test_a_torch_module_beside_the_spec_is_found_without_pythonpath(
     specs.mkdir()
     (specs / "my_tiny_model.py").write_text(
         "import torch\n"
-        "from tritonkit.convert.export import TorchSource\n\n\n"
+        "from tritonkit.convert.graph.export import TorchSource\n\n\n"
         "def make() -> TorchSource:\n"
         "    torch.manual_seed(0)\n"
         "    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU())\n"

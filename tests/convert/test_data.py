@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonkit.convert.accuracy import Thresholds, cosine_rows, gate, top1_agreement
-from tritonkit.convert.data import (
+from tritonkit.convert.graph.flagship.minilm import tokenizer_file
+from tritonkit.convert.inputs.data import (
     TextEncoder,
     corpus_split,
     english_sentences,
     load_text_lines,
     synthetic_images,
 )
-from tritonkit.convert.flagship.minilm import tokenizer_file
+from tritonkit.convert.precisions.accuracy import Thresholds, cosine_rows, gate, top1_agreement
 from tritonkit.errors import AccuracyError, CalibrationError, SpecError
 
 

@@ -13,8 +13,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonkit.convert.data import english_sentences
-from tritonkit.convert.flagship.minilm import model_dir
+from tritonkit.convert.graph.flagship.minilm import model_dir
+from tritonkit.convert.inputs.data import english_sentences
 from tritonkit.repository.store import ModelRepository
 
 pytestmark = pytest.mark.slow  # the flagship builds (the fixture: 44 s here) and their server

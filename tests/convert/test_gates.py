@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tritonkit.convert.buildspec import AccuracySpec
-from tritonkit.convert.gates import Comparison, gate_build
+from tritonkit.convert.precisions.gates import Comparison, gate_build
+from tritonkit.convert.spec.buildspec import AccuracySpec
 from tritonkit.errors import AccuracyError
 
 _REFERENCE = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from tritonkit.convert.buildspec import apply_overrides, parse_spec
-from tritonkit.convert.gpu_profiles import (
+from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.precisions.memory import estimate_memory
+from tritonkit.convert.spec.buildspec import apply_overrides, parse_spec
+from tritonkit.convert.spec.gpu_profiles import (
     GIB,
     PROFILES,
     check_precision,
@@ -26,9 +28,7 @@ from tritonkit.convert.gpu_profiles import (
     parse_nvidia_smi,
     plan_max_batch,
 )
-from tritonkit.convert.memory import estimate_memory
-from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.plan import plan_build
+from tritonkit.convert.targets.plan import plan_build
 from tritonkit.errors import GpuProfileError
 
 

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from tritonkit import cli
-from tritonkit.convert.buildspec import parse_spec
+from tritonkit.convert.spec.buildspec import parse_spec
 from tritonkit.errors import SpecError
 
 MODULE = """
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 
 def make() -> TorchSource:

@@ -14,8 +14,8 @@ import torch
 import tritonclient.http as httpclient
 
 from tritonkit.config import InstanceGroup
-from tritonkit.convert.execution import ExecutionPlan
-from tritonkit.convert.torch_program import export_program, half_module, write_torch_version
+from tritonkit.convert.spec.execution import ExecutionPlan
+from tritonkit.convert.targets.torch_program import export_program, half_module, write_torch_version
 from tritonkit.serve.embedded import EmbeddedServer
 
 

@@ -17,8 +17,8 @@ import yaml
 
 from tritonkit import cli
 from tritonkit.convert import isolate
-from tritonkit.convert.buildspec import parse_spec
 from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.spec.buildspec import parse_spec
 
 SpecDict = Callable[..., dict[str, Any]]
 ROOT = Path(__file__).parents[2]

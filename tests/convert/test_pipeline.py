@@ -15,11 +15,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonkit.config import validate
-from tritonkit.convert.buildspec import apply_overrides, parse_spec
-from tritonkit.convert.export import TorchSource
-from tritonkit.convert.onnxruntime_target import onnxruntime_config
+from tritonkit.convert.graph.export import TorchSource
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.precision import UnsupportedOpError
+from tritonkit.convert.precisions.precision import UnsupportedOpError
+from tritonkit.convert.spec.buildspec import apply_overrides, parse_spec
+from tritonkit.convert.targets.onnxruntime_target import onnxruntime_config
 from tritonkit.errors import (
     AccuracyError,
     CalibrationError,

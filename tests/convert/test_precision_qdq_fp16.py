@@ -12,9 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from tritonkit.convert import accuracy
-from tritonkit.convert.export import export_model
-from tritonkit.convert.precision import QDQ_FP16_OPSET, Fp16Options, Int8Options, qdq_to_fp16, quantize_int8
+from tritonkit.convert.graph.export import export_model
+from tritonkit.convert.precisions import accuracy
+from tritonkit.convert.precisions.precision import QDQ_FP16_OPSET, qdq_to_fp16, quantize_int8
+from tritonkit.convert.spec.options import Fp16Options, Int8Options
 from tritonkit.errors import BuildError
 
 INT8 = accuracy.Thresholds("cosine", 0.99, 0.97)  # the spec's default int8 marks

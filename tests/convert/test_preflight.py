@@ -1,4 +1,4 @@
-"""The preflight (tritonkit.convert.preflight): every shape, batch-axis and data problem of issue 21 is
+"""The preflight (tritonkit.convert.inputs.preflight): every shape, batch-axis and data problem of issue 21 is
 one line naming the file (and the array), a non-zero exit, before any build work (no worker step
 runs), in `tritonkit build` and in `tritonkit k8s package`. The model is the `onnx` package's own
 light_resnet50 (opset 9, IR 3, batch fixed at 1)."""
@@ -16,8 +16,9 @@ import yaml
 from onnx import TensorProto, helper
 
 from tritonkit import cli
-from tritonkit.convert import isolate, preflight
-from tritonkit.convert.buildspec import parse_spec
+from tritonkit.convert import isolate
+from tritonkit.convert.inputs import preflight
+from tritonkit.convert.spec.buildspec import parse_spec
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
 INPUT = "gpu_0/data_0"

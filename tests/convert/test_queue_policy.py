@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit import config
 from tritonkit.cli import main
 from tritonkit.config import ModelConfig
-from tritonkit.convert.buildspec import BatchingSpec, QueueSpec, apply_queue_policy, parse_spec
+from tritonkit.convert.spec.buildspec import BatchingSpec, QueueSpec, apply_queue_policy, parse_spec
 from tritonkit.errors import SpecError
 from tritonkit.serve.embedded import EmbeddedServer
 

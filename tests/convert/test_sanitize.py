@@ -12,8 +12,8 @@ import torch
 from onnx import TensorProto, helper
 from tests.support import torch_zoo
 
-from tritonkit.convert.export import TorchSource
-from tritonkit.convert.sanitize import io_shape_changes, sanitize_onnx
+from tritonkit.convert.graph.export import TorchSource
+from tritonkit.convert.graph.sanitize import io_shape_changes, sanitize_onnx
 
 
 def _dims(path: Path) -> dict[str, list[str | int]]:

@@ -16,12 +16,12 @@ from onnx import TensorProto, helper, save_model
 
 from tritonkit import cli
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert import seeded_data
+from tritonkit.convert.inputs import seeded_data
 from tritonkit.errors import SpecError
 
 MODULE = """
 import torch
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 
 class Pool(torch.nn.Module):

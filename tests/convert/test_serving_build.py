@@ -22,13 +22,13 @@ import yaml
 from tritonkit.backends import native
 from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
-from tritonkit.convert import torch_program
-from tritonkit.convert.buildspec import apply_overrides, parse_spec
-from tritonkit.convert.execution import ServingSpec, visible_gpus
-from tritonkit.convert.export import TorchSource
-from tritonkit.convert.gpu_target import plan_version
+from tritonkit.convert.graph.export import TorchSource
+from tritonkit.convert.graph.source import Source
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.source import Source
+from tritonkit.convert.spec.buildspec import apply_overrides, parse_spec
+from tritonkit.convert.spec.execution import ServingSpec, visible_gpus
+from tritonkit.convert.targets import torch_program
+from tritonkit.convert.targets.gpu_target import plan_version
 from tritonkit.errors import BuildError, SpecError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import read_io

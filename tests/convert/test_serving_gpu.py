@@ -14,9 +14,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tritonkit.backends import native
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.spec.buildspec import parse_spec
 from tritonkit.repository.check import check_repository
 from tritonkit.repository.store import ModelRepository
 from tritonkit.serve.embedded import EmbeddedServer

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit import cli
 from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import load
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 from tritonkit.serve import EmbeddedServer
 
 EDGES = [8, 16, 32]

@@ -19,9 +19,9 @@ from tritonclient import http
 
 from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, save
-from tritonkit.convert.buckets import apply_buckets
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.buckets import apply_buckets
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.serve import EmbeddedServer
 
 BUCKETS = Buckets(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.convert.buildspec import apply_overrides, load_spec, parse_spec
-from tritonkit.convert.flagship import SPEC_DIR, flagship_spec
+from tritonkit.convert.graph.flagship import SPEC_DIR, flagship_spec
+from tritonkit.convert.spec.buildspec import apply_overrides, load_spec, parse_spec
 from tritonkit.errors import SpecError
 
 BASE = {"name": "m", "source": {"onnx": "m.onnx"}}

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tritonkit.convert.buildspec import parse_spec
+from tritonkit.convert.spec.buildspec import parse_spec
 from tritonkit.errors import TritonKitError
 
 # Real key names make the generator reach the nested dataclasses, not stop at "unknown key".

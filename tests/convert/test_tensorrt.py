@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.engine_io import PLAN_FILE
-from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.tensorrt import builder_flags, check_shapes, plan_for_spec, require_tensorrt
-from tritonkit.convert.tensorrt_loaders import create_config, engine_loader_graph, polygraphy_profiles
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.targets.engine_io import PLAN_FILE
+from tritonkit.convert.targets.tensorrt import builder_flags, check_shapes, plan_for_spec, require_tensorrt
+from tritonkit.convert.targets.tensorrt_loaders import create_config, engine_loader_graph, polygraphy_profiles
 from tritonkit.errors import GpuProfileError, SpecError, TensorRTUnavailableError
 from tritonkit.repository.onnx_io import GraphIO
 from tritonkit.repository.store import ModelRepository

@@ -18,14 +18,19 @@ from onnx import TensorProto, helper
 from tritonkit.backends.runners.shape_buckets import PARAMETER, Buckets
 from tritonkit.cli import main
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert.buckets import apply_buckets
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.engine_io import EngineDescription, EngineTensor, engine_config
-from tritonkit.convert.gpu_profiles import PROFILES
-from tritonkit.convert.source import Source
-from tritonkit.convert.tensorrt import builder_flags, evaluation_profiles, plan_for_spec
-from tritonkit.convert.tensorrt_buckets import bucketed_plan, check_lengths, check_spec, plan_with_buckets
-from tritonkit.convert.tensorrt_loaders import engine_loader_graph
+from tritonkit.convert.graph.source import Source
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.targets.buckets import apply_buckets
+from tritonkit.convert.targets.engine_io import EngineDescription, EngineTensor, engine_config
+from tritonkit.convert.targets.tensorrt import builder_flags, evaluation_profiles, plan_for_spec
+from tritonkit.convert.targets.tensorrt_buckets import (
+    bucketed_plan,
+    check_lengths,
+    check_spec,
+    plan_with_buckets,
+)
+from tritonkit.convert.targets.tensorrt_loaders import engine_loader_graph
 from tritonkit.errors import SpecError
 from tritonkit.repository.onnx_io import GraphIO, read_io
 
@@ -254,7 +259,7 @@ def test_package_calls_a_torch_entry_point_to_learn_its_axes(
     root = tmp_path / "user"
     (root / "seqnet_pkg").mkdir(parents=True)
     (root / "seqnet_pkg" / "__init__.py").write_text(
-        "import torch\nfrom tritonkit.convert.export import TorchSource\n\n\n"
+        "import torch\nfrom tritonkit.convert.graph.export import TorchSource\n\n\n"
         "def build():\n"
         "    return TorchSource(torch.nn.Embedding(64, 4), [torch.zeros(1, 8, dtype=torch.long)], ['ids'],\n"
         "                       ['hidden'], dynamic_axes={'ids': {1: 'seq'}, 'hidden': {1: 'seq'}})\n"

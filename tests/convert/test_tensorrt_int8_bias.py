@@ -16,18 +16,18 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from tritonkit.convert import accuracy
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.conversion import convert_precision
-from tritonkit.convert.datasets import prepare_data
-from tritonkit.convert.export import export_model
-from tritonkit.convert.gates import gate_all
-from tritonkit.convert.gpu_profiles import PROFILES
-from tritonkit.convert.plan import plan_build
-from tritonkit.convert.precision import int32_dequantize_nodes
-from tritonkit.convert.source import prepare_source
-from tritonkit.convert.tensorrt import builder_flags, plan_for_spec
-from tritonkit.convert.tensorrt_loaders import TypedInt8, network_onnx, typed_int8_network
+from tritonkit.convert.graph.export import export_model
+from tritonkit.convert.graph.source import prepare_source
+from tritonkit.convert.inputs.datasets import prepare_data
+from tritonkit.convert.precisions import accuracy
+from tritonkit.convert.precisions.gates import gate_all
+from tritonkit.convert.precisions.precision import int32_dequantize_nodes
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.targets.conversion import convert_precision
+from tritonkit.convert.targets.plan import plan_build
+from tritonkit.convert.targets.tensorrt import builder_flags, plan_for_spec
+from tritonkit.convert.targets.tensorrt_loaders import TypedInt8, network_onnx, typed_int8_network
 from tritonkit.errors import BuildError
 
 T4 = PROFILES["T4"]

@@ -15,19 +15,19 @@ import pytest
 from tritonkit.commands.build import add_arguments
 from tritonkit.config import to_pbtxt, validate
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert.accuracy import Thresholds, gate
-from tritonkit.convert.buildspec import apply_overrides, load_spec, parse_spec
-from tritonkit.convert.engine_io import EngineDescription, EngineTensor, engine_config, triton_dtype
-from tritonkit.convert.gpu_profiles import PROFILES
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.tensorrt import (
+from tritonkit.convert.precisions.accuracy import Thresholds, gate
+from tritonkit.convert.spec.buildspec import apply_overrides, load_spec, parse_spec
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.targets.engine_io import EngineDescription, EngineTensor, engine_config, triton_dtype
+from tritonkit.convert.targets.tensorrt import (
     calibration_shapes,
     check_tensorrt_version,
     evaluation_profiles,
     plan_for_spec,
     timing_cache_path,
 )
-from tritonkit.convert.tensorrt_loaders import calibration_cache_for, calibration_feeds
+from tritonkit.convert.targets.tensorrt_loaders import calibration_cache_for, calibration_feeds
 from tritonkit.errors import CalibrationError, GpuProfileError, SpecError
 from tritonkit.repository.onnx_io import GraphIO
 

@@ -15,17 +15,19 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from tritonkit.convert import accuracy, precision, tensorrt
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.conversion import convert_precision
-from tritonkit.convert.datasets import prepare_data
-from tritonkit.convert.gates import gate_all
-from tritonkit.convert.gpu_profiles import PROFILES
+from tritonkit.convert.graph.source import prepare_source
+from tritonkit.convert.inputs.datasets import prepare_data
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.plan import plan_build
-from tritonkit.convert.source import prepare_source
-from tritonkit.convert.tensorrt import TENSORRT_DROPPED, builder_flags, plan_for_spec
-from tritonkit.convert.tensorrt_loaders import (
+from tritonkit.convert.precisions import accuracy, precision
+from tritonkit.convert.precisions.gates import gate_all
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.spec.options import Fp16Options
+from tritonkit.convert.targets import tensorrt
+from tritonkit.convert.targets.conversion import convert_precision
+from tritonkit.convert.targets.plan import plan_build
+from tritonkit.convert.targets.tensorrt import TENSORRT_DROPPED, builder_flags, plan_for_spec
+from tritonkit.convert.targets.tensorrt_loaders import (
     TypedInt8,
     engine_loader_graph,
     network_onnx,
@@ -200,7 +202,7 @@ def test_the_fp16_base_graph_is_made_and_gated_before_the_builder(
     made: list[Path] = []
     real = precision.qdq_to_fp16
 
-    def observed(source: Path, dest: Path, options: precision.Fp16Options | None = None) -> dict[str, Any]:
+    def observed(source: Path, dest: Path, options: Fp16Options | None = None) -> dict[str, Any]:
         made.append(Path(dest))
         return real(source, dest, options)
 

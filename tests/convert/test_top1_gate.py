@@ -14,11 +14,11 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tritonkit.convert.accuracy import Thresholds, gate
-from tritonkit.convert.buildspec import AccuracySpec, Threshold, parse_spec
-from tritonkit.convert.export import export_model
-from tritonkit.convert.gates import Comparison, gate_all, thresholds
+from tritonkit.convert.graph.export import export_model
 from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.precisions.accuracy import Thresholds, gate
+from tritonkit.convert.precisions.gates import Comparison, gate_all, thresholds
+from tritonkit.convert.spec.buildspec import AccuracySpec, Threshold, parse_spec
 from tritonkit.errors import AccuracyError, SpecError
 from tritonkit.repository.store import ModelRepository
 

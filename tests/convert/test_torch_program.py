@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 
 from tritonkit.backends.runners import load_runner
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.convert.execution import (
+from tritonkit.convert.spec.execution import (
     PIPELINE_REMOVED,
     ExecutionPlan,
     Placement,
@@ -24,8 +24,8 @@ from tritonkit.convert.execution import (
     gpu_placement_problems,
     plan_execution,
 )
-from tritonkit.convert.gpu_profiles import PROFILES
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.spec.gpu_profiles import PROFILES
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import AccuracyError, BuildError, SpecError
 from tritonkit.serve.embedded import EmbeddedServer
 
@@ -198,7 +198,7 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_bucket_ladders_end_at_the_max_batch() -> None:
-    from tritonkit.convert.execution import bucket_ladder, bucket_style  # noqa: PLC0415 (only here)
+    from tritonkit.convert.spec.execution import bucket_ladder, bucket_style  # noqa: PLC0415 (only here)
 
     assert bucket_ladder(128) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128)
     assert bucket_ladder(100, "pow2") == (1, 2, 4, 8, 16, 32, 64, 100) == default_buckets(100)
@@ -211,7 +211,7 @@ def test_bucket_ladders_end_at_the_max_batch() -> None:
 def test_fast_artifact_moves_every_device_written_in_the_graph(tmp_path: Path) -> None:
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))
 
-    from tritonkit.convert.torch_program import export_program  # noqa: PLC0415 (only here)
+    from tritonkit.convert.targets.torch_program import export_program  # noqa: PLC0415 (only here)
 
     class Pick(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -20,10 +20,10 @@ from torch import nn
 from tritonkit import cli
 from tritonkit.backends.runners import load_runner
 from tritonkit.config import InstanceGroup
-from tritonkit.convert import torch_io
-from tritonkit.convert.execution import ExecutionPlan, ServingSpec, plan_execution
-from tritonkit.convert.export import TorchSource
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.graph import torch_io
+from tritonkit.convert.graph.export import TorchSource
+from tritonkit.convert.spec.execution import ExecutionPlan, ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import BuildError, ModelImportError
 
 

@@ -35,7 +35,7 @@ echo "$STUB_TRT_VERSION"
 
 #: A torch entry point with no dynamic axis past the batch (``k8s package`` calls it to learn its axes).
 STATIC_MODULE = (
-    "import torch\nfrom tritonkit.convert.export import TorchSource\n\n\ndef build():\n"
+    "import torch\nfrom tritonkit.convert.graph.export import TorchSource\n\n\ndef build():\n"
     "    return TorchSource(torch.nn.Linear(4, 4), [torch.zeros(1, 4)], ['x'], ['y'])\n"
 )
 

@@ -20,12 +20,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit import deploy
 from tritonkit.cli import main
-from tritonkit.convert.buildspec import load_spec
+from tritonkit.convert.spec.buildspec import load_spec
 from tritonkit.errors import DeployError
 
 #: A torch entry point with no dynamic axis past the batch (``k8s package`` calls it to learn its axes).
 STATIC_MODULE = (
-    "import torch\nfrom tritonkit.convert.export import TorchSource\n\n\ndef build():\n"
+    "import torch\nfrom tritonkit.convert.graph.export import TorchSource\n\n\ndef build():\n"
     "    return TorchSource(torch.nn.Linear(4, 4), [torch.zeros(1, 4)], ['x'], ['y'])\n"
 )
 

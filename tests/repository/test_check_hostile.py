@@ -22,7 +22,7 @@ from tritonkit import config
 from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.convert.buildspec import load_spec
+from tritonkit.convert.spec.buildspec import load_spec
 from tritonkit.errors import RepositoryError
 from tritonkit.repository import STAGING_PREFIX, Manifest, ModelRepository
 from tritonkit.repository.check import check_repository

@@ -32,7 +32,7 @@ from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
 from tritonkit.serve.embedded import EmbeddedServer
 
 pytest.importorskip("tokenizers")
-minilm = pytest.importorskip("tritonkit.convert.flagship.minilm")
+minilm = pytest.importorskip("tritonkit.convert.graph.flagship.minilm")
 
 
 def _wide_text_model(root: Path, tokenizer: Path) -> None:

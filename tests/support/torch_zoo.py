@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 __all__ = ["FAMILIES", "IMAGE_FAMILIES", "TEXT_FAMILIES", "source"]
 

@@ -16,7 +16,7 @@ import torch
 import transformers as tf
 from torch import nn
 
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 
 __all__ = ["FAMILIES", "arrays", "source"]
 

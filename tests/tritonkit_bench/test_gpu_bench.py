@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tritonkit.config import load, save
-from tritonkit.convert.flagship.resnet import build_resnet50
+from tritonkit.convert.graph.flagship.resnet import build_resnet50
 from tritonkit_bench import gpu, gpu_render, gpu_tune
 from tritonkit_bench.gpu_measure import alone, in_process, sweep
 from tritonkit_bench.gpu_models import (

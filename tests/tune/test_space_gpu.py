@@ -15,9 +15,9 @@ from tritonkit.backends.runners import runner_path
 from tritonkit.cli import main
 from tritonkit.commands import tune as tune_command
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, problems, to_pbtxt
-from tritonkit.convert.buildspec import parse_spec
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.torch_program import gpu_config
+from tritonkit.convert.spec.buildspec import parse_spec
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import gpu_config
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.report import short_label
 from tritonkit.tune.search import Outcome, brute, snap

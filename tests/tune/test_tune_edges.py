@@ -18,7 +18,7 @@ from torch import nn
 from tritonkit import cli
 from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import load
-from tritonkit.convert.export import TorchSource
+from tritonkit.convert.graph.export import TorchSource
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.spec_file import edited_text
 from tritonkit.tune.traffic import Traffic, edge_candidates, token_figures, traffic_of, with_edges

@@ -98,10 +98,10 @@ def build_gpu_models(repo: Path, gpus: list[int] | None = None) -> None:
     """MiniLM and ResNet-50 architectures (seeded) as FP16 torch programs on the GPU, batch buckets left
     to the runner (powers of two up to the config's max batch), as the GPU tune bench builds them.
     ``gpus`` (None: ask nvidia-smi) lets a CPU machine build the same versions."""
-    from tritonkit.convert.execution import ServingSpec, plan_execution  # noqa: PLC0415
-    from tritonkit.convert.flagship.resnet import OUTPUT as LOGITS  # noqa: PLC0415
-    from tritonkit.convert.flagship.resnet import build_resnet50  # noqa: PLC0415
-    from tritonkit.convert.torch_program import write_torch_version  # noqa: PLC0415
+    from tritonkit.convert.graph.flagship.resnet import OUTPUT as LOGITS  # noqa: PLC0415
+    from tritonkit.convert.graph.flagship.resnet import build_resnet50  # noqa: PLC0415
+    from tritonkit.convert.spec.execution import ServingSpec, plan_execution  # noqa: PLC0415
+    from tritonkit.convert.targets.torch_program import write_torch_version  # noqa: PLC0415
     from tritonkit_bench.gpu_models import image_examples, minilm, text_examples  # noqa: PLC0415
 
     for name, module, feeds, output, top in (

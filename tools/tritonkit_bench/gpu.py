@@ -2,7 +2,7 @@
 
 Parts (``--only``, default all, in the order given): ``bert`` (a BERT-base encoder at sequence 128),
 ``minilm`` (the MiniLM architecture) and ``resnet`` (ResNet-50), each an FP16 version built by
-:mod:`tritonkit.convert.torch_program` as ``tritonkit build`` writes it (:mod:`tritonkit_bench.gpu_models`).
+:mod:`tritonkit.convert.targets.torch_program` as ``tritonkit build`` writes it (:mod:`tritonkit_bench.gpu_models`).
 For each part: the engine in-process (samples/s by batch, the peak), FP16 accuracy against the FP32
 module, the version served as built at rising numbers of requests of one row in flight
 (:mod:`tritonkit_bench.gpu_measure`), then (``--tune``) ``tritonkit tune`` and ``tritonkit profile`` as a

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 from tritonkit.backends.native import BACKEND, export_program
 from tritonkit.config import load, save
-from tritonkit.convert.execution import ServingSpec, method_buckets, plan_execution
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.spec.execution import ServingSpec, method_buckets, plan_execution
+from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit_bench.gpu_measure import HTTP_MAX_IN_FLIGHT, PROTOCOLS, in_process, sweep
 from tritonkit_bench.gpu_models import PARTS, TINY, Part, build_part, examples, tiny_inputs, tiny_module
 from tritonkit_bench.gpu_models import runner as load_torch_runner

@@ -4,9 +4,9 @@ Owns the three models measured, each with seeded random weights (their outputs m
 architecture is what costs) and what each takes and answers (:class:`Payload`): a BERT-base encoder at sequence 128 (12 layers, hidden 768, 12 heads, the
 CLS row of the last layer out: the model of the T4 tables users compare against), the MiniLM
 architecture (6 layers, hidden 384, mean-pooled embedding) and ResNet-50
-(:mod:`tritonkit.convert.flagship.resnet`, FP32 images, and again with FP16 images and logits on the
+(:mod:`tritonkit.convert.graph.flagship.resnet`, FP32 images, and again with FP16 images and logits on the
 wire); their example and held-out inputs; and the FP16 version each
-part serves, built by :mod:`tritonkit.convert.torch_program` exactly as ``tritonkit build`` would with a
+part serves, built by :mod:`tritonkit.convert.targets.torch_program` exactly as ``tritonkit build`` would with a
 spec's ``serving: {device: gpu, engine: torch}`` (default placement: 2 instances per GPU, the ``fine``
 bucket ladder as the batcher's preferred sizes, 500 µs delay). Export runs on the CPU, so all of this can
 be built (and tested) without a GPU; :func:`tiny_module` and :func:`tiny_inputs` are a linear layer's part
@@ -22,10 +22,10 @@ from types import ModuleType
 from typing import Any
 
 from tritonkit.backends.runners import load_runner
-from tritonkit.convert.execution import ServingSpec, plan_execution
-from tritonkit.convert.flagship.resnet import INPUT as IMAGE_INPUT
-from tritonkit.convert.flagship.resnet import build_resnet50
-from tritonkit.convert.torch_program import write_torch_version
+from tritonkit.convert.graph.flagship.resnet import INPUT as IMAGE_INPUT
+from tritonkit.convert.graph.flagship.resnet import build_resnet50
+from tritonkit.convert.spec.execution import ServingSpec, plan_execution
+from tritonkit.convert.targets.torch_program import write_torch_version
 
 __all__ = [
     "BERT",
@@ -193,7 +193,7 @@ def image_examples(batch: int, seed: int = 1, size: int = IMAGE_SIZE) -> dict[st
 
 RESNET = Part(
     "resnet",
-    "ResNet-50 (`tritonkit.convert.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
+    "ResNet-50 (`tritonkit.convert.graph.flagship.resnet`, seeded weights), input FP32 `image` [3, 224, 224] "
     "(602 KB a row; the FP16 program casts on the GPU inside its graph), output FP32 `logits` [1000]",
     IMAGE,
     64,

@@ -7,7 +7,7 @@ one portable FP32 version named after the file; asking it for another target or 
 (``--precision fp16,int8 --calibration-data cal.npz --eval-data ev.npz``) builds the file like a
 spec does. Paths given as flags (or variables) resolve against the working directory, paths in a
 spec against the spec's folder. Precedence, highest first: these flags, ``TRITONKIT_*`` environment variables
-(:data:`tritonkit.convert.buildspec.ENV_OVERRIDES`), the spec, the defaults. Every flag defaults to None,
+(:data:`tritonkit.convert.spec.buildspec.ENV_OVERRIDES`), the spec, the defaults. Every flag defaults to None,
 "not given", so that only a flag the user typed overrides the layers below it. The build itself is
 :func:`tritonkit.convert.pipeline.build_from_spec`.
 """
@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.commands.shared_args import add_repo
-from tritonkit.convert.accuracy import describe
-from tritonkit.convert.buildspec import (
+from tritonkit.convert.graph.export import EXPORTERS
+from tritonkit.convert.onnx_import import import_spec
+from tritonkit.convert.pipeline import BuildResult, build_from_spec
+from tritonkit.convert.precisions.accuracy import describe
+from tritonkit.convert.spec.buildspec import (
     ENV_OVERRIDES,
     PRECISIONS,
     TARGETS,
@@ -30,11 +33,8 @@ from tritonkit.convert.buildspec import (
     apply_overrides,
     load_spec,
 )
-from tritonkit.convert.export import EXPORTERS
-from tritonkit.convert.onnx_import import import_spec
-from tritonkit.convert.pipeline import BuildResult, build_from_spec
-from tritonkit.convert.portable_target import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS
-from tritonkit.convert.precision import CALIBRATION_METHODS
+from tritonkit.convert.spec.options import CALIBRATION_METHODS
+from tritonkit.convert.targets.portable_target import DEFAULT_MAX_QUEUE_DELAY_US, INSTANCE_KINDS
 from tritonkit.errors import BuildError, RepositoryError, SpecError
 from tritonkit.repository.store import ModelRepository, validate_model_name
 

@@ -1,11 +1,11 @@
 """The as-is import preset of the build pipeline: any ONNX file as one portable FP32 version,
 served exactly as given (``tritonkit build --onnx FILE``).
 
-:func:`import_spec` is the preset (a :class:`~tritonkit.convert.buildspec.BuildSpec` with the file as
+:func:`import_spec` is the preset (a :class:`~tritonkit.convert.spec.buildspec.BuildSpec` with the file as
 source, target portable, precision fp32: nothing to convert, so no accuracy gate);
 :func:`import_onnx` is the library call that builds it with
 :func:`tritonkit.convert.pipeline.build_from_spec`. The config decisions are
-:func:`tritonkit.convert.portable_target.graph_config`'s.
+:func:`tritonkit.convert.targets.portable_target.graph_config`'s.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Unpack
 
-from tritonkit.convert.buildspec import BuildSpec, parse_spec
 from tritonkit.convert.pipeline import build_from_spec
-from tritonkit.convert.portable_target import (
+from tritonkit.convert.spec.buildspec import BuildSpec, parse_spec
+from tritonkit.convert.targets.portable_target import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_DELAY_US,
     PortableSettings,

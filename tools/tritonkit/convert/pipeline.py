@@ -1,17 +1,17 @@
 """The one way from a build spec to versions in a repository: :func:`build_from_spec` chains the
 build's steps, each taking and returning named values, each called once:
 
-1. :func:`~tritonkit.convert.plan.plan_build`: :class:`~tritonkit.convert.plan.BuildPlan` from the spec
+1. :func:`~tritonkit.convert.targets.plan.plan_build`: :class:`~tritonkit.convert.targets.plan.BuildPlan` from the spec
    (GPU profile, precisions, TensorRT engine plan, visible GPUs);
 2. :meth:`tritonkit.repository.ModelRepository.reserve`: the repository refuses versions that exist
    (``--version`` without ``--force``) before any build work, and hands back the build's
    :class:`~tritonkit.repository.Reservation`;
-3. :func:`~tritonkit.convert.preflight.check_build`: shapes, batch axis, data files;
-4. :func:`~tritonkit.convert.source.prepare_source`: the FP32 ONNX :class:`~tritonkit.convert.source.Source`;
-5. :func:`~tritonkit.convert.datasets.prepare_data`: held-out and calibration :class:`~tritonkit.convert.datasets.Datasets`;
-6. :func:`~tritonkit.convert.conversion.convert_precisions`: each precision's graph (``Converted``);
-7. :func:`~tritonkit.convert.gates.gate_build`: the graphs judged against FP32, then
-   :func:`~tritonkit.convert.targets.make_targets` (each model as its target serves it, ``Targets``),
+3. :func:`~tritonkit.convert.inputs.preflight.check_build`: shapes, batch axis, data files;
+4. :func:`~tritonkit.convert.graph.source.prepare_source`: the FP32 ONNX :class:`~tritonkit.convert.graph.source.Source`;
+5. :func:`~tritonkit.convert.inputs.datasets.prepare_data`: held-out and calibration :class:`~tritonkit.convert.inputs.datasets.Datasets`;
+6. :func:`~tritonkit.convert.targets.conversion.convert_precisions`: each precision's graph (``Converted``);
+7. :func:`~tritonkit.convert.precisions.gates.gate_build`: the graphs judged against FP32, then
+   :func:`~tritonkit.convert.targets.targets.make_targets` (each model as its target serves it, ``Targets``),
    then the served engines and programs judged: the accuracy gate, passed once;
 8. :func:`~tritonkit.convert.versions.version_writes`: manifests, one ``VersionWrite`` per model;
 9. the reservation's ``commit``: all checked again, then written, under the repository's lock.
@@ -26,7 +26,7 @@ not exist is not created).
 
 ``tritonkit build --onnx FILE`` and :func:`tritonkit.convert.onnx_import.import_onnx` are the *as-is
 preset* of this pipeline (``spec.as_is``): one portable FP32 version of the file, served as given,
-with no GPU profile to plan for. :func:`tritonkit.convert.torch_program.write_torch_version` (a torch
+with no GPU profile to plan for. :func:`tritonkit.convert.targets.torch_program.write_torch_version` (a torch
 module as a GPU version, for benchmarks) goes through the same gate and writer.
 """
 
@@ -40,16 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from tritonkit.convert import isolate
-from tritonkit.convert.buildspec import BuildSpec
-from tritonkit.convert.conversion import convert_precisions
-from tritonkit.convert.datasets import Datasets, prepare_data
-from tritonkit.convert.flagship import FLAGSHIP_SPECS, flagship_spec
-from tritonkit.convert.gates import gate_build
-from tritonkit.convert.plan import Log, plan_build, quiet
-from tritonkit.convert.preflight import check_build
-from tritonkit.convert.source import prepare_source
-from tritonkit.convert.targets import make_targets
-from tritonkit.convert.tensorrt_buckets import bucketed_plan, check_spec
+from tritonkit.convert.graph.flagship import FLAGSHIP_SPECS, flagship_spec
+from tritonkit.convert.graph.source import prepare_source
+from tritonkit.convert.inputs.datasets import Datasets, prepare_data
+from tritonkit.convert.inputs.preflight import check_build
+from tritonkit.convert.precisions.gates import gate_build
+from tritonkit.convert.spec.buildspec import BuildSpec
+from tritonkit.convert.targets.conversion import convert_precisions
+from tritonkit.convert.targets.plan import Log, plan_build, quiet
+from tritonkit.convert.targets.targets import make_targets
+from tritonkit.convert.targets.tensorrt_buckets import bucketed_plan, check_spec
 from tritonkit.convert.versions import version_writes
 from tritonkit.repository import ModelRepository
 
@@ -76,7 +76,7 @@ def build_from_spec(
     """Build every precision of ``spec`` for its target and write one version per model.
 
     ``gpus``: the GPU indices visible here (None: ``nvidia-smi -L``), which the ``serving`` section's
-    plan of each portable version reads (:mod:`.gpu_target`); other builds never ask.
+    plan of each portable version reads (:mod:`tritonkit.convert.targets.gpu_target`); other builds never ask.
     """
     plan = plan_build(spec, gpus=gpus, log=log)
     proposed = "new" if spec.as_is else "spec"

@@ -14,12 +14,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from tritonkit.convert.datasets import Datasets
-from tritonkit.convert.gates import Gated
-from tritonkit.convert.plan import BuildPlan
-from tritonkit.convert.source import Source
-from tritonkit.convert.targets import Made, Targets
-from tritonkit.convert.text_models import tokenizer_name
+from tritonkit.convert.graph.source import Source
+from tritonkit.convert.graph.text_models import tokenizer_name
+from tritonkit.convert.inputs.datasets import Datasets
+from tritonkit.convert.precisions.gates import Gated
+from tritonkit.convert.targets.plan import BuildPlan
+from tritonkit.convert.targets.targets import Made, Targets
 from tritonkit.repository import Manifest, VersionWrite
 
 __all__ = ["IMPORTER", "Version", "version_writes"]

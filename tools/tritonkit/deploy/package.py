@@ -13,10 +13,10 @@ Owns the workspace layout the build Jobs of ``k8s/overlays/{t4,dev}`` read (the 
 The operator copies ``<output>/inputs`` onto the workspace volume (``$TRITONKIT_BUILD_WORKSPACE``,
 docs/deploy.md); the Job builds each ``inputs/*/spec.yaml``. Every path a spec names must lie inside the
 spec's folder (no ``..``, no absolute path elsewhere, no symlink leading out) and exist; each refusal is
-one line. The build's own preflight (:func:`tritonkit.convert.preflight.check_build`: the graph's batch
+one line. The build's own preflight (:func:`tritonkit.convert.inputs.preflight.check_build`: the graph's batch
 axis, every data file against the model's inputs, calibration/evaluation overlap) runs here too, so
 what the Job would refuse is refused before anything is packed, and so do the TensorRT target's own
-checks (:func:`tritonkit.convert.tensorrt_buckets.check_spec`: the given profiles, the longest length of
+checks (:func:`tritonkit.convert.targets.tensorrt_buckets.check_spec`: the given profiles, the longest length of
 every dynamic axis, the shape buckets' profiles), since the T4 overlay's Job builds ``--target
 tensorrt``: a model with a dynamic non-batch axis and nothing that gives its longest length
 (``serving.shape_buckets``, ``tensorrt.profiles``, the module's ``config.max_position_embeddings``, a
@@ -39,12 +39,12 @@ from typing import Any
 import yaml
 
 from tritonkit.atomic import make_dir, replace_dir
-from tritonkit.convert.buildspec import BuildSpec, load_spec, parse_spec
-from tritonkit.convert.export import TorchSource, load_torch_source
-from tritonkit.convert.preflight import check_build
-from tritonkit.convert.seeded_data import BUILTIN
-from tritonkit.convert.source import spec_folder_importable
-from tritonkit.convert.tensorrt_buckets import check_spec
+from tritonkit.convert.graph.export import TorchSource, load_torch_source
+from tritonkit.convert.graph.source import spec_folder_importable
+from tritonkit.convert.inputs.preflight import check_build
+from tritonkit.convert.spec.buildspec import BuildSpec, load_spec, parse_spec
+from tritonkit.convert.spec.options import BUILTIN
+from tritonkit.convert.targets.tensorrt_buckets import check_spec
 from tritonkit.errors import DeployError, TritonKitError
 from tritonkit.repository.onnx_io import external_data_files, load_model
 from tritonkit.repository.store import validate_model_name

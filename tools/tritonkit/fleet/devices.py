@@ -1,7 +1,7 @@
 """The device types a fleet can run on: the GPU profiles' published memory, ``cpu``, and this machine's type.
 
 Owns :data:`CPU` (a pod of this machine's shape, serving on its CPU: the embedded server's default),
-the memory of each type (:func:`memory_gib`: a GPU's from :data:`tritonkit.convert.gpu_profiles.PROFILES`,
+the memory of each type (:func:`memory_gib`: a GPU's from :data:`tritonkit.convert.spec.gpu_profiles.PROFILES`,
 NVIDIA's published figures, T4 16 GB, L4 24 GB, A10 24 GB, A100 40/80 GB, H100 80 GB; ``cpu``: this
 machine's RAM; a type of the user's own only with its ``memory_gb``), :func:`local_type` (the GPU
 ``nvidia-smi`` names, else ``cpu``) and :func:`device_matches` (does a tune report's recorded device
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from tritonkit.convert.gpu_profiles import PROFILES, parse_nvidia_smi
+from tritonkit.convert.spec.gpu_profiles import PROFILES, parse_nvidia_smi
 from tritonkit.machine import query_gpus
 
 __all__ = [

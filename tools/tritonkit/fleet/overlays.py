@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from tritonkit import deploy
-from tritonkit.convert.gpu_profiles import PROFILES
+from tritonkit.convert.spec.gpu_profiles import PROFILES
 from tritonkit.deploy.checks.context import Problems
 from tritonkit.deploy.checks.scaling import check_adapter_rule, check_autoscaling
 from tritonkit.deploy.objects import Obj, find, ref

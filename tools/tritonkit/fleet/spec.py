@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from tritonkit.config import ModelConfig, from_pbtxt
-from tritonkit.convert.spec_parse import BoundedLoader
+from tritonkit.convert.spec.spec_parse import BoundedLoader
 from tritonkit.deploy.checks.context import Problems
 from tritonkit.errors import ConfigError, LoadTestError, TritonKitError
 from tritonkit.fleet.devices import TYPES, canonical, memory_gib
@@ -111,7 +111,7 @@ class Fleet:
 
 class _UniqueKeyLoader(BoundedLoader):
     """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently), within
-    the bounds of :class:`~tritonkit.convert.spec_parse.BoundedLoader` (aliases, nesting)."""
+    the bounds of :class:`~tritonkit.convert.spec.spec_parse.BoundedLoader` (aliases, nesting)."""
 
 
 def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

@@ -32,7 +32,7 @@ from tritonkit.client.codec import grpc_request, http_body, tensor_bytes
 from tritonkit.client.spec import ModelMetadata, ModelSpec, config_from_json
 from tritonkit.config.dtypes import numpy_to_triton
 from tritonkit.config.tensors import TensorSpec
-from tritonkit.convert.data import synthetic_images
+from tritonkit.convert.inputs.data import synthetic_images
 from tritonkit.errors import ConfigError, LoadTestError
 from tritonkit.measure.input_data import requests
 from tritonkit.measure.validation import OutputCheck, dtype_of

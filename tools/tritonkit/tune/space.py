@@ -13,7 +13,7 @@ build`` writes) keeps its kind and its GPUs (the ``gpus`` axis holds the one pla
 labelled with it), ``instances`` counts instances per GPU (Triton's meaning of a group's ``count``), and
 its default grid is the GPU one: 2-4 instances per GPU, max batch from a quarter of the model's to its
 own, delays 0/100/500 µs, no queue-policy axis (a native-backend version: 2 or 4 instances per GPU). A
-torch-runner version (a ``batch_buckets`` parameter) gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.execution.bucket_ladder`)
+torch-runner version (a ``batch_buckets`` parameter) gets the ``buckets`` axis (``pow2`` or ``fine`` ladders, see :func:`~tritonkit.convert.spec.execution.bucket_ladder`)
 instead of ``preferred``: each trial's buckets follow its max batch and are the batcher's preferred sizes,
 so the runner and the batcher agree on sizes whatever the trial. A native-backend GPU version also gets
 the late ``jit_optimize`` axis (``off``/``on``: its graphs capture TorchScript's plain or optimised
@@ -37,7 +37,7 @@ from typing import Any
 
 from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, problems, to_pbtxt
-from tritonkit.convert.execution import BUCKET_STYLES, bucket_ladder, bucket_style, preferred_sizes
+from tritonkit.convert.spec.execution import BUCKET_STYLES, bucket_ladder, bucket_style, preferred_sizes
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.search import Axis
 from tritonkit.tune.traffic import (

@@ -33,7 +33,7 @@ import yaml
 from tritonkit.atomic import write_text
 from tritonkit.backends.native import BACKEND as NATIVE_BACKEND
 from tritonkit.config import ModelConfig
-from tritonkit.convert.buildspec import load_spec, parse_spec
+from tritonkit.convert.spec.buildspec import load_spec, parse_spec
 from tritonkit.errors import TritonKitError
 from tritonkit.tune.apply import write_as_model, write_config
 from tritonkit.tune.space import apply_point, jit_on

@@ -296,12 +296,12 @@ def export_program(
     it on ``device``, with its inputs' dtypes) traced once per bucket in ``buckets`` and the max batch,
     as methods ``b<N>`` that cast to the program's dtypes and to the config's output dtypes, each made
     device-free. A build passes every bucket a tuned config may name
-    (``tritonkit.convert.execution.method_buckets``).
+    (``tritonkit.convert.spec.execution.method_buckets``).
 
     ``shapes``: the version's shape buckets (the config's -1 dims are their axes): one method per
     (batch bucket, shape bucket), ``b<N>_s<edges>`` (:func:`method_names`), each traced on inputs
     padded to its edges. The config then carries the buckets as its parameter ``shape_buckets``, which
-    the backend reads (``tritonkit.convert.buckets.apply_buckets``)."""
+    the backend reads (``tritonkit.convert.targets.buckets.apply_buckets``)."""
     import warnings  # noqa: PLC0415
 
     import torch  # noqa: PLC0415 (torch is heavy and optional (convert extra))

@@ -1,6 +1,6 @@
 """tritonkit text-embedding runner: a Triton python-backend model that turns sentences into embeddings.
 
-Copied by the MiniLM builds (:mod:`tritonkit.convert.flagship.minilm`) into
+Copied by the MiniLM builds (:mod:`tritonkit.convert.graph.flagship.minilm`) into
 ``<model>/<version>/model.py``, next to ``model.onnx`` (a sentence-transformers encoder exported with
 mean pooling and L2 normalisation inside the graph) and ``tokenizer.json``. Self-contained on
 purpose: it runs inside the python-backend stub and imports nothing from tritonkit.
