@@ -28,7 +28,7 @@ from tritonkit.config import load, save
 from tritonkit.measure.levels import LevelResult, MeasureOptions, Measurer
 from tritonkit.measure.loadgen import Level, Target, WindowSpec
 from tritonkit.measure.stats import StabilityRule
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.tune.apply import RepositoryApi
 from tritonkit_bench.gpu_models import PARTS, build_part, examples, runner
 
@@ -182,7 +182,9 @@ def main() -> int:
         "--backend-config=python,shm-growth-byte-size=16777216",
     ]
     started = time.monotonic()
-    with EmbeddedServer(root, startup_timeout=600.0, extra_args=extra, log_file=out / "server.log") as server:
+    with EmbeddedServer(
+        root, ServerOptions(startup_timeout=600.0, extra_args=extra, log_file=out / "server.log")
+    ) as server:
         report["server_start_s"] = round(time.monotonic() - started, 2)
         client = grpcclient.InferenceServerClient(server.grpc_url)
         headers = grpc_headers(server.admin_headers) or {}
@@ -199,7 +201,10 @@ def main() -> int:
                         f"avg batch {row['avg_batch']:.1f}, errors {row['errors']} {row['first_error']}")  # fmt: skip
     started = time.monotonic()
     with EmbeddedServer(
-        root, model_control_mode="explicit", startup_timeout=600.0, log_file=out / "server-explicit.log"
+        root,
+        ServerOptions(
+            model_control_mode="explicit", startup_timeout=600.0, log_file=out / "server-explicit.log"
+        ),
     ) as server:
         api = RepositoryApi(server.http_url, server.admin_headers)
         for n in range(3):

@@ -41,7 +41,7 @@ sys.path[:0] = [str(SRC / "tools"), str(SRC)]
 
 from tritonkit.config import save  # noqa: E402
 from tritonkit.config.model_config import InstanceGroup, ModelConfig, TensorConfig  # noqa: E402
-from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions  # noqa: E402
 
 SUM = """
 import numpy as np
@@ -148,7 +148,7 @@ def main() -> int:
         "| model | concurrency | direct inf/s | guard inf/s | ratio | direct p50 ms | guard p50 ms | p50 +ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    with EmbeddedServer(repo, exit_timeout=1, guard=True) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1, guard=True)) as server:
         assert server._triton_grpc_port is not None
         urls = {"direct": f"127.0.0.1:{server._triton_grpc_port}", "guard": server.grpc_url}
         for model in models:

@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 from tritonkit import cli  # noqa: E402
-from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions  # noqa: E402
 
 MODULE = '''
 import torch
@@ -96,7 +96,7 @@ def main() -> int:
     rng = np.random.default_rng(1)
     lengths = [int(n) for n in rng.integers(1, 33, size=64)]
     requests = [rng.integers(1, 50, (1, n)).astype(np.int64) for n in lengths]
-    with EmbeddedServer(repo, log_verbose=1) as server:
+    with EmbeddedServer(repo, ServerOptions(log_verbose=1)) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         for name in ("tokens_fp32", "tokens_fp16"):
             before = client.get_inference_statistics(name).model_stats[0].execution_count

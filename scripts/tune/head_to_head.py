@@ -24,7 +24,7 @@ from pathlib import Path
 from tritonkit.config import from_dict, save
 from tritonkit.measure.levels import MeasureOptions, Measurer, sweep
 from tritonkit.measure.loadgen import Level, Target, WindowSpec
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 LEVELS = (4, 8, 12, 16, 24, 32)
 
@@ -43,7 +43,9 @@ def main(out: Path, model_dir: Path, rounds: int) -> None:
             save(cfg, repo / name / "config.pbtxt")
         loads = [f"--load-model={search}_winner" for search in runs]
         options = MeasureOptions(window=WindowSpec(1.0))
-        with EmbeddedServer(repo, model_control_mode="explicit", extra_args=loads, exit_timeout=1) as server:
+        with EmbeddedServer(
+            repo, ServerOptions(model_control_mode="explicit", extra_args=loads, exit_timeout=1)
+        ) as server:
             for r in range(rounds):
                 for search in ("brute", "quick") if r % 2 == 0 else ("quick", "brute"):
                     target = Target(server.http_url, f"{search}_winner", "http", headers=server.admin_headers)

@@ -37,7 +37,7 @@ from tritonkit.measure.levels import MeasureOptions, Measurer  # noqa: E402
 from tritonkit.measure.loadgen import Level, Target, WindowSpec  # noqa: E402
 from tritonkit.measure.perf_analyzer import PerfAnalyzerMeasurer  # noqa: E402
 from tritonkit.measure.stats import StabilityRule  # noqa: E402
-from tritonkit.serve.embedded import EmbeddedServer  # noqa: E402
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions  # noqa: E402
 
 MODELS = {"small": "FP32 [4] (16 B)", "image": "FP32 [3, 224, 224] (602 KB)"}
 CLIENTS = ("perf_analyzer", "tritonkit, socket (as run)", "tritonkit, grpcio stub (before)")
@@ -92,7 +92,7 @@ def main() -> int:
         window=WindowSpec(args.seconds), stability=StabilityRule(3, 0.5), max_windows=8, workers=1
     )
     figures: dict[tuple[str, str], list[float]] = {}
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         for _ in range(args.rounds):
             for model in MODELS:
                 for client in CLIENTS:

@@ -28,7 +28,7 @@ from tritonkit.convert.spec.execution import ServingSpec, plan_execution
 from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import ServerError, SpecError
 from tritonkit.repository.check import check_repository, executions
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
 
@@ -100,7 +100,7 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(native_repo: Path) -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(native_repo, exit_timeout=1) as running:
+    with EmbeddedServer(native_repo, ServerOptions(exit_timeout=1)) as running:
         yield running
 
 
@@ -232,7 +232,10 @@ def test_a_bucket_without_a_method_fails_to_load_with_one_line(native_repo: Path
     config = load(path)
     config.parameters["batch_buckets"] = "1,3,8"  # the program was traced for the fine and pow2 ladders
     save(config, path)
-    with pytest.raises(ServerError, match="no method b3"), EmbeddedServer(repo, exit_timeout=1):
+    with (
+        pytest.raises(ServerError, match="no method b3"),
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)),
+    ):
         pass
 
 
@@ -246,7 +249,7 @@ def test_a_server_stopped_under_load_with_an_answer_thread_exits_cleanly(
     repo = tmp_path / "repo"
     repo.mkdir()
     shutil.copytree(native_repo / "answering", repo / "answering")
-    server = EmbeddedServer(repo, exit_timeout=5).start()
+    server = EmbeddedServer(repo, ServerOptions(exit_timeout=5)).start()
     x, mask = _feeds(1, 4)
     want = _expected(x, mask)[0]
 
@@ -289,7 +292,7 @@ def test_a_bad_backend_parameter_fails_to_load_with_one_line(
     config = load(path)
     config.parameters[key] = value
     save(config, path)
-    with pytest.raises(ServerError, match=message), EmbeddedServer(repo, exit_timeout=1):
+    with pytest.raises(ServerError, match=message), EmbeddedServer(repo, ServerOptions(exit_timeout=1)):
         pass
 
 
@@ -314,7 +317,7 @@ def test_a_half_io_version_takes_and_answers_fp16_through_the_native_backend(tmp
     with torch.no_grad():
         y, s = _module().half()(torch.from_numpy(half), torch.from_numpy(mask))
     with (
-        EmbeddedServer(repo, exit_timeout=1) as running,
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as running,
         httpclient.InferenceServerClient(running.http_url) as client,
     ):
 

@@ -43,7 +43,7 @@ from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import ServerError
 from tritonkit.repository.check import check_repository, executions
 from tritonkit.repository.onnx_io import GraphIO
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the native backend needs g++ to compile")
 
@@ -164,7 +164,7 @@ def native_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(native_repo: Path) -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(native_repo, exit_timeout=1, log_verbose=1) as running:
+    with EmbeddedServer(native_repo, ServerOptions(exit_timeout=1, log_verbose=1)) as running:
         yield running
 
 
@@ -451,7 +451,10 @@ def test_shape_buckets_the_program_or_config_cannot_serve_fail_to_load_with_one_
         {**json.loads(config.parameters["shape_buckets"]), **change}
     )
     save(config, path)
-    with pytest.raises(ServerError, match=re.escape(message)), EmbeddedServer(repo, exit_timeout=1):
+    with (
+        pytest.raises(ServerError, match=re.escape(message)),
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)),
+    ):
         pass
 
 

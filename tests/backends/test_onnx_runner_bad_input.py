@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit import config
 from tritonkit.backends.runners import runner_path
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
 
@@ -99,7 +99,7 @@ def _build(repo: Path) -> None:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo = tmp_path_factory.mktemp("repo")
     _build(repo)
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         yield server
 
 

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonkit import config
 from tritonkit.backends.runners import runner_path
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.serve.process import stubs_of
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -47,7 +47,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
         parameters={"mode": "tokenize", "max_seq_length": str(MAX_TOKENS)},
     )
     config.save(cfg, repo / "tok" / "config.pbtxt")
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         yield server
 
 

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit.config import load, save
 from tritonkit.convert.spec.execution import ServingSpec, plan_execution
 from tritonkit.convert.targets.torch_program import write_torch_version
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 pytestmark = pytest.mark.slow  # a torch version built and served per test: seconds each
 
@@ -125,7 +125,7 @@ def test_a_bad_request_in_a_batch_fails_alone(tmp_path: Path) -> None:
     _write(root, "m", module, delay_us=2_000_000, preferred=[4])
     requests = [_rows(1, seed) for seed in range(4)]
     requests[2][0][0, 1] = VOCAB + 40  # a token id outside the embedding
-    with EmbeddedServer(root, exit_timeout=1) as server:
+    with EmbeddedServer(root, ServerOptions(exit_timeout=1)) as server:
         answers = _concurrently(server.grpc_url, "m", requests)
         client = grpcclient.InferenceServerClient(server.grpc_url)
         batches = {

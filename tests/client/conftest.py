@@ -22,7 +22,7 @@ from tests.support.python_models import model_source
 from tritonkit.client import Client
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, save
 from tritonkit.convert.onnx_import import import_onnx
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 PROTOCOLS = ("http", "grpc")
 
@@ -139,7 +139,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(repo: Path) -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(repo, exit_timeout=1) as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as srv:
         yield srv
 
 

@@ -27,7 +27,7 @@ from tritonkit.client import AsyncClient, Client
 from tritonkit.client.buckets import InputTooLongError, cut_outputs, pad_request
 from tritonkit.client.errors import InvalidInputError
 from tritonkit.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, save
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 PROTOCOLS = ("http", "grpc")
 BUCKETS = Buckets(
@@ -84,7 +84,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     repo = tmp_path_factory.mktemp("buckets") / "repo"
     _padded_model(repo, "padded", "client")
     _padded_model(repo, "served", "server")  # the server pads: the client only refuses
-    with EmbeddedServer(repo, exit_timeout=1) as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as srv:
         yield srv
 
 

@@ -29,7 +29,7 @@ from tritonkit.client import (
 )
 from tritonkit.client.codec import AnswerError, MissingOutputError
 from tritonkit.client.errors import map_error
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 from tritonkit.serve.options import DEFAULT_RESTRICTED_APIS
 
 X = {"X": np.ones((1, 4), np.float32)}
@@ -165,7 +165,8 @@ def test_headers_reach_the_server_on_infer(repo: Path, tmp_path: Path) -> None:
     shutil.copytree(repo / "add", tmp_path / "repo" / "add")
     x = {"X": np.ones((1, 4), np.float32)}
     with EmbeddedServer(
-        tmp_path / "repo", restricted_apis=(*DEFAULT_RESTRICTED_APIS, "inference"), exit_timeout=1
+        tmp_path / "repo",
+        ServerOptions(restricted_apis=(*DEFAULT_RESTRICTED_APIS, "inference"), exit_timeout=1),
     ) as server:
         for protocol in ("http", "grpc"):
             url = server.http_url if protocol == "http" else server.grpc_url

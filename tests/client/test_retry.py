@@ -25,7 +25,7 @@ from tritonkit.client import (
 )
 from tritonkit.client.errors import InvalidArgumentError, QueueFullError
 from tritonkit.errors import ServerError
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 
 X = np.ones((1, 4), np.float32)
 PATIENT = RetryPolicy(max_attempts=1000, initial_backoff=0.05, max_backoff=0.3, deadline=60.0)
@@ -100,7 +100,7 @@ def _restart(repo: Path, ports: dict[str, int]) -> EmbeddedServer:
     is only stopped once the calls are over: it has nothing in flight to wait for."""
     for attempt in range(5):
         try:
-            return EmbeddedServer(repo, exit_timeout=0, **ports).start()
+            return EmbeddedServer(repo, ServerOptions(exit_timeout=0, **ports)).start()
         except ServerError:
             if attempt == 4:
                 raise
@@ -116,7 +116,7 @@ def test_server_started_late(small_repo: Path, protocol: str) -> None:
 
     def start_later() -> None:
         time.sleep(1.0)
-        started.append(EmbeddedServer(small_repo, exit_timeout=0, **ports).start())
+        started.append(EmbeddedServer(small_repo, ServerOptions(exit_timeout=0, **ports)).start())
 
     thread = threading.Thread(target=start_later)
     thread.start()
@@ -139,7 +139,7 @@ def test_server_started_late(small_repo: Path, protocol: str) -> None:
 def test_server_restarted_mid_run(small_repo: Path, protocol: str, timeout: float | None) -> None:
     """Without a deadline, infer makes the first attempt inline and _call goes on from its failure."""
     ports = _ports()
-    server = EmbeddedServer(small_repo, exit_timeout=1, **ports).start()
+    server = EmbeddedServer(small_repo, ServerOptions(exit_timeout=1, **ports)).start()
     outcomes: list[str] = []
     stop = threading.Event()
     calls = 0
@@ -184,7 +184,7 @@ def test_server_restarted_mid_run(small_repo: Path, protocol: str, timeout: floa
 def test_async_server_restarted_mid_run(small_repo: Path, protocol: str) -> None:
     """AsyncClient tasks ride out a restart: every call returns or raises, and calls after it succeed."""
     ports = _ports()
-    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+    servers = [EmbeddedServer(small_repo, ServerOptions(exit_timeout=1, **ports)).start()]
     outcomes: list[str] = []
 
     async def main() -> int:
@@ -341,7 +341,7 @@ def test_kill9_restart_with_default_policy_fails_no_call(small_repo: Path, proto
     retried. With the default policy and a 10 s deadline, every call across a kill -9 and restart
     on the same ports succeeds."""
     ports = _ports()
-    servers = [EmbeddedServer(small_repo, exit_timeout=1, **ports).start()]
+    servers = [EmbeddedServer(small_repo, ServerOptions(exit_timeout=1, **ports)).start()]
 
     def restart() -> None:
         pid = servers[-1].pid

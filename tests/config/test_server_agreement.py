@@ -22,7 +22,7 @@ from tritonkit.config import (
     WarmupInput,
 )
 from tritonkit.errors import ModelLoadError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 AddModel = Callable[[Path, ModelConfig], Path]
 
@@ -58,7 +58,7 @@ def test_server_reports_the_config_it_was_given(tmp_path: Path, add_model: AddMo
     cfg = served_config()
     assert config.problems(cfg) == []
     add_model(tmp_path, cfg)
-    with EmbeddedServer(tmp_path, response_cache_bytes=1 << 20, exit_timeout=1) as server:
+    with EmbeddedServer(tmp_path, ServerOptions(response_cache_bytes=1 << 20, exit_timeout=1)) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         try:
             seen = client.get_model_config(cfg.name)
@@ -132,7 +132,7 @@ def test_server_refuses_what_validation_refuses(tmp_path: Path, add_model: AddMo
         add_model(repo, cfg)
     log = tmp_path / "tritonserver.log"
     with pytest.raises(ModelLoadError):
-        EmbeddedServer(repo, log_file=log).start()
+        EmbeddedServer(repo, ServerOptions(log_file=log)).start()
     lines = log.read_text(errors="replace").splitlines()
     for cfg in REFUSED:
         failed = [

@@ -14,7 +14,7 @@ from tritonkit.convert.graph.flagship import flagship_spec
 from tritonkit.convert.pipeline import BuildResult, build_all, build_from_spec
 from tritonkit.convert.spec.buildspec import with_overrides
 from tritonkit.errors import ModelImportError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +41,7 @@ def flagship_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 @pytest.fixture(scope="session")
 def flagship_server(flagship_repo: tuple[Path, list[BuildResult]]) -> Iterator[object]:
 
-    with EmbeddedServer(flagship_repo[0], startup_timeout=240.0, exit_timeout=1) as server:
+    with EmbeddedServer(flagship_repo[0], ServerOptions(startup_timeout=240.0, exit_timeout=1)) as server:
         yield server
 
 

@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonkit.config import InstanceGroup
 from tritonkit.convert.spec.execution import ExecutionPlan
 from tritonkit.convert.targets.torch_program import export_program, half_module, write_torch_version
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 
 class CachedBias(torch.nn.Module):
@@ -95,7 +95,7 @@ def test_an_fp16_program_of_a_cached_module_exports_runs_and_serves(tmp_path: Pa
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     with (
-        EmbeddedServer(repo, exit_timeout=1) as server,
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server,
         httpclient.InferenceServerClient(server.http_url) as client,
     ):
         request = httpclient.InferInput("X", [3, 8], "FP32")

@@ -20,7 +20,7 @@ from tritonkit.cli import main
 from tritonkit.config import ModelConfig
 from tritonkit.convert.spec.buildspec import BatchingSpec, QueueSpec, apply_queue_policy, parse_spec
 from tritonkit.errors import SpecError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 # Echo after 0.3 s: the server's one instance is busy long enough for the queue to fill.
 SLOW_RUNNER = """
@@ -126,7 +126,7 @@ def test_full_queue_rejects_fast_and_accepted_requests_succeed(tmp_path: Path) -
         finally:
             client.close()
 
-    with EmbeddedServer(repo, exit_timeout=5) as server, ThreadPoolExecutor(24) as pool:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=5)) as server, ThreadPoolExecutor(24) as pool:
         results = list(pool.map(call, range(24)))
     accepted = [t for what, t in results if what == "ok"]
     rejected = [(what, t) for what, t in results if what != "ok"]

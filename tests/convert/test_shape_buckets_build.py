@@ -23,7 +23,7 @@ from tritonkit import cli
 from tritonkit.backends.runners.shape_buckets import Buckets
 from tritonkit.config import load
 from tritonkit.convert.graph.export import TorchSource
-from tritonkit.serve import EmbeddedServer
+from tritonkit.serve import EmbeddedServer, ServerOptions
 
 EDGES = [8, 16, 32]
 
@@ -117,7 +117,7 @@ def test_check_names_the_buckets(built: Path, capsys: pytest.CaptureFixture[str]
 def test_mixed_lengths_batch_in_one_execute_and_come_back_at_their_own_length(built: Path) -> None:
     module = tokens().module
     lengths = [3, 9, 17, 32, 5, 12, 30, 8, 1, 20, 15, 26]
-    with EmbeddedServer(built, exit_timeout=1) as server:
+    with EmbeddedServer(built, ServerOptions(exit_timeout=1)) as server:
         url = server.http_url
         _infer(url, 4, 99)  # warm
         before = http.InferenceServerClient(url).get_inference_statistics("tokens_fp32")["model_stats"][0]
@@ -147,7 +147,7 @@ def test_mixed_lengths_batch_in_one_execute_and_come_back_at_their_own_length(bu
 
 @pytest.mark.slow
 def test_a_request_above_the_last_bucket_is_refused_in_one_line(built: Path) -> None:
-    with EmbeddedServer(built, exit_timeout=1) as server:
+    with EmbeddedServer(built, ServerOptions(exit_timeout=1)) as server:
         with pytest.raises(InferenceServerException) as caught:
             _infer(server.http_url, 33, 0)
         _infer(server.http_url, 32, 0)  # still serving

@@ -22,7 +22,7 @@ from tritonkit.config import DynamicBatching, ModelConfig, TensorConfig, load, s
 from tritonkit.convert.spec.execution import ServingSpec, plan_execution
 from tritonkit.convert.targets.buckets import apply_buckets
 from tritonkit.convert.targets.torch_program import write_torch_version
-from tritonkit.serve import EmbeddedServer
+from tritonkit.serve import EmbeddedServer, ServerOptions
 
 BUCKETS = Buckets(
     axes={"seq": (8, 16, 32)},
@@ -72,7 +72,7 @@ def test_torch_runner_pads_batches_and_cuts_mixed_lengths(tmp_path: Path) -> Non
     rng = np.random.default_rng(3)
     lengths = [2, 31, 9, 16, 17, 5, 32, 11]
     sent = [rng.integers(1, 100, (1 + i % 2, n)).astype(np.int64) for i, n in enumerate(lengths)]
-    with EmbeddedServer(tmp_path / "repo", exit_timeout=1) as server:
+    with EmbeddedServer(tmp_path / "repo", ServerOptions(exit_timeout=1)) as server:
         url = server.http_url
         _call(url, sent[0])
         with http.InferenceServerClient(url) as client:

@@ -27,7 +27,7 @@ from tritonkit.convert.spec.execution import (
 from tritonkit.convert.spec.gpu_profiles import PROFILES
 from tritonkit.convert.targets.torch_program import write_torch_version
 from tritonkit.errors import AccuracyError, BuildError, SpecError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 
 def _runner() -> ModuleType:
@@ -187,7 +187,7 @@ def test_export_writes_a_version_that_serves_on_the_cpu(tmp_path: Path) -> None:
     want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
     # The client is closed before the server stops: Triton waits out its exit timeout for an open connection.
     with (
-        EmbeddedServer(tmp_path / "repo", exit_timeout=1) as server,
+        EmbeddedServer(tmp_path / "repo", ServerOptions(exit_timeout=1)) as server,
         httpclient.InferenceServerClient(server.http_url) as client,
     ):
         inputs = [httpclient.InferInput("X", [5, 8], "FP32"), httpclient.InferInput("MASK", [5, 3], "INT64")]
@@ -253,7 +253,7 @@ def test_fast_path_answers_with_numpy_and_dlpack_and_logs_its_host_time(tmp_path
     want = module(torch.from_numpy(x), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
     log = tmp_path / "server.log"
     with (
-        EmbeddedServer(tmp_path / "repo", log_file=log, exit_timeout=1) as server,
+        EmbeddedServer(tmp_path / "repo", ServerOptions(log_file=log, exit_timeout=1)) as server,
         httpclient.InferenceServerClient(server.http_url) as client,
     ):
         for exchange in ("numpy", "dlpack"):
@@ -303,7 +303,7 @@ def test_an_fp16_program_with_half_io_takes_and_answers_fp16_on_the_server(tmp_p
     mask = np.ones((3, 3), dtype=np.int64)
     want = module(torch.from_numpy(x).float(), torch.from_numpy(mask)).detach().numpy()  # type: ignore[operator]
     with (
-        EmbeddedServer(repo, exit_timeout=1) as server,
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server,
         httpclient.InferenceServerClient(server.http_url) as client,
     ):
         config = client.get_model_config("tiny")

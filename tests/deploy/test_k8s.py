@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit import deploy
 from tritonkit.errors import DeployError
 from tritonkit.loadtest.scenarios import SCENARIOS
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 Obj = dict[str, Any]
 Rendered = Callable[[str], list[Obj]]
@@ -462,7 +462,7 @@ def test_rendered_args_run_on_real_triton_and_restrict_apis(
     ]
     assert len(local) == len(args) - 5
     header = {"tritonkit-admin-key": key}
-    with EmbeddedServer(tmp_path, restricted_apis=(), extra_args=local) as server:
+    with EmbeddedServer(tmp_path, ServerOptions(restricted_apis=(), extra_args=local)) as server:
         base = f"http://{server.http_url}"
         assert _status(f"{base}/v2/health/ready") == 200  # probes need no key
         assert _status(f"{base}/v2/health/live") == 200

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tritonkit import deploy
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 from tritonkit_bench.probe_model import write_probe_model
 
 Obj = dict[str, Any]
@@ -67,7 +67,7 @@ def test_master_and_worker_run_the_project_locustfile(
 
     repo = tmp_path / "repo"
     write_probe_model(repo, "probe_add")
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         scenario = _scenario(objects)
         scenario.update(
             http_url=server.http_url,

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record
 from .support import (
@@ -323,7 +323,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     repo: Path = tmp_path_factory.mktemp("repo")
     write_add_one(repo)
     write_text_len(repo)
-    with EmbeddedServer(repo, guard=True, exit_timeout=2) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=2)) as server:
         yield server
 
 

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 
 from tritonkit.cli import main
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record, Scale
 
@@ -89,7 +89,7 @@ def test_kill_9_during_build(
     error = ""
     if code == 0:
         try:
-            with EmbeddedServer(repo, exit_timeout=2) as server:
+            with EmbeddedServer(repo, ServerOptions(exit_timeout=2)) as server:
                 client = httpclient.InferenceServerClient(server.http_url)
                 tensor = httpclient.InferInput("X", [1, width], "FP32")
                 tensor.set_data_from_numpy(np.ones((1, width), np.float32))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record, Scale
 from .support import grpc_ready_and_good, http_good, write_add_one
@@ -28,7 +28,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     repo: Path = tmp_path_factory.mktemp("repo")
     write_add_one(repo)
     with EmbeddedServer(
-        repo, guard=True, exit_timeout=2, log_file=tmp_path_factory.mktemp("log") / "server.log"
+        repo,
+        ServerOptions(guard=True, exit_timeout=2, log_file=tmp_path_factory.mktemp("log") / "server.log"),
     ) as server:
         yield server
 

@@ -18,7 +18,7 @@ from tests.faults.grpc_raw import hold_call, raw_call
 from tests.faults.support import grpc_ready_and_good, grpc_stub, wait_until, write_add_one
 from tritonclient.grpc import service_pb2
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 pytestmark = pytest.mark.faults
 
@@ -30,7 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     repo = tmp_path_factory.mktemp("grpc-guard") / "repo"
     repo.mkdir()
     write_add_one(repo)  # X[FP32, 4], max batch 8
-    with EmbeddedServer(repo, exit_timeout=1, guard=True, max_body_bytes=64 * MIB) as running:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1, guard=True, max_body_bytes=64 * MIB)) as running:
         yield running
 
 
@@ -128,7 +128,7 @@ def test_budget_across_connections(tmp_path: Path, record: Record) -> None:
     repo.mkdir()
     write_add_one(repo)
     with EmbeddedServer(
-        repo, exit_timeout=1, guard=True, max_body_bytes=4 * MIB, max_inflight_bytes=6 * MIB
+        repo, ServerOptions(exit_timeout=1, guard=True, max_body_bytes=4 * MIB, max_inflight_bytes=6 * MIB)
     ) as server:
         guard = server._grpc
         assert guard is not None

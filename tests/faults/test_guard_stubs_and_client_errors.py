@@ -25,7 +25,7 @@ from tests.support.python_models import ADD_ONE
 from tritonkit.client import Client, InvalidInputError
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, save
 from tritonkit.errors import TritonKitError
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 from tritonkit.serve.process import stubs_of
 
 from .conftest import Record, Scale
@@ -43,7 +43,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_compressed_request_through_the_guard(repo: Path, record: Record, algorithm: str) -> None:
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         x = httpclient.InferInput("X", [1, 4], "FP32")
         x.set_data_from_numpy(np.arange(4, dtype=np.float32).reshape(1, 4))
@@ -66,7 +66,7 @@ def test_trickled_bodies_stay_within_the_budget(tmp_path: Path, fault_scale: Sca
     budget = 32 << 20
     clients = 24
     server = EmbeddedServer(
-        repo, guard=True, exit_timeout=1, max_body_bytes=64 << 20, max_inflight_bytes=budget
+        repo, ServerOptions(guard=True, exit_timeout=1, max_body_bytes=64 << 20, max_inflight_bytes=budget)
     )
     me = psutil.Process()
     with server:
@@ -132,7 +132,7 @@ def _status(port: int, path: str) -> int:
 
 
 def test_readiness_false_while_a_stub_is_stopped(repo: Path, record: Record) -> None:
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         assert server.pid is not None
         (stub,) = stubs_of(server.pid, server._stub_path())
         os.kill(stub.pid, signal.SIGSTOP)
@@ -293,7 +293,7 @@ def not_triton() -> Iterator[dict[str, str]]:
 
 def test_client_errors_are_tritonkit_errors(repo: Path, record: Record, not_triton: dict[str, str]) -> None:
     x = {"X": np.ones((1, 4), np.float32)}
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         targets = {
             "metrics port": f"127.0.0.1:{server.metrics_port}",
             "200 with an empty body": not_triton["empty"],
@@ -339,7 +339,7 @@ def test_grpc_shape_beyond_what_triton_checks(repo: Path, record: Record) -> Non
         save(config, unbatched / "add_one" / "config.pbtxt")
     x = np.broadcast_to(np.ones((1, 4), np.float32), (2**32 + 1, 4))
     with (
-        EmbeddedServer(unbatched, exit_timeout=1) as server,
+        EmbeddedServer(unbatched, ServerOptions(exit_timeout=1)) as server,
         Client(server.grpc_url, protocol="grpc") as client,
     ):
         try:
@@ -389,7 +389,7 @@ def test_guard_cost_is_measured(tmp_path: Path, fault_scale: Scale, record: Reco
     )
     seconds, rounds = (5, 3) if fault_scale.form == "full" else (2, 1)
     direct, guarded, failures = [], [], 0
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         path = "/v2/models/add_one/infer"
         triton = f"http://127.0.0.1:{server._port_of_triton_http()}{path}"
         guard = f"http://127.0.0.1:{server.http_port}{path}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record, Scale
 from .load import Load
@@ -36,7 +36,7 @@ def test_fault_mid_load(tmp_path: Path, fault_scale: Scale, record: Record, prot
     repo = tmp_path / "repo"
     write_add_one(repo, seconds=0.02)
     shm_before = shm_regions()
-    server = EmbeddedServer(repo, guard=True, exit_timeout=5).start()
+    server = EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=5)).start()
     ports = {
         "http_port": server.http_port,
         "grpc_port": server.grpc_port,
@@ -59,7 +59,7 @@ def test_fault_mid_load(tmp_path: Path, fault_scale: Scale, record: Record, prot
     server.stop()
 
     restart_at = time.monotonic()
-    again = EmbeddedServer(repo, guard=True, exit_timeout=5, **ports).start()
+    again = EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=5, **ports)).start()
     try:
         if protocol == "http":
             served = wait_until(lambda: http_good(again.http_port), 30)

@@ -19,7 +19,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tritonkit.config.model_config import QueuePolicy
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record, Scale
 from .support import grpc_good_request, grpc_stub, write_add_one
@@ -97,7 +97,7 @@ def test_overload_with_a_queue_policy(tmp_path: Path, fault_scale: Scale, record
     policy = QueuePolicy(max_queue_size=QUEUE_SIZE, default_timeout_microseconds=int(QUEUE_TIMEOUT_S * 1e6))
     write_add_one(repo, seconds=0.05, queue=policy)
     assert "max_queue_size: 16" in (repo / "add_one" / "config.pbtxt").read_text()
-    with EmbeddedServer(repo, exit_timeout=2) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=2)) as server:
         assert server.pid is not None
         channel, stub = grpc_stub(server.grpc_url)
         request = grpc_good_request()

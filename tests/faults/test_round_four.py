@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 from tritonkit.cli import main
 from tritonkit.errors import ServerError
 from tritonkit.serve import embedded as embedded_module
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.tune import trial_log
 
 from .conftest import Record, Scale
@@ -93,7 +93,7 @@ def budget_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
     root: Path = tmp_path_factory.mktemp("budget")
     write_add_one(root)
     server = EmbeddedServer(
-        root, guard=True, exit_timeout=1, max_body_bytes=2 << 20, max_inflight_bytes=16 << 20
+        root, ServerOptions(guard=True, exit_timeout=1, max_body_bytes=2 << 20, max_inflight_bytes=16 << 20)
     )
     with server:
         yield server
@@ -136,7 +136,7 @@ def test_guard_returns_memory_after_large_bodies(repo: Path, fault_scale: Scale,
     me = psutil.Process()
     rounds = 2 if fault_scale.form == "full" else 1
     growths, peaks = [], []
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         time.sleep(0.5)
         before = me.memory_info().rss
         for _ in range(rounds):
@@ -175,7 +175,7 @@ def test_parameter_map_capped(repo: Path, record: Record) -> None:
             "inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}],
         }
     ).encode()
-    with EmbeddedServer(repo, guard=True, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=1)) as server:
         started = time.monotonic()
         status, message = raw_http(server.http_port, http_request("POST", _INFER, body), timeout=10)
         seconds = time.monotonic() - started
@@ -242,7 +242,7 @@ def test_files_from_elsewhere(
     captured = capsys.readouterr()
     named = [line for line in (captured.out + captured.err).splitlines() if "add_one" in line]
     try:
-        with EmbeddedServer(root, guard=True, exit_timeout=1) as server:
+        with EmbeddedServer(root, ServerOptions(guard=True, exit_timeout=1)) as server:
             served = f"served (infer {'200' if http_good(server.http_port) else 'failed'})"
     except ServerError as exc:
         served = str(exc)
@@ -374,7 +374,7 @@ def test_full_disk_under_the_log(
     """Triton logging every request onto a disk that fills: every request still answered."""
     count = 400 if fault_scale.form == "full" else 200
     server = EmbeddedServer(
-        repo, guard=True, exit_timeout=2, log_file=tiny_disk / "server.log", log_verbose=1
+        repo, ServerOptions(guard=True, exit_timeout=2, log_file=tiny_disk / "server.log", log_verbose=1)
     )
     with server:
         started = time.monotonic()

@@ -14,7 +14,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from tritonkit.client.protocol import grpc_headers
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 from .conftest import Record
 from .support import GOOD_JSON, grpc_stub, http_request, raw_http, write_add_one
@@ -43,7 +43,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     repo: Path = tmp_path_factory.mktemp("repo")
     write_add_one(repo)
     log = tmp_path_factory.mktemp("log") / "server.log"
-    with EmbeddedServer(repo, guard=True, exit_timeout=2, log_file=log) as server:
+    with EmbeddedServer(repo, ServerOptions(guard=True, exit_timeout=2, log_file=log)) as server:
         yield server
 
 

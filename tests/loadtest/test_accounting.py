@@ -21,7 +21,7 @@ from tritonkit.loadtest.report.metrics import Counters, batch_stats, increase
 from tritonkit.loadtest.report.summary import markdown
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO, Totals
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit_bench.probe_model import write_probe_model
 
 
@@ -163,7 +163,7 @@ def test_restart_mid_run_is_counted_per_segment(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_probe_model(repo, "probe_add", mode="add")
     result: dict[str, Any] = {}
-    first = EmbeddedServer(repo, admin_key="restart-test-key").start()
+    first = EmbeddedServer(repo, ServerOptions(admin_key="restart-test-key")).start()
     options = LoadTestOptions(
         models=[parse_model("probe_add")],
         report_dir=tmp_path / "report",
@@ -187,10 +187,12 @@ def test_restart_mid_run_is_counted_per_segment(tmp_path: Path) -> None:
         first.stop()
         with EmbeddedServer(
             repo,
-            admin_key="restart-test-key",
-            http_port=first.http_port,
-            grpc_port=first.grpc_port,
-            metrics_port=first.metrics_port,
+            ServerOptions(
+                admin_key="restart-test-key",
+                http_port=first.http_port,
+                grpc_port=first.grpc_port,
+                metrics_port=first.metrics_port,
+            ),
         ):
             thread.join(timeout=120)
     finally:

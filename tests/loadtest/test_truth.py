@@ -15,7 +15,7 @@ import pytest
 from tritonkit.loadtest.report import plots
 from tritonkit.loadtest.run import LoadTestOptions, parse_model, run
 from tritonkit.loadtest.slo import SLO
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit_bench.probe_model import write_probe_model
 
 
@@ -55,7 +55,7 @@ def test_restricted_statistics_are_said_not_invented(monkeypatch: pytest.MonkeyP
     repo = tmp_path / "repo"
     write_probe_model(repo, "probe_add", mode="add")
     apis = ("model-repository", "shared-memory", "statistics", "trace", "logging")
-    with EmbeddedServer(repo, restricted_apis=apis) as restricted:
+    with EmbeddedServer(repo, ServerOptions(restricted_apis=apis)) as restricted:
         summary = run(
             LoadTestOptions(
                 models=[parse_model("probe_add")],

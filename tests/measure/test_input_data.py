@@ -21,7 +21,7 @@ from tritonkit.config.tensors import TensorSpec
 from tritonkit.errors import LoadTestError
 from tritonkit.measure.input_data import requests
 from tritonkit.measure.loadgen import Target, WindowSpec
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 FAST = ["--window-s", "0.15", "--stability-pct", "60", "--max-windows", "3", "--timeout-s", "10"]
 
@@ -126,7 +126,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
         outputs=[TensorConfig("OUT", "FP32", [4])], instance_groups=[InstanceGroup(kind="KIND_CPU", count=1)],
     )  # fmt: skip
     (repo / "strict" / "config.pbtxt").write_text(to_pbtxt(config))
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         yield server
 
 

@@ -26,7 +26,7 @@ from tritonkit.measure import eventloop
 from tritonkit.measure.levels import MeasureOptions, Measurer, find_max
 from tritonkit.measure.loadgen import Level, OpenLoop, RawWindow, Target, WindowSpec, _Loop, _Session
 from tritonkit.measure.stats import StabilityRule
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 QUICK = MeasureOptions(window=WindowSpec(0.25), stability=StabilityRule(3, 0.6), max_windows=4)
 
@@ -217,7 +217,7 @@ def test_the_lone_request_client_is_warmed_before_any_window(server: EmbeddedSer
 @pytest.fixture(scope="module")
 def stallable(repo: Path) -> Iterator[EmbeddedServer]:
     """A server of this module's own, to be stopped (SIGSTOP) and resumed."""
-    with EmbeddedServer(repo, exit_timeout=1) as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as srv:
         yield srv
 
 

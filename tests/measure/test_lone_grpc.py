@@ -27,7 +27,7 @@ from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.errors import TritonKitError
 from tritonkit.measure.lone_grpc import LoneGrpcError, LoneGrpcTransport
 from tritonkit.measure.sender import Session, Target
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 #: input name -> (ONNX element type, Triton datatype, NumPy dtype): echoed by ``types`` through Identity
 TYPES = {
@@ -96,7 +96,7 @@ def _repository(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def lone_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(_repository(tmp_path_factory.mktemp("lone")), exit_timeout=1) as srv:
+    with EmbeddedServer(_repository(tmp_path_factory.mktemp("lone")), ServerOptions(exit_timeout=1)) as srv:
         yield srv
 
 
@@ -194,7 +194,7 @@ def test_a_server_restart_reconnects(tmp_path: Path) -> None:
     """Triton's graceful stop sends GOAWAY and closes: the next call goes on a fresh connection, and
     a call while nothing listens fails UNAVAILABLE in one line."""
     repo = _repository(tmp_path)
-    with EmbeddedServer(repo, exit_timeout=1) as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as srv:
         transport = LoneGrpcTransport(srv.grpc_url, srv.admin_headers, 10.0)
         x = np.arange(15, dtype=np.float32).reshape(3, 5)
         inputs = [(n, d, x.astype(t)) for n, (_, d, t) in TYPES.items()]

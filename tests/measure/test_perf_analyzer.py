@@ -25,7 +25,7 @@ from tritonkit.measure import perf_analyzer as pa
 from tritonkit.measure.levels import MeasureOptions
 from tritonkit.measure.loadgen import Level, Target, WindowSpec
 from tritonkit.measure.stats import StabilityRule
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 #: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
 LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10)
@@ -242,7 +242,7 @@ def test_perf_analyzer_sends_tritonkits_requests_not_its_own_random_data(
     (repo / "vocab" / "1").mkdir(parents=True)
     (repo / "vocab" / "1" / "model.py").write_text(VOCAB)
     save(config, repo / "vocab" / "config.pbtxt")
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         target = Target(server.grpc_url, "vocab", "grpc")
         with pa.PerfAnalyzerMeasurer(target, LOOSE, binary, export=False, keep=tmp_path / "kept") as measurer:
             result = measurer.measure(Level("concurrency", 1))

@@ -24,7 +24,7 @@ from tritonkit.convert.onnx_import import import_onnx
 from tritonkit.errors import ModelLoadError, ServerError
 from tritonkit.repository import STAGING_PREFIX, ModelRepository
 from tritonkit.repository.check import check_repository
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 #: Models built a second time with the DLPack tensor exchange forced (the path NumPy-2 hosts take).
 DLPACK_TWINS = ("two_in", "half_bool")
@@ -66,7 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, models: dict[str, onnx.Mode
     sources[BATCHING_MODEL] = sources["seq_sum"]
     import_onnx(sources["seq_sum"], repo, BATCHING_MODEL, max_queue_delay_us=300_000)
     assert check_repository(repo) == []
-    with EmbeddedServer(repo.root, log_file=work / "server.log", exit_timeout=1) as server:
+    with EmbeddedServer(repo.root, ServerOptions(log_file=work / "server.log", exit_timeout=1)) as server:
         yield Served(server, sources)
 
 
@@ -293,7 +293,7 @@ def test_leftover_staging_directory_breaks_triton_which_is_why_check_reports_it(
     assert check_repository(repo)[0].startswith(f"{STAGING_PREFIX}killed: staging directory left")
     with (
         pytest.raises(ServerError, match=f"holds {STAGING_PREFIX}killed, left by an interrupted build"),
-        EmbeddedServer(repo.root, startup_timeout=60),
+        EmbeddedServer(repo.root, ServerOptions(startup_timeout=60)),
     ):
         pass
     import_onnx(source, repo, "again")  # the next write removes it (no live writer)
@@ -308,7 +308,7 @@ def test_runner_load_error_reaches_the_caller(tmp_path: Path, models: dict[str, 
     source = tmp_path / "two_in.onnx"
     onnx.save(models["two_in"], str(source))
     import_onnx(source, repo, "needs_cuda", parameters={"execution_provider": "cuda"})
-    with pytest.raises(ModelLoadError) as err, EmbeddedServer(repo.root, startup_timeout=60):
+    with pytest.raises(ModelLoadError) as err, EmbeddedServer(repo.root, ServerOptions(startup_timeout=60)):
         pass
     assert "needs_cuda" in str(err.value)
     assert "`execution_provider` is cuda but ONNX Runtime offers only" in str(err.value)

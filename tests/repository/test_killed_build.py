@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonkit.errors import ServerError
 from tritonkit.repository import STAGING_PREFIX
 from tritonkit.repository.check import check_repository
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 BIG_FLOATS = 64 * 1024 * 1024  # 256 MB of weights
 
@@ -81,14 +81,14 @@ def test_build_killed_mid_write_is_cleaned_by_the_next_build(tmp_path: Path) -> 
     assert any(line.startswith(f"{leftover.name}: staging directory") for line in check_repository(repo))
 
     with pytest.raises(ServerError, match=f"holds {leftover.name}, left by an interrupted build"):
-        EmbeddedServer(repo, exit_timeout=1).start()
+        EmbeddedServer(repo, ServerOptions(exit_timeout=1)).start()
 
     rebuilt = _build(small, repo)
     _out, err = rebuilt.communicate(timeout=240)
     assert rebuilt.returncode == 0, err.decode()
     assert not leftover.exists()
     assert check_repository(repo) == []
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         try:
             tensor = httpclient.InferInput("X", [1, 2], "FP32")

@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 from tritonkit import config
 from tritonkit.backends.runners import runner_path
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 pytest.importorskip("tokenizers")
 minilm = pytest.importorskip("tritonkit.convert.graph.flagship.minilm")
@@ -92,7 +92,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     broken = _tokenize_model(root, "broken", tokenizer)
     (broken / "model.py").write_text("def initialize(self:\n")
     _wide_text_model(root, tokenizer)
-    with EmbeddedServer(root, exit_timeout=1, exit_on_error=False, strict_readiness=False) as server:
+    with EmbeddedServer(
+        root, ServerOptions(exit_timeout=1, exit_on_error=False, strict_readiness=False)
+    ) as server:
         yield server
 
 

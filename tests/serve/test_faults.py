@@ -23,7 +23,7 @@ from tritonclient.utils import shared_memory as shm
 from tritonkit.cli import main
 from tritonkit.client.protocol import grpc_headers
 from tritonkit.errors import ModelLoadError
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 from tritonkit.serve.process import stubs_of
 
 
@@ -113,7 +113,7 @@ def test_kill_9_of_the_wrapper_takes_the_server_down(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
-    first = EmbeddedServer(tmp_path, exit_timeout=1).start()
+    first = EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1)).start()
     assert first.pid is not None
     stubs = stubs_of(first.pid, _stub_path(first))
     assert [s.model for s in stubs] == ["add_one"]
@@ -131,7 +131,7 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
         crashed.wait()
         pytest.skip("the killed server's stubs exited by themselves on this host: nothing left to reap")
     assert all(alive(s.pid) for s in stubs) and all(r.exists() for r in regions)
-    with EmbeddedServer(tmp_path, exit_timeout=1) as second:
+    with EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1)) as second:
         assert not any(alive(s.pid) for s in stubs)
         assert not any(r.exists() for r in regions)
         assert second.pid is not None
@@ -144,7 +144,7 @@ def test_stubs_of_a_crashed_server_are_reaped_at_the_next_start(tmp_path: Path) 
 
 def test_stop_after_a_crash_reaps_the_stubs(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
-    server = EmbeddedServer(tmp_path, exit_timeout=1).start()
+    server = EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1)).start()
     assert server.pid is not None
     stubs = stubs_of(server.pid, _stub_path(server))
     os.kill(server.pid, signal.SIGKILL)
@@ -158,7 +158,7 @@ def test_stop_after_a_crash_reaps_the_stubs(tmp_path: Path) -> None:
 # --- 5. a dead stub is noticed --------------------------------------------------------------
 def test_dead_stub_is_reported_while_triton_still_says_ready(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
-    with EmbeddedServer(tmp_path, exit_timeout=1) as server:
+    with EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1)) as server:
         assert server.problems() == []
         assert server.pid is not None
         (stub,) = stubs_of(server.pid, _stub_path(server))
@@ -224,7 +224,7 @@ def test_empty_version_folder_fails_fast_naming_the_model(tmp_path: Path) -> Non
     with pytest.raises(
         ModelLoadError, match=r"model `hollow` version 1 failed to load: Python model file not found"
     ):
-        EmbeddedServer(tmp_path, startup_timeout=60).start()
+        EmbeddedServer(tmp_path, ServerOptions(startup_timeout=60)).start()
     assert time.monotonic() - started < 15
 
 
@@ -234,7 +234,9 @@ def test_server_log_is_rotated_at_its_cap(tmp_path: Path) -> None:
     write_python_model(repo, "add_one", ADD_ONE)
     log = tmp_path / "logs" / "triton.log"
     cap = 64 * 1024
-    with EmbeddedServer(repo, exit_timeout=1, log_verbose=1, log_file=log, log_max_bytes=cap) as server:
+    with EmbeddedServer(
+        repo, ServerOptions(exit_timeout=1, log_verbose=1, log_file=log, log_max_bytes=cap)
+    ) as server:
         raw = httpclient.InferenceServerClient(server.http_url)
         try:
             tensor = httpclient.InferInput("X", [1, 4], "FP32")

@@ -17,7 +17,7 @@ import pytest
 from tests.support.processes import assert_adds_one, http_infer, serve_cli, stop
 from tests.support.python_models import ADD_ONE, SLOW_ADD_ONE, write_python_model
 
-from tritonkit.serve.embedded import EmbeddedServer, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, free_port
 from tritonkit.serve.process import stubs_of
 
 
@@ -83,7 +83,7 @@ def test_chunked_body_is_refused(guarded: EmbeddedServer) -> None:
 
 def test_drain_finishes_accepted_requests_and_serves_nothing_new(tmp_path: Path) -> None:
     write_python_model(tmp_path, "slow", SLOW_ADD_ONE.replace("SECONDS", "0.5"), max_batch_size=0)
-    server = EmbeddedServer(tmp_path, exit_timeout=10, guard=True).start()
+    server = EmbeddedServer(tmp_path, ServerOptions(exit_timeout=10, guard=True)).start()
     body = json.dumps({"inputs": [{"name": "X", "shape": [4], "datatype": "FP32", "data": [0, 0, 0, 0]}]})
     idle = http.client.HTTPConnection(server.http_url, timeout=30)
     idle.request("POST", "/v2/models/slow/infer", body=body)
@@ -119,7 +119,7 @@ def test_drain_finishes_accepted_requests_and_serves_nothing_new(tmp_path: Path)
 
 def test_readiness_is_false_after_a_stub_died(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
-    with EmbeddedServer(tmp_path, exit_timeout=1, guard=True) as server:
+    with EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1, guard=True)) as server:
         conn = http.client.HTTPConnection(server.http_url, timeout=30)
         for path in ("/v2/health/ready", "/v2/models/add_one/ready"):
             conn.request("GET", path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.python_models import ADD_ONE, write_python_model
 
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.serve.reply_queues import DEFAULT_SNDBUF_ROOM, widen_reply_queues
 
 IN_FLIGHT = 1024  # 485 of 1,024 went unanswered on this 2-core host without the widening
@@ -84,7 +84,7 @@ def test_a_thousand_http_inferences_in_flight_are_all_answered(served: EmbeddedS
 def test_the_room_is_left_alone_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONKIT_REPLY_QUEUES", "0")
     write_python_model(tmp_path, "add_one", ADD_ONE)
-    with EmbeddedServer(tmp_path, exit_timeout=1) as plain:
+    with EmbeddedServer(tmp_path, ServerOptions(exit_timeout=1)) as plain:
         assert plain.http_reply_room is None and plain.http_reply_problem is None
 
 

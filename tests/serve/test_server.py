@@ -28,7 +28,7 @@ from tritonkit.errors import (
     ServerNotInstalledError,
     ServerStartTimeoutError,
 )
-from tritonkit.serve.embedded import EmbeddedServer, find_triton, free_port
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions, find_triton, free_port
 from tritonkit.serve.options import ADMIN_HEADER, SERVER_SWITCHES
 
 FAILS_TO_LOAD = """
@@ -49,7 +49,7 @@ class TritonPythonModel:
 def served(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     repo = tmp_path_factory.mktemp("repo")
     write_python_model(repo, "add_one", ADD_ONE)
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         yield server
 
 
@@ -87,7 +87,7 @@ def test_restricted_model_repository_api_needs_the_admin_key(served: EmbeddedSer
 def test_the_command_line_holds_every_flag_a_deployment_must_run_with(tmp_path: Path) -> None:
     """One description of a server (``serve.options.SERVER_FLAGS``): the embedded server writes each flag
     ``tritonkit k8s check`` requires of a deployment, with the value it requires."""
-    command = EmbeddedServer(tmp_path, http_port=1, grpc_port=2, metrics_port=3).command()
+    command = EmbeddedServer(tmp_path, ServerOptions(http_port=1, grpc_port=2, metrics_port=3)).command()
     assert [
         f"{flag}={value}" for flag, value in REQUIRED_FLAGS.items() if f"{flag}={value}" not in command
     ] == []
@@ -95,7 +95,7 @@ def test_the_command_line_holds_every_flag_a_deployment_must_run_with(tmp_path: 
 
 
 def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:
-    server = EmbeddedServer(tmp_path, http_port=1, grpc_port=2, metrics_port=3)
+    server = EmbeddedServer(tmp_path, ServerOptions(http_port=1, grpc_port=2, metrics_port=3))
     command = server.command()
     for flag in (
         "--model-control-mode=none",
@@ -109,7 +109,10 @@ def test_safe_defaults_are_on_the_command_line(tmp_path: Path) -> None:
     assert restricted.startswith(f"--http-restricted-api={apis}:{ADMIN_HEADER}")
     assert any(arg.startswith(f"--grpc-restricted-protocol={apis}:") for arg in command)
     overridden = EmbeddedServer(
-        tmp_path, http_port=1, grpc_port=2, metrics_port=3, restricted_apis=(), model_control_mode="explicit"
+        tmp_path,
+        ServerOptions(
+            http_port=1, grpc_port=2, metrics_port=3, restricted_apis=(), model_control_mode="explicit"
+        ),
     ).command()
     assert "--model-control-mode=explicit" in overridden
     assert not any("restricted" in arg for arg in overridden)
@@ -121,7 +124,7 @@ def test_busy_port_is_refused_before_start(tmp_path: Path) -> None:
         holder.listen()
         port = holder.getsockname()[1]
         with pytest.raises(PortInUseError, match=f"http port {port} is already in use"):
-            EmbeddedServer(tmp_path, http_port=port).start()
+            EmbeddedServer(tmp_path, ServerOptions(http_port=port)).start()
 
 
 def test_model_that_fails_to_load_reports_tritons_line(tmp_path: Path) -> None:
@@ -139,7 +142,7 @@ def test_model_that_fails_to_load_reports_tritons_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_readiness_timeout_is_reported_and_the_process_stopped(tmp_path: Path) -> None:
     write_python_model(tmp_path, "sleepy", SLOW_TO_LOAD)
-    server = EmbeddedServer(tmp_path, startup_timeout=3)
+    server = EmbeddedServer(tmp_path, ServerOptions(startup_timeout=3))
     with pytest.raises(ServerStartTimeoutError, match="not ready after 3 s"):
         server.start()
     assert not server.is_running()
@@ -160,7 +163,7 @@ def test_missing_wheel_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.slow
 def test_stop_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     write_python_model(tmp_path, "slow", SLOW_ADD_ONE.replace("SECONDS", "1.5"))
-    server = EmbeddedServer(tmp_path, exit_timeout=10).start()
+    server = EmbeddedServer(tmp_path, ServerOptions(exit_timeout=10)).start()
     results: list[np.ndarray] = []
     worker = threading.Thread(
         target=lambda: results.append(http_infer(server.http_url, "slow", np.ones((1, 4), np.float32)))
@@ -209,7 +212,9 @@ def test_unreadable_model_directory_names_the_directory(tmp_path: Path) -> None:
     write_python_model(tmp_path, "add_one", ADD_ONE)
     (tmp_path / "stray").mkdir()  # a folder without config.pbtxt: Triton cannot poll it
     with pytest.raises(ServerError, match="model directory `stray` could not be read by Triton"):
-        EmbeddedServer(tmp_path, exit_timeout=1).start()  # add_one loaded: not waited for on the way out
+        EmbeddedServer(
+            tmp_path, ServerOptions(exit_timeout=1)
+        ).start()  # add_one loaded: not waited for on the way out
 
 
 def test_a_generated_admin_key_passes_as_an_option_value(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from tests.support.python_models import ADD_ONE, write_python_model
 
 from tritonkit.errors import ServerError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.serve.tritonlog import startup_failure
 
 USAGE = [
@@ -52,6 +52,9 @@ def test_without_an_error_line_the_last_lines_are_named() -> None:
 def test_the_real_server_refusing_an_option_says_which(tmp_path: Path, args: list[str], reason: str) -> None:
     repo = tmp_path / "repo"
     write_python_model(repo, "add_one", ADD_ONE)
-    with pytest.raises(ServerError) as refused, EmbeddedServer(repo, extra_args=args, exit_timeout=1):
+    with (
+        pytest.raises(ServerError) as refused,
+        EmbeddedServer(repo, ServerOptions(extra_args=args, exit_timeout=1)),
+    ):
         pass
     assert str(refused.value) == f"tritonserver exited with code 1 during start-up: {reason}"

@@ -13,7 +13,7 @@ import pytest
 from tests.support.processes import http_infer
 from tests.support.python_models import DLPACK_IO, write_python_model
 
-from tritonkit.serve.embedded import STUB_PYTHON_ENV, EmbeddedServer
+from tritonkit.serve.embedded import STUB_PYTHON_ENV, EmbeddedServer, ServerOptions
 
 # Y = X + 1 where the stub can import the marker module that only the other environment holds, else Y = X.
 MARKER_MODEL = (
@@ -66,7 +66,7 @@ def test_stubs_run_in_the_environment_named(
     else:
         monkeypatch.delenv(STUB_PYTHON_ENV, raising=False)
     x = np.zeros((1, 4), np.float32)
-    with EmbeddedServer(repo, exit_timeout=1) as server:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as server:
         y = http_infer(server.http_url, "which_env", x)
     np.testing.assert_array_equal(y, x + (1.0 if named else 0.0))
 

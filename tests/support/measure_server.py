@@ -22,7 +22,7 @@ from tests.support.slow_model import sleeping_add_source
 
 from tritonkit.config import InstanceGroup, ModelConfig, TensorConfig, to_pbtxt
 from tritonkit.convert.onnx_import import import_onnx
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 WORK_MODEL_PY = sleeping_add_source(0.001)
 
@@ -98,7 +98,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(repo: Path) -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(repo, exit_timeout=1) as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1)) as srv:
         yield srv
 
 
@@ -106,5 +106,5 @@ def server(repo: Path) -> Iterator[EmbeddedServer]:
 def explicit_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
     """A server of its own on a fresh copy of the repository, models loaded through the repository API."""
     repo = build_repository(tmp_path)
-    with EmbeddedServer(repo, exit_timeout=1, model_control_mode="explicit") as srv:
+    with EmbeddedServer(repo, ServerOptions(exit_timeout=1, model_control_mode="explicit")) as srv:
         yield srv

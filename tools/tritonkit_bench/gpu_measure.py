@@ -34,7 +34,7 @@ from tritonkit.measure.levels import MeasureOptions
 from tritonkit.measure.loadgen import Level, Target, WindowSpec
 from tritonkit.measure.perf_analyzer import Binary, locate
 from tritonkit.measure.stats import StabilityRule
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.tune.space import buckets_of, padded_share
 from tritonkit_bench.gpu_models import PARTS, examples, reference, runner, served_examples
 
@@ -264,7 +264,7 @@ def sweep(
     )  # fmt: skip
     rows = []
     with EmbeddedServer(
-        root, startup_timeout=600.0, extra_args=(*SERVER_ARGS, *server_args), log_file=log_file
+        root, ServerOptions(startup_timeout=600.0, extra_args=(*SERVER_ARGS, *server_args), log_file=log_file)
     ) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         headers = grpc_headers(server.admin_headers) or {}

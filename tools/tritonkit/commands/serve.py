@@ -34,6 +34,7 @@ from tritonkit.serve.options import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RESTRICTED_APIS,
     ServerOptionError,
+    ServerOptions,
 )
 
 MIB = 2**20
@@ -133,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         raise ServerOptionError(f"--max-restarts must be 0 or more, given {args.max_restarts}")
     _remove_leftovers(args.repo)
-    server = options_from(
-        EmbeddedServer,
+    options = options_from(
+        ServerOptions,
         args,
         strict_readiness=not (args.no_strict_readiness or args.skip_bad_models),
         exit_on_error=not args.skip_bad_models,
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         max_inflight_bytes=int(args.max_inflight_mb * MIB) if args.max_inflight_mb else None,
         log_max_bytes=int(args.log_max_mb * MIB),
     )
+    server = EmbeddedServer(args.repo, options)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -167,14 +169,14 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        if server.restricted_apis and not server.key_hidden:
+        if options.restricted_apis and not server.key_hidden:
             # Triton 2.51 takes the key only on its command line; hiding it needs ptrace rights.
             print(
                 "tritonkit serve: warning: the admin key stays readable in tritonserver's command line (ps)",
                 file=sys.stderr,
                 flush=True,
             )
-        if server.restricted_apis and args.admin_key is None:
+        if options.restricted_apis and args.admin_key is None:
             print(
                 f"tritonkit serve: restricted APIs need header tritonkit-admin-key={server.admin_key}  "
                 f"(for tritonkit models/loadtest: export TRITONKIT_ADMIN_KEY={server.admin_key})",

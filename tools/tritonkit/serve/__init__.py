@@ -4,6 +4,6 @@
 from __future__ import annotations
 
 from tritonkit.serve.embedded import EmbeddedServer, find_triton
-from tritonkit.serve.options import ADMIN_HEADER
+from tritonkit.serve.options import ADMIN_HEADER, ServerOptions
 
-__all__ = ["ADMIN_HEADER", "EmbeddedServer", "find_triton"]
+__all__ = ["ADMIN_HEADER", "EmbeddedServer", "ServerOptions", "find_triton"]

@@ -5,7 +5,8 @@ loopback": choosing ports, the secure-by-default command line, waiting for readi
 when a model's stub died (:meth:`EmbeddedServer.problems`), and a graceful stop (the guard
 drains, then SIGTERM: in-flight requests finish within ``exit_timeout``).
 
-Its parts: the binary and backend folder, ``install.py``; defaults and range checks, ``options.py``; the
+Its parts: the binary and backend folder, ``install.py``; its options (:class:`ServerOptions`: defaults, range
+checks, the command line derived from them), ``options.py``; the
 log's error lines, ``tritonlog.py``; the processes (bound to this process, admin key hidden from ``ps``,
 crash leftovers reaped, bounded log), ``process.py``; the guards, ``guard.py`` and ``grpc_front.py``.
 """
@@ -24,7 +25,6 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -45,14 +45,7 @@ from tritonkit.serve.install import (
     prepare_backends,
     state_dir,
 )
-from tritonkit.serve.options import (
-    ADMIN_HEADER,
-    DEFAULT_LOG_MAX_BYTES,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_RESTRICTED_APIS,
-    check_options,
-    server_flags,
-)
+from tritonkit.serve.options import ADMIN_HEADER, ServerOptions
 from tritonkit.serve.process import (
     LogPump,
     Stub,
@@ -74,6 +67,7 @@ __all__ = [
     "REPLY_QUEUES_ENV",
     "STUB_PYTHON_ENV",
     "EmbeddedServer",
+    "ServerOptions",
     "TritonInstall",
     "find_triton",
     "free_port",
@@ -99,99 +93,42 @@ _POLL_INTERVAL_S = 0.1
 
 
 class EmbeddedServer(GrpcFront):
-    """Run ``tritonserver`` on a model repository; a context manager.
+    """Run ``tritonserver`` on a model repository as ``options`` describe (:class:`ServerOptions`); a context
+    manager.
 
-    >>> with EmbeddedServer("model_repository") as server:   # doctest: +SKIP
+    >>> with EmbeddedServer("model_repository", ServerOptions(guard=True)) as server:   # doctest: +SKIP
     ...     client = tritonclient.http.InferenceServerClient(server.http_url)
 
-    Ports left as ``None`` are picked free. Listeners bind ``host`` (loopback by default).
-    Defaults follow Triton's secure-deployment guide: ``--model-control-mode=none``, strict
-    readiness, auto-complete disabled, and the model-repository, shared-memory, statistics, trace
-    and logging APIs restricted behind the ``tritonkit-admin-key`` header (:attr:`admin_key`).
-    Every one of them can be changed.
+    Ports the options leave as ``None`` are picked free at the start. The defaults follow Triton's
+    secure-deployment guide (:class:`ServerOptions`); the restricted APIs need the header with :attr:`admin_key`.
 
     The server is bound to this process: it gets SIGTERM when the process dies (when started from
     the main thread), and a start first reaps the python stubs and ``/dev/shm`` regions a crashed
     earlier server left behind. :meth:`problems` tells when a model's stub has died.
     """
 
-    def __init__(
-        self,
-        repo: str | os.PathLike[str],
-        *,
-        http_port: int | None = None,
-        grpc_port: int | None = None,
-        metrics_port: int | None = None,
-        host: str = "127.0.0.1",
-        log_file: str | os.PathLike[str] | None = None,
-        startup_timeout: float = 120.0,
-        exit_timeout: int = 30,
-        log_verbose: int = 0,
-        model_control_mode: str = "none",
-        strict_readiness: bool = True,
-        exit_on_error: bool = True,
-        restricted_apis: Sequence[str] = DEFAULT_RESTRICTED_APIS,
-        admin_key: str | None = None,
-        response_cache_bytes: int = 0,
-        metrics: bool = True,
-        extra_args: Sequence[str] = (),
-        guard: bool = False,
-        grpc_guard: bool | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_inflight_bytes: int | None = None,
-        request_timeout: float = 60.0,
-        log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
-        health_probes: bool | None = None,
-    ) -> None:
-        check_options(
-            {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
-            exit_timeout=exit_timeout,
-            startup_timeout=startup_timeout,
-            apis=restricted_apis,
-            max_body_bytes=max_body_bytes,
-            log_max_bytes=log_max_bytes,
-        )
+    def __init__(self, repo: str | os.PathLike[str], options: ServerOptions | None = None) -> None:
+        #: how this server runs; the ports the start picks, the log file and the admin key are its own
+        self.options = options = ServerOptions() if options is None else options
         self.repo = Path(repo).resolve()
-        self.host = host
-        self._ports: dict[str, int | None] = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
-        self.startup_timeout = startup_timeout
-        self.exit_timeout = exit_timeout
-        self.log_verbose = log_verbose
-        self.model_control_mode = model_control_mode
-        self.strict_readiness = strict_readiness
-        self.exit_on_error = exit_on_error
-        self.restricted_apis = tuple(restricted_apis)
+        self._ports: dict[str, int | None] = {
+            "http": options.http_port,
+            "grpc": options.grpc_port,
+            "metrics": options.metrics_port,
+        }
         # hex, 128 bits: a urlsafe token starts with '-' one time in 64, and `--admin-key -...` is then
         # read as an option by argparse (the key is printed for users to pass exactly that way)
-        self.admin_key = admin_key or secrets.token_hex(16)
-        self.response_cache_bytes = response_cache_bytes
-        self.metrics = metrics
-        self.extra_args = tuple(extra_args)
-        #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
-        self.guard = guard
-        #: Put :class:`~tritonkit.serve.grpc_guard.GrpcGuard` on the gRPC port (default: as ``guard``).
-        self.grpc_guard = guard if grpc_guard is None else grpc_guard
-        self.max_body_bytes = max_body_bytes
-        #: Body bytes the guard holds across all connections at once (default 4 × ``max_body_bytes``).
-        self.max_inflight_bytes = max_inflight_bytes or 4 * max_body_bytes
-        #: Seconds the guard gives a request (head and body) from its first byte.
-        self.request_timeout = request_timeout
-        #: Probe each python model with a tiny infer (:mod:`tritonkit.serve.health`) so that the guard's
-        #: readiness tells a stopped or hung stub; default: with the guard, in model control mode ``none``.
-        self.health_probes = (
-            guard and model_control_mode == "none" if health_probes is None else health_probes
-        )
+        self.admin_key = options.admin_key or secrets.token_hex(16)
         self._health: HealthMonitor | None = None
         self._problems: tuple[float, list[str]] = (0.0, [])
-        #: The log keeps at most this many bytes in ``log_file`` and as many in ``log_file.1``.
-        self.log_max_bytes = log_max_bytes
         self._log_pump: LogPump | None = None
         self._guard: Guard | None = None
         self._triton_http_port: int | None = None
         #: removes the temporary log directory when this object goes (or at exit): the log stays
         #: readable after stop() and in start-up error messages, and nothing is left behind
         self._log_dir: weakref.finalize[..., object] | None = None
-        self.log_file = Path(log_file) if log_file is not None else None
+        #: the options' log file, or the temporary one the start makes
+        self.log_file = Path(options.log_file) if options.log_file is not None else None
         self._process: subprocess.Popen[bytes] | None = None
         self._stubs: list[Stub] = []
         self._stub_file: Path | None = None
@@ -222,7 +159,7 @@ class EmbeddedServer(GrpcFront):
 
     @property
     def _client_host(self) -> str:
-        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return "127.0.0.1" if self.options.host in ("0.0.0.0", "") else self.options.host
 
     @property
     def http_url(self) -> str:
@@ -257,29 +194,19 @@ class EmbeddedServer(GrpcFront):
         install = find_triton()
         backends = prepare_backends(install)
         link_native(backends, self.repo)  # tritonkit's C++ backend, when a model uses it
-        args = [
+        metrics = self.metrics_port if self.options.metrics else None
+        return [
             str(install.binary),
             f"--model-repository={self.repo}",
             f"--backend-directory={backends}",
-            f"--http-address={'127.0.0.1' if self.guard else self.host}",
-            f"--http-port={self._triton_http_port or self.http_port}",
-            f"--grpc-address={'127.0.0.1' if self.grpc_guard else self.host}",
-            f"--grpc-port={self._triton_grpc_port or self.grpc_port}",
-            f"--allow-metrics={str(self.metrics).lower()}",
-            *server_flags(self.model_control_mode, self.strict_readiness, self.exit_on_error),
-            f"--exit-timeout-secs={self.exit_timeout}",
-            f"--log-verbose={self.log_verbose}",
+            *self.options.triton_args(
+                http_port=self._port_of_triton_http(),
+                grpc_port=self._triton_grpc_port or self.grpc_port,
+                metrics_port=metrics,
+                admin_key=self.admin_key,
+                caches=install.caches,
+            ),
         ]
-        if self.metrics:
-            args += [f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}"]
-        if install.caches is not None:
-            args.append(f"--cache-directory={install.caches}")
-        if self.response_cache_bytes > 0:
-            args.append(f"--cache-config=local,size={self.response_cache_bytes}")
-        if self.restricted_apis:
-            spec = f"{','.join(self.restricted_apis)}:{ADMIN_HEADER}={self.admin_key}"
-            args += [f"--http-restricted-api={spec}", f"--grpc-restricted-protocol={spec}"]
-        return args + list(self.extra_args)
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -302,13 +229,14 @@ class EmbeddedServer(GrpcFront):
         if not self.repo.is_dir():
             raise ServerError(f"model repository {self.repo} is not a directory; expected a folder of models")
         refuse_foreign(self.repo)  # a killed build's staging folder; symlinks or ONNX data from elsewhere
-        roles = ["http", "grpc"] + (["metrics"] if self.metrics else [])
+        host = self.options.host
+        roles = ["http", "grpc"] + (["metrics"] if self.options.metrics else [])
         for role in roles:
             if self._ports[role] is None:
-                self._ports[role] = free_port(self.host if self.host != "0.0.0.0" else "127.0.0.1")
+                self._ports[role] = free_port(host if host != "0.0.0.0" else "127.0.0.1")
             else:
-                check_port(self.host, self._port(role), role)
-        if self.guard:  # Triton listens privately; the guard takes the public HTTP port
+                check_port(host, self._port(role), role)
+        if self.options.guard:  # Triton listens privately; the guard takes the public HTTP port
             self._triton_http_port = free_port()
         self._pick_grpc_port()
         if self.log_file is None:
@@ -319,14 +247,14 @@ class EmbeddedServer(GrpcFront):
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._launch()
-            if self.guard:
+            if self.options.guard:
                 self._guard = Guard(
-                    self.host,
+                    host,
                     self.http_port,
                     self._port_of_triton_http(),
-                    max_body_bytes=self.max_body_bytes,
-                    max_inflight_bytes=self.max_inflight_bytes,
-                    request_timeout=self.request_timeout,
+                    max_body_bytes=self.options.max_body_bytes,
+                    max_inflight_bytes=self.options.inflight_bytes,
+                    request_timeout=self.options.request_timeout,
                     unready=self.unready,
                 )
                 self._guard.start()
@@ -350,8 +278,8 @@ class EmbeddedServer(GrpcFront):
             os.replace(self.log_file, self.log_file.with_name(self.log_file.name + ".1"))
         self._process = spawn(command, log=subprocess.PIPE, env=self._environment(), cwd=self.repo)
         assert self._process.stdout is not None
-        self._log_pump = LogPump(self._process.stdout, self.log_file, self.log_max_bytes)
-        if self.restricted_apis:
+        self._log_pump = LogPump(self._process.stdout, self.log_file, self.options.log_max_bytes)
+        if self.options.restricted_apis:
             log_file = self.log_file
             # Triton logs its first line after parsing its options: the key bytes are unused then.
             process = self._process
@@ -372,7 +300,7 @@ class EmbeddedServer(GrpcFront):
         record_regions(state_dir(), self._process.pid, [stub.region for stub in self._stubs])
 
     def _start_health(self) -> None:
-        if self.health_probes:
+        if self.options.probes_health:
             self._health = HealthMonitor(self._port_of_triton_http(), headers=self.admin_headers)
             self._health.start()
 
@@ -388,8 +316,8 @@ class EmbeddedServer(GrpcFront):
         if self._guard is not None:
             self._guard.hold("the server is restarting; retry shortly")
         self._stop_health()
-        self._stop_triton(grace=self.exit_timeout + 10.0)
-        if self.guard:
+        self._stop_triton(grace=self.options.exit_timeout + 10.0)
+        if self.options.guard:
             self._triton_http_port = free_port()
         self._pick_grpc_port()
         self._launch()
@@ -474,7 +402,7 @@ class EmbeddedServer(GrpcFront):
         code = self._process.poll()
         if code is not None:
             return [f"tritonserver exited with code {code}"]
-        if self.model_control_mode != "none":  # models may load and unload: no fixed set of stubs
+        if self.options.model_control_mode != "none":  # models may load and unload: no fixed set of stubs
             return []
         alive = {stub.pid for stub in stubs_of(self._process.pid, self._stub_path())}
         return [
@@ -485,7 +413,7 @@ class EmbeddedServer(GrpcFront):
 
     def _wait_ready(self) -> None:
         assert self._process is not None
-        deadline = time.monotonic() + self.startup_timeout
+        deadline = time.monotonic() + self.options.startup_timeout
         url = f"http://127.0.0.1:{self._port_of_triton_http()}/v2/health/ready"
         next_look = time.monotonic() + 0.5
         while time.monotonic() < deadline:
@@ -509,7 +437,7 @@ class EmbeddedServer(GrpcFront):
         if failures:
             raise ModelLoadError(failures[0])
         raise ServerStartTimeoutError(
-            f"tritonserver was not ready after {self.startup_timeout:g} s "
+            f"tritonserver was not ready after {self.options.startup_timeout:g} s "
             f"(expected /v2/health/ready to answer 200); see {self.log_file}"
         )
 
@@ -547,10 +475,10 @@ class EmbeddedServer(GrpcFront):
         A server that crashed leaves its python stubs running; they are reaped here."""
         if self._guard is not None and self.is_running():
             # Triton keeps serving open keep-alive connections while it drains; the guard does not.
-            self._guard.drain(self.exit_timeout)
+            self._guard.drain(self.options.exit_timeout)
         self._drain_grpc()
         self._stop_health()
-        code = self._stop_triton(grace=self.exit_timeout + 10.0)
+        code = self._stop_triton(grace=self.options.exit_timeout + 10.0)
         self._close_guard()
         return code
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tritonkit.errors import ServerError
-from tritonkit.serve.embedded import EmbeddedServer
+from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 from tritonkit.serve.options import ADMIN_HEADER
 
 __all__ = ["Endpoint", "endpoint"]
@@ -104,10 +104,12 @@ def endpoint(
         )
     server = EmbeddedServer(
         root,
-        exit_timeout=exit_timeout,
-        model_control_mode="none" if load is None else "explicit",
-        extra_args=[f"--load-model={m}" for m in dict.fromkeys(load or ())],
-        log_file=log_file,
+        ServerOptions(
+            exit_timeout=exit_timeout,
+            model_control_mode="none" if load is None else "explicit",
+            extra_args=[f"--load-model={m}" for m in dict.fromkeys(load or ())],
+            log_file=log_file,
+        ),
     )
     with server:
         yield Endpoint(

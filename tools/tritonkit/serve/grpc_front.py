@@ -2,7 +2,8 @@
 
 With ``grpc_guard`` (by default as ``guard``) Triton's gRPC endpoint listens on a private loopback port
 and :class:`~tritonkit.serve.grpc_guard.GrpcGuard` takes the public one: its message cap is the
-server's ``max_body_bytes``, its budget across connections ``max_inflight_bytes``, and it reads each
+server's ``max_body_bytes``, its budget across connections ``max_inflight_bytes`` (both of its
+:class:`~tritonkit.serve.options.ServerOptions`), and it reads each
 model's ``max_batch_size`` from Triton's HTTP endpoint (with the admin key).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from tritonkit.serve.grpc_guard import GrpcGuard
 from tritonkit.serve.install import free_port
+from tritonkit.serve.options import ServerOptions
 
 __all__ = ["GrpcFront"]
 
@@ -17,12 +19,7 @@ __all__ = ["GrpcFront"]
 class GrpcFront:
     """Starts, holds, releases, drains and closes the gRPC guard of an embedded server."""
 
-    grpc_guard: bool = False
-    host: str
-    max_body_bytes: int
-    max_inflight_bytes: int
-    request_timeout: float
-    exit_timeout: int
+    options: ServerOptions
     _grpc: GrpcGuard | None = None
     _triton_grpc_port: int | None = None
 
@@ -34,22 +31,23 @@ class GrpcFront:
 
     def _pick_grpc_port(self) -> None:
         """Triton's private gRPC port, where the guard takes the public one."""
-        self._triton_grpc_port = free_port() if self.grpc_guard else None
+        self._triton_grpc_port = free_port() if self.options.guards_grpc else None
 
     def _open_grpc(self, port: int, headers: dict[str, str]) -> None:
         """Start the guard on the public ``port``; ``headers`` unlock Triton's restricted APIs."""
-        if not self.grpc_guard or self._triton_grpc_port is None:
+        options = self.options
+        if not options.guards_grpc or self._triton_grpc_port is None:
             return
-        local = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        local = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
         self._grpc = GrpcGuard(
-            self.host,
+            options.host,
             port,
             self._triton_grpc_port,
-            max_message_bytes=self.max_body_bytes,
-            max_inflight_bytes=self.max_inflight_bytes,
+            max_message_bytes=options.max_body_bytes,
+            max_inflight_bytes=options.inflight_bytes,
             config_url=lambda: f"http://{local}:{self._port_of_triton_http()}",
             headers=headers,
-            request_timeout=self.request_timeout,
+            request_timeout=options.request_timeout,
         )
         self._grpc.start()
 
@@ -63,7 +61,7 @@ class GrpcFront:
 
     def _drain_grpc(self) -> None:
         if self._grpc is not None and self.is_running():
-            self._grpc.drain(self.exit_timeout)
+            self._grpc.drain(self.options.exit_timeout)
 
     def _close_grpc(self) -> None:
         if self._grpc is not None:

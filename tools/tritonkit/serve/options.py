@@ -1,9 +1,13 @@
 """Options of the embedded server: defaults, the flags every tritonkit server runs with (embedded or
-deployed), the API groups Triton knows, and range checks."""
+deployed), the API groups Triton knows, range checks, and :class:`ServerOptions`, the one description of a
+server from which its ``tritonserver`` command line is derived."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 
 from tritonkit.errors import ServerError
@@ -17,6 +21,7 @@ __all__ = [
     "SERVER_FLAGS",
     "SERVER_SWITCHES",
     "ServerOptionError",
+    "ServerOptions",
     "check_options",
     "server_flags",
 ]
@@ -33,7 +38,7 @@ DEFAULT_RESTRICTED_APIS: tuple[str, ...] = (
     "logging",
 )
 #: The tritonserver flags every tritonkit server runs with, described once: the embedded server writes
-#: them (``EmbeddedServer.command``; its ``model_control_mode``, ``strict_readiness`` and ``exit_on_error``
+#: them (:meth:`ServerOptions.triton_args`; its ``model_control_mode``, ``strict_readiness`` and ``exit_on_error``
 #: options replace the first three) and ``tritonkit k8s check`` requires each in a deployment, exactly once
 #: with this value (``deploy.checks.server``; a fleet group's pod may run ``explicit`` with the models it
 #: loads at start named). No model loaded or unloaded after the start, ready only when every model is, exit
@@ -85,7 +90,7 @@ ADMIN_HEADER = "tritonkit-admin-key"
 
 
 class ServerOptionError(ServerError):
-    """An :class:`EmbeddedServer` option is out of range (a usage error: exit code 2)."""
+    """A :class:`ServerOptions` value is out of range (a usage error: exit code 2)."""
 
     exit_code = 2
 
@@ -116,3 +121,114 @@ def check_options(
         raise ServerOptionError(f"max body bytes must be 1 or more, given {max_body_bytes}")
     if log_max_bytes < 4096:
         raise ServerOptionError(f"log max bytes must be 4096 or more, given {log_max_bytes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """How an :class:`~tritonkit.serve.embedded.EmbeddedServer` runs, checked once when made (one line,
+    :class:`ServerOptionError`); :meth:`triton_args` derives tritonserver's arguments from it.
+
+    Ports left as ``None`` are picked free at the start. Listeners bind ``host`` (loopback by default).
+    Defaults follow Triton's secure-deployment guide: ``--model-control-mode=none``, strict readiness,
+    auto-complete disabled, and :data:`DEFAULT_RESTRICTED_APIS` behind the ``tritonkit-admin-key`` header
+    (``admin_key``; default a random one per server). Override with :func:`dataclasses.replace`.
+    """
+
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    host: str = "127.0.0.1"
+    #: the server log (default: a temporary file, removed with the server)
+    log_file: str | os.PathLike[str] | None = None
+    startup_timeout: float = 120.0
+    #: seconds in-flight requests get on stop
+    exit_timeout: int = 30
+    log_verbose: int = 0
+    model_control_mode: str = "none"
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    restricted_apis: Sequence[str] = DEFAULT_RESTRICTED_APIS
+    admin_key: str | None = None
+    response_cache_bytes: int = 0
+    metrics: bool = True
+    #: tritonserver arguments written after tritonkit's own
+    extra_args: Sequence[str] = ()
+    #: Put :class:`~tritonkit.serve.guard.Guard` on the HTTP port (limits, drain, true readiness).
+    guard: bool = False
+    #: Put :class:`~tritonkit.serve.grpc_guard.GrpcGuard` on the gRPC port (None: as ``guard``).
+    grpc_guard: bool | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: Body bytes the guards hold across all connections at once (None: 4 x ``max_body_bytes``).
+    max_inflight_bytes: int | None = None
+    #: Seconds the guard gives a request (head and body) from its first byte.
+    request_timeout: float = 60.0
+    #: The log keeps at most this many bytes in ``log_file`` and as many in ``log_file.1``.
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    #: Probe each python model with a tiny infer (:mod:`tritonkit.serve.health`) so that the guard's
+    #: readiness tells a stopped or hung stub (None: with the guard, in model control mode ``none``).
+    health_probes: bool | None = None
+
+    def __post_init__(self) -> None:
+        # tuples and a Path: the options stay as made (a list given stays the caller's to change)
+        object.__setattr__(self, "restricted_apis", tuple(self.restricted_apis))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        if self.log_file is not None:
+            object.__setattr__(self, "log_file", Path(self.log_file))
+        check_options(
+            {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port},
+            exit_timeout=self.exit_timeout,
+            startup_timeout=self.startup_timeout,
+            apis=self.restricted_apis,
+            max_body_bytes=self.max_body_bytes,
+            log_max_bytes=self.log_max_bytes,
+        )
+
+    @property
+    def guards_grpc(self) -> bool:
+        """Whether the gRPC guard runs (``grpc_guard``, by default as ``guard``)."""
+        return self.guard if self.grpc_guard is None else self.grpc_guard
+
+    @property
+    def inflight_bytes(self) -> int:
+        """The guards' body budget across connections (``max_inflight_bytes``, by default 4 x the body cap)."""
+        return self.max_inflight_bytes or 4 * self.max_body_bytes
+
+    @property
+    def probes_health(self) -> bool:
+        """Whether each python model is probed (``health_probes``; by default with the guard, mode ``none``)."""
+        if self.health_probes is None:
+            return self.guard and self.model_control_mode == "none"
+        return self.health_probes
+
+    def triton_args(
+        self,
+        *,
+        http_port: int,
+        grpc_port: int,
+        metrics_port: int | None,
+        admin_key: str,
+        caches: Path | None = None,
+    ) -> list[str]:
+        """tritonserver's arguments after the binary, repository and backend folder: the ports Triton itself
+        listens on (private ones behind a guard), ``metrics_port`` when ``metrics``, the key of the restricted
+        APIs, the wheel's cache folder. :data:`SERVER_FLAGS` are among them (:func:`server_flags`)."""
+        args = [
+            f"--http-address={'127.0.0.1' if self.guard else self.host}",
+            f"--http-port={http_port}",
+            f"--grpc-address={'127.0.0.1' if self.guards_grpc else self.host}",
+            f"--grpc-port={grpc_port}",
+            f"--allow-metrics={str(self.metrics).lower()}",
+            *server_flags(self.model_control_mode, self.strict_readiness, self.exit_on_error),
+            f"--exit-timeout-secs={self.exit_timeout}",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        if self.metrics:
+            args += [f"--metrics-address={self.host}", f"--metrics-port={metrics_port}"]
+        if caches is not None:
+            args.append(f"--cache-directory={caches}")
+        if self.response_cache_bytes > 0:
+            args.append(f"--cache-config=local,size={self.response_cache_bytes}")
+        if self.restricted_apis:
+            spec = f"{','.join(self.restricted_apis)}:{ADMIN_HEADER}={admin_key}"
+            args += [f"--http-restricted-api={spec}", f"--grpc-restricted-protocol={spec}"]
+        return args + list(self.extra_args)
