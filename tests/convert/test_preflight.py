@@ -1,10 +1,14 @@
 """The preflight (tritonkit.convert.inputs.preflight): every shape, batch-axis and data problem of issue 21 is
 one line naming the file (and the array), a non-zero exit, before any build work (no worker step
 runs), in `tritonkit build` and in `tritonkit k8s package`. The model is the `onnx` package's own
-light_resnet50 (opset 9, IR 3, batch fixed at 1)."""
+light_resnet50 (opset 9, IR 3, batch fixed at 1). The data files it reads are handed on to the build:
+none is read twice."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,9 @@ from onnx import TensorProto, helper
 
 from tritonkit import cli
 from tritonkit.convert import isolate
+from tritonkit.convert.graph.source import prepare_source
 from tritonkit.convert.inputs import preflight
+from tritonkit.convert.inputs.datasets import prepare_data
 from tritonkit.convert.spec.buildspec import parse_spec
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
@@ -247,3 +253,79 @@ def test_k8s_package_runs_the_same_checks(
     (tmp_path / "m.onnx").write_bytes(LIGHT.read_bytes())
     assert cli.main(["k8s", "package", str(spec), "-o", str(tmp_path / "out2")]) == 1
     assert "`m.onnx` has a fixed first axis" in capsys.readouterr().err
+
+
+_COUNT_OPENS = """
+import json, os, sys
+from tritonkit.convert.inputs import data
+from tritonkit.convert.pipeline import build_from_spec
+from tritonkit.convert.spec.buildspec import load_spec
+
+spec_file, repo, *files = sys.argv[1:]
+names = {os.path.realpath(f): f for f in files}
+opens = dict.fromkeys(files, 0)
+
+
+def count(event, args):
+    if event == "open" and isinstance(args[0], (str, os.PathLike)):
+        path = os.fspath(args[0])
+        if path in opens:
+            opens[path] += 1
+        elif path in names:
+            opens[names[path]] += 1
+
+
+sys.addaudithook(count)
+build_from_spec(load_spec(spec_file), repo)
+build = dict(opens)
+for f in files:
+    data.read_arrays(f)
+print(json.dumps({f: [build[f], opens[f] - build[f]] for f in files}))
+"""
+
+
+def test_a_build_reads_each_data_file_once(
+    tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path], tiny_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """The preflight hands the arrays it read on to the datasets step: a real build on the CPU (fp16
+    and int8, calibrated and gated) opens each .npz as often as one read of it does. Opens are
+    counted by an audit hook in a fresh interpreter (its own build worker, which reads no data)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(tiny_onnx, *tiny_data)), encoding="utf-8")
+    files = [str(f) for f in tiny_data]
+    run = subprocess.run(
+        [sys.executable, "-c", _COUNT_OPENS, str(spec), str(tmp_path / "repo"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    opens = json.loads(run.stdout.strip().splitlines()[-1])
+    for name in files:
+        in_build, one_read = opens[name]
+        assert one_read > 0 and in_build == one_read, (
+            f"{name}: {in_build} opens in the build, {one_read} per read"
+        )
+    assert (tmp_path / "repo" / "tiny_int8" / "1" / "build.json").is_file()
+
+
+def test_the_datasets_step_takes_the_preflights_fitted_arrays(
+    tmp_path: Path, tiny_onnx: Path, tiny_data: tuple[Path, Path], tiny_spec: Callable[..., dict[str, Any]]
+) -> None:
+    """The sets made from what the preflight read are the sets a fresh read makes (same batches, same
+    record), and hold the preflight's fitted arrays themselves: fitted once, not copied."""
+    spec = parse_spec(tiny_spec(tiny_onnx, *tiny_data))
+    checked = preflight.check_build(spec)
+    source = prepare_source(spec, tmp_path, checked.torch)
+    handed = prepare_data(spec, source, True, read=checked.arrays)
+    fresh = prepare_data(spec, source, True)
+    assert handed.details == fresh.details
+    for section in ("calibration", "evaluation"):
+        fitted = checked.arrays[section].fitted
+        assert fitted is not None
+        feeds, again = getattr(handed, section), getattr(fresh, section)
+        assert len(feeds) == len(again) > 0
+        for batch, other in zip(feeds, again, strict=True):
+            assert np.array_equal(batch["x"], other["x"]) and np.shares_memory(batch["x"], fitted["x"])
+            assert not np.shares_memory(other["x"], fitted["x"])

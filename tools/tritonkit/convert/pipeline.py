@@ -98,7 +98,12 @@ def build_from_spec(
         if plan.engine is not None:  # the engine's profiles follow the model's shape buckets
             plan = dataclasses.replace(plan, engine=bucketed_plan(plan.engine, spec, source))
         converts = set(spec.precisions) - {"fp32"}
-        sets = prepare_data(spec, source, "int8" in spec.precisions) if converts else Datasets()
+        sets = (
+            prepare_data(spec, source, "int8" in spec.precisions, read=checked.arrays)
+            if converts
+            else Datasets()
+        )
+        checked.arrays.clear()  # what the sets use, they hold
         converted = convert_precisions(plan, source, sets, workdir, log)
         targets, records = gate_build(
             spec.accuracy,

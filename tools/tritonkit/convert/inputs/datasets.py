@@ -3,14 +3,18 @@ spec's ``calibration`` and ``evaluation`` sections: bundled text, seeded synthet
 seeded random samples shaped like the inputs (:mod:`tritonkit.convert.inputs.seeded_data`: what the default
 ``auto`` means for each model), or the user's ``.txt``/``.npz`` files (loaders in :mod:`tritonkit.convert.inputs.data`), batched to what the model
 takes. Evaluation samples never appear in the calibration set (text: dropped from it; arrays: refused
-by :mod:`tritonkit.convert.inputs.preflight` before the build starts).
+by :mod:`tritonkit.convert.inputs.preflight` before the build starts). A file the preflight read is not
+read again: it hands its arrays on (:class:`ReadArrays`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+from numpy.typing import NDArray
 
 from tritonkit.config.tensors import TensorSpec
 from tritonkit.convert.graph.source import Source
@@ -19,7 +23,7 @@ from tritonkit.convert.spec import options
 from tritonkit.convert.spec.buildspec import BuildSpec
 from tritonkit.errors import CalibrationError, SpecError
 
-__all__ = ["Datasets", "fixed_batch", "prepare_data"]
+__all__ = ["Datasets", "ReadArrays", "fixed_batch", "prepare_data"]
 
 
 @dataclass
@@ -28,6 +32,26 @@ class Datasets:
     evaluation: list[data.Feeds] = field(default_factory=list)
     labels: list[str] | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadArrays:
+    """A data file as the preflight read it, handed on so that the datasets step does not read it
+    again: its arrays as the file holds them and, where the preflight knew the model's inputs, the
+    arrays fitted to those inputs with the fit's notes."""
+
+    path: Path
+    arrays: dict[str, NDArray[Any]]
+    inputs: tuple[TensorSpec, ...] | None = None
+    fitted: dict[str, NDArray[Any]] | None = None
+    notes: tuple[str, ...] = ()
+
+    def fit(self, inputs: Sequence[TensorSpec], section: str) -> tuple[dict[str, NDArray[Any]], list[str]]:
+        """The arrays fitted to ``inputs`` (:func:`tritonkit.convert.inputs.data.fit_arrays`): the
+        preflight's fit where it fitted them to the same inputs, else fitted now from the arrays read."""
+        if self.fitted is not None and self.inputs == tuple(inputs):
+            return dict(self.fitted), list(self.notes)
+        return data.fit_arrays(self.arrays, inputs, self.path, section)
 
 
 def _text_sets(spec: BuildSpec) -> tuple[list[str], list[str], dict[str, Any]]:
@@ -59,7 +83,9 @@ def fixed_batch(inputs: Sequence[TensorSpec]) -> int | None:
     return sizes.pop() if len(sizes) == 1 and min(sizes) > 0 else None
 
 
-def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> tuple[dict[str, Any], list[str]]:
+def _array_set(
+    spec: BuildSpec, section: str, source: Source, seed: int, read: Mapping[str, ReadArrays]
+) -> tuple[dict[str, Any], list[str]]:
     ds = getattr(spec, section)
     kind = seeded_data.resolve(ds.data, False, source.graph.inputs, section)
     if kind == options.RANDOM:
@@ -72,7 +98,11 @@ def _array_set(spec: BuildSpec, section: str, source: Source, seed: int) -> tupl
     if kind == "pydoc":
         raise SpecError(f"spec key `{section}.data`: `pydoc` text needs `preprocessing.kind: text`")
     path = spec.resolve(ds.data)
-    arrays, notes = data.fit_arrays(data.read_arrays(path, section), source.graph.inputs, path, section)
+    handed = read.get(section)
+    if handed is not None and handed.path == path:
+        arrays, notes = handed.fit(source.graph.inputs, section)
+    else:
+        arrays, notes = data.fit_arrays(data.read_arrays(path, section), source.graph.inputs, path, section)
     return {k: v[: ds.samples] for k, v in arrays.items()}, notes
 
 
@@ -88,12 +118,17 @@ def _batch(arrays: dict[str, Any], size: int, fixed: int | None) -> tuple[list[d
     return data.batch_arrays({k: v[:whole] for k, v in arrays.items()}, fixed), count - whole
 
 
-def prepare_data(spec: BuildSpec, source: Source, needs_calibration: bool) -> Datasets:
+def prepare_data(
+    spec: BuildSpec, source: Source, needs_calibration: bool, read: Mapping[str, ReadArrays] | None = None
+) -> Datasets:
     """Load, split, check and batch the sets; CalibrationError when there are too few samples.
 
     A model whose first axis is fixed at N (``light_resnet50``: 1) gets feeds of exactly N samples,
     whatever ``evaluation.batch_size``/``calibration.batch_size`` say (recorded in ``details``).
+    ``read``: the files the preflight read, by section (``Checked.arrays``), used instead of reading
+    them again.
     """
+    read = read or {}
     if spec.preprocessing.kind == "text":
         assert source.tokenizer is not None
         cal, ev, details = _text_sets(spec)
@@ -109,8 +144,10 @@ def prepare_data(spec: BuildSpec, source: Source, needs_calibration: bool) -> Da
         evaluation = list(encoder.batches(ev, spec.evaluation.batch_size))
         details.update(calibration_samples=len(cal), evaluation_samples=len(ev), padded_to=pad)
         return Datasets(calibration, evaluation, ev, details)
-    cal_arrays, cal_notes = _array_set(spec, "calibration", source, seed=1) if needs_calibration else ({}, [])
-    ev_arrays, ev_notes = _array_set(spec, "evaluation", source, seed=2)
+    cal_arrays, cal_notes = (
+        _array_set(spec, "calibration", source, 1, read) if needs_calibration else ({}, [])
+    )
+    ev_arrays, ev_notes = _array_set(spec, "evaluation", source, 2, read)
     fixed = fixed_batch(source.graph.inputs)
     calibration, cal_dropped = _batch(cal_arrays, spec.calibration.batch_size, fixed)
     evaluation, ev_dropped = _batch(ev_arrays, spec.evaluation.batch_size, fixed)

@@ -33,7 +33,7 @@ from tritonkit.convert.graph.export import TorchSource, load_torch_source
 from tritonkit.convert.graph.flagship import resnet
 from tritonkit.convert.graph.source import spec_folder_importable
 from tritonkit.convert.inputs import data, seeded_data
-from tritonkit.convert.inputs.datasets import fixed_batch
+from tritonkit.convert.inputs.datasets import ReadArrays, fixed_batch
 from tritonkit.convert.spec import options
 from tritonkit.convert.spec.buildspec import BuildSpec
 from tritonkit.errors import CalibrationError, ModelImportError, SpecError, TritonKitError
@@ -54,10 +54,12 @@ class ModelIO:
 
 @dataclass
 class Checked:
-    """The preflight's findings: warnings to print, and the torch source it loaded (built once)."""
+    """The preflight's findings: warnings to print, the torch source it loaded (built once), and
+    the data files it read, by section (read once: the datasets step takes them from here)."""
 
     warnings: list[str] = field(default_factory=list)
     torch: TorchSource | None = None
+    arrays: dict[str, ReadArrays] = field(default_factory=dict)
 
 
 def _torch_io(source: TorchSource, reference: str) -> ModelIO:
@@ -152,9 +154,12 @@ def _arrays(spec: BuildSpec, section: str, model: ModelIO, checked: Checked) -> 
         counts = {name: a.shape[0] if a.ndim else 0 for name, a in arrays.items()}
         if len(set(counts.values())) > 1:
             raise CalibrationError(f"{section} arrays in {path.name} differ in sample count: {counts}")
+        checked.arrays[section] = ReadArrays(path, arrays)
     else:
-        arrays, notes = data.fit_arrays(arrays, model.inputs, path, section)
+        read = arrays
+        arrays, notes = data.fit_arrays(read, model.inputs, path, section)
         checked.warnings.extend(notes)
+        checked.arrays[section] = ReadArrays(path, read, tuple(model.inputs), arrays, tuple(notes))
     used = {name: value[: ds.samples] for name, value in arrays.items()}
     count = next(iter(used.values())).shape[0] if used else 0
     fixed = fixed_batch(model.inputs) if model.inputs is not None else None
