@@ -42,7 +42,7 @@ def test_a_fleet_tunes_now_with_perf_analyzer_and_its_trials_are_perf_analyzer_s
     grid = {
         "instances": [1], "max_batch_sizes": [8], "delays_us": ["off"], "preferred": False, "queue": False,
         "max_concurrency": 2, "finalists": 0, "require_stable": False, "generator": "perf_analyzer",
-        "measure": MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10),
+        "measure": MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 9.99), max_windows=10),
     }  # fmt: skip
     plan = PlanOptions(
         tune=True,

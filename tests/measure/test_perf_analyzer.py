@@ -28,7 +28,8 @@ from tritonkit.measure.stats import StabilityRule
 from tritonkit.serve.embedded import EmbeddedServer, ServerOptions
 
 #: loose windows for a 2-core machine shared with the server: what is checked is what was read, not speed
-LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 1.0), max_windows=10)
+#: (999 %: perf_analyzer found three 0.5 s windows of 1,258-1,607 req/s, p99 1.6-4.7 ms, unstable at 100 %)
+LOOSE = MeasureOptions(window=WindowSpec(0.5), stability=StabilityRule(3, 9.99), max_windows=10)
 FAST = ["--window-s", "0.3", "--stability-pct", "60", "--max-windows", "6", "--timeout-s", "10"]
 
 
