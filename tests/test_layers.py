@@ -14,6 +14,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tools" / "tritonkit"
 MAX_LINES = 600
+#: the longest a library function may be, its signature and docstring included
+MAX_FUNCTION_LINES = 80
 
 #: Stage packages, lowest first: a package may import only from packages before it in this list (or
 #: itself). ``backends`` is the floor: the code Triton runs (runners copied into versions, the C++
@@ -218,6 +220,18 @@ def test_backends_import_nothing_from_tritonkit() -> None:
 def test_module_is_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (at most {MAX_LINES})"
+
+
+def test_no_library_function_is_long() -> None:
+    long = [
+        f"{path.relative_to(PACKAGE)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def test_every_package_says_what_it_owns() -> None:

@@ -73,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="US",
         help=f"dynamic batching delay in microseconds (default {DEFAULT_MAX_QUEUE_DELAY_US})",
     )
+    _queue_arguments(parser)
+    _conversion_arguments(parser)
+
+
+def _queue_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dynamic batcher's queue policy flags."""
     queue = parser.add_argument_group("dynamic batcher queue (needs max_batch_size >= 1)")
     queue.add_argument(
         "--max-queue-size",
@@ -92,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     queue.add_argument(
         "--default-priority-level", type=int, metavar="N", help="priority of a request that gives none (1..N)"
     )
+
+
+def _conversion_arguments(parser: argparse.ArgumentParser) -> None:
+    """The conversion flags (each also a ``TRITONKIT_*`` variable and a spec key)."""
     group = parser.add_argument_group("conversion (every flag: flag > TRITONKIT_* variable > spec > default)")
     group.add_argument(
         "--target", choices=TARGETS, help="portable (default, embedded server) | onnxruntime | tensorrt"

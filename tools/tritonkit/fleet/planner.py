@@ -305,24 +305,7 @@ def plan_fleet(fleet: Fleet, options: PlanOptions, work: Path) -> FleetPlan:
             if not todo or not here:
                 break
             for models in todo:
-                demands = [
-                    d
-                    for dev in devices
-                    if dev.name == local
-                    for d in dev.demands.values()
-                    if d.model in models
-                ]
-                predicted = predicted_share(demands)
-                _say(
-                    options,
-                    f"round {round_ + 1}: {' + '.join(models)} together (predicted share {predicted:.3f})",
-                )
-                groups[models] = session.measure_group(
-                    _streams(fleet, models),
-                    predicted,
-                    on_level=lambda lv: _say(options, _level_line(lv)),
-                    **options.search,
-                )
+                groups[models] = _together(fleet, models, devices, local, session, options, round_)
             result = packed(shares)
         left = _unmeasured(result, local)
         if left:
@@ -331,6 +314,27 @@ def plan_fleet(fleet: Fleet, options: PlanOptions, work: Path) -> FleetPlan:
             result = packed(lambda t, g: Share(0.0, True) if tuple(sorted(g)) in forbidden else shares(t, g))
     return FleetPlan(
         fleet, local, description(), tuned, memory, pod, source, base, alone, groups, result, notes
+    )
+
+
+def _together(
+    fleet: Fleet,
+    models: tuple[str, ...],
+    devices: list[Device],
+    local: str,
+    session: ServerSession,
+    options: PlanOptions,
+    round_: int,
+) -> ShareResult:
+    """One group of models measured served together on this machine, from the share its demands predict."""
+    demands = [d for dev in devices if dev.name == local for d in dev.demands.values() if d.model in models]
+    predicted = predicted_share(demands)
+    _say(options, f"round {round_ + 1}: {' + '.join(models)} together (predicted share {predicted:.3f})")
+    return session.measure_group(
+        _streams(fleet, models),
+        predicted,
+        on_level=lambda lv: _say(options, _level_line(lv)),
+        **options.search,
     )
 
 

@@ -84,21 +84,12 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             [(m.name, s.version) for m, s in zip(options.models, specs, strict=True)],
             repo=Path(options.repo) if options.url is None else None,
         )
-        for stale in _STALE:
-            (report / stale).unlink(missing_ok=True)
-        shutil.rmtree(report / ".latency", ignore_errors=True)
-        config_path = report / "run_config.json"
-        config_path.write_text(json.dumps(_locust_config(options, endpoints, specs, report), indent=1))
+        config_path = _fresh_report(options, endpoints, specs, report)
         if on_ready is not None:
             on_ready(endpoints)
         scraper, scrape_note = _start_scraper(endpoints)
         stats_before, stats_note = server_statistics(url, options.protocol, endpoints.headers, specs)
-        watch = ServerWatch(endpoints.http)
-        watch_note = (
-            None
-            if watch.armed
-            else f"a dead server would not stop this run: its liveness endpoint {watch.url} did not answer"
-        )
+        watch, watch_note = _watch(endpoints)
         started_at = time.time()
         try:
             locust = run_locust(
@@ -135,18 +126,30 @@ def run(options: LoadTestOptions, *, on_ready: Callable[[Endpoint], None] | None
             notes=[n for n in (scrape_note, stats_note, after_note, watch_note) if n],
             batch_stats=batches,
             provenance=provenance.as_dict(),
-            stopped=(
-                None
-                if stopped is None
-                else {
-                    "reason": stopped.reason,
-                    "at_s": round(stopped.at - started_at, 1),
-                    "detail": stopped.detail,
-                }
-            ),
+            stopped=None if stopped is None else stopped.record(started_at),
         )
         reporting.write(summary, report, plots=options.plots)
         return summary
+
+
+def _fresh_report(
+    options: LoadTestOptions, endpoints: Endpoint, specs: Sequence[ModelSpec], report: Path
+) -> Path:
+    """Clear what an earlier run left in the report folder and write Locust's run config there."""
+    for stale in _STALE:
+        (report / stale).unlink(missing_ok=True)
+    shutil.rmtree(report / ".latency", ignore_errors=True)
+    config_path = report / "run_config.json"
+    config_path.write_text(json.dumps(_locust_config(options, endpoints, specs, report), indent=1))
+    return config_path
+
+
+def _watch(endpoints: Endpoint) -> tuple[ServerWatch, str | None]:
+    """The watch that stops the run when the server dies, and the note when it cannot."""
+    watch = ServerWatch(endpoints.http)
+    if watch.armed:
+        return watch, None
+    return watch, f"a dead server would not stop this run: its liveness endpoint {watch.url} did not answer"
 
 
 def _locust_config(

@@ -16,6 +16,7 @@ import http.client
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 __all__ = ["INTERRUPTED", "MISSES", "SERVER_DIED", "ServerWatch", "Stop"]
 
@@ -34,6 +35,10 @@ class Stop:
     reason: str
     at: float
     detail: str
+
+    def record(self, started_at: float) -> dict[str, Any]:
+        """The report's ``stopped`` entry: the reason, seconds into the run, the detail."""
+        return {"reason": self.reason, "at_s": round(self.at - started_at, 1), "detail": self.detail}
 
 
 class ServerWatch:

@@ -290,6 +290,61 @@ def _per_replica(
     )
 
 
+def _pricing(
+    row: Mapping[str, Any],
+    gpu: str | None,
+    price_per_gpu_hour: float | None,
+    price_per_pod_hour: float | None,
+) -> tuple[bool, float]:
+    """(whether the priced config's replicas are CPU pods, the price of one replica per hour): a KIND_CPU
+    config is priced per pod and refuses a GPU type or price; a GPU config refuses a pod price."""
+    pods = _kind(row) == "KIND_CPU"
+    key = row.get("key", "")
+    if pods and (gpu is not None or price_per_gpu_hour is not None):
+        raise TritonKitError(
+            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods, not "
+            f"{gpu or 'GPU'} replicas; expected --pod-hour-price PRICE and no --gpu/--gpu-hour-price"
+        )
+    if pods and price_per_pod_hour is None:
+        raise TritonKitError(
+            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods; expected "
+            "--pod-hour-price PRICE (the price of one such pod per hour)"
+        )
+    if not pods and price_per_pod_hour is not None:
+        raise TritonKitError(
+            f"--pod-hour-price: the priced config `{key}` runs {_kind(row)} instances (GPU replicas); "
+            "expected --gpu-hour-price PRICE"
+        )
+    price = price_per_pod_hour if pods else price_per_gpu_hour
+    price = 0.526 if price is None else price
+    return pods, price
+
+
+def _outside_measured(
+    tune_result: Mapping[str, Any], curve: list[tuple[float, float]], load: float
+) -> list[str]:
+    """What the plan reads outside what the tune measured: the HPA target's load off the curve, no
+    level within the budget, a partial tune."""
+    outside: list[str] = []
+    if curve and not curve[0][0] <= load <= curve[-1][0]:
+        outside.append(
+            f"the HPA target is read off the curve at {load:,.1f} req/s per replica, outside the "
+            f"{curve[0][0]:,.1f}-{curve[-1][0]:,.1f} req/s the tune measured within the budget: the nearest "
+            "measured level's queue time is taken"
+        )
+    elif not curve:
+        outside.append(
+            "the tune measured no level of this config within the budget: the HPA target is a guess"
+        )
+    partial = tune_result.get("partial")
+    if partial:
+        outside.append(
+            f"the tune was partial (its time budget ended it in its {partial.get('stopped')}): its figures are "
+            "what was measured by then"
+        )
+    return outside
+
+
 def make_plan(
     tune_result: Mapping[str, Any],
     *,
@@ -310,25 +365,8 @@ def make_plan(
     if not target_rps > 0:
         raise TritonKitError(f"target rate {target_rps}: expected requests/s > 0")
     row, own = _chosen(tune_result)
-    pods = _kind(row) == "KIND_CPU"
     key = row.get("key", "")
-    if pods and (gpu is not None or price_per_gpu_hour is not None):
-        raise TritonKitError(
-            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods, not "
-            f"{gpu or 'GPU'} replicas; expected --pod-hour-price PRICE and no --gpu/--gpu-hour-price"
-        )
-    if pods and price_per_pod_hour is None:
-        raise TritonKitError(
-            f"the priced config `{key}` runs KIND_CPU instances: its replicas are CPU pods; expected "
-            "--pod-hour-price PRICE (the price of one such pod per hour)"
-        )
-    if not pods and price_per_pod_hour is not None:
-        raise TritonKitError(
-            f"--pod-hour-price: the priced config `{key}` runs {_kind(row)} instances (GPU replicas); "
-            "expected --gpu-hour-price PRICE"
-        )
-    price = price_per_pod_hour if pods else price_per_gpu_hour
-    price = 0.526 if price is None else price
+    pods, price = _pricing(row, gpu, price_per_gpu_hour, price_per_pod_hour)
     gpu = gpu or "T4"
     if price < 0 or not 0 <= headroom < 10 or peak_factor < 1:
         raise TritonKitError(
@@ -353,22 +391,7 @@ def make_plan(
     gpu_hours_per_s = replicas / 3600.0
     ratio = capacity_ratio or 1.0
     curve = _curve(row, budget)
-    if curve and not curve[0][0] <= load / ratio <= curve[-1][0]:
-        outside.append(
-            f"the HPA target is read off the curve at {load / ratio:,.1f} req/s per replica, outside the "
-            f"{curve[0][0]:,.1f}-{curve[-1][0]:,.1f} req/s the tune measured within the budget: the nearest "
-            "measured level's queue time is taken"
-        )
-    elif not curve:
-        outside.append(
-            "the tune measured no level of this config within the budget: the HPA target is a guess"
-        )
-    partial = tune_result.get("partial")
-    if partial:
-        outside.append(
-            f"the tune was partial (its time budget ended it in its {partial.get('stopped')}): its figures are "
-            "what was measured by then"
-        )
+    outside += _outside_measured(tune_result, curve, load / ratio)
     return Plan(
         model=str(tune_result.get("model", "")),
         budget_ms=budget,
