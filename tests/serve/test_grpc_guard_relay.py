@@ -6,6 +6,7 @@ check; a refused one never reaches it whole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import struct
@@ -84,17 +85,34 @@ class _Triton:
         self.loop.close()
 
 
-@pytest.fixture
-def guarded() -> Iterator[tuple[GrpcGuard, _Triton]]:
+@contextlib.contextmanager
+def _guard_before_triton() -> Iterator[tuple[GrpcGuard, _Triton]]:
+    """A guard on a free port in front of the recording stand-in for Triton."""
     triton = _Triton()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     guard = GrpcGuard("127.0.0.1", port, triton.port, max_message_bytes=8 << 20)
     guard.start()
-    yield guard, triton
-    guard.close()
-    triton.close()
+    try:
+        yield guard, triton
+    finally:
+        guard.close()
+        triton.close()
+
+
+@pytest.fixture
+def guarded() -> Iterator[tuple[GrpcGuard, _Triton]]:
+    with _guard_before_triton() as pair:
+        yield pair
+
+
+def _infer_headers() -> bytes:
+    """The header block of a ModelInfer call."""
+    return hpack.Encoder().encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
+         (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+    )  # fmt: skip
 
 
 def _message(shape: list[int], size: int) -> bytes:
@@ -108,11 +126,7 @@ def _message(shape: list[int], size: int) -> bytes:
 def _send(port: int, message: bytes, seed: int) -> socket.socket:
     """The call, its message in DATA frames of random sizes (some padded), written in random pieces."""
     rng = random.Random(seed)
-    block = hpack.Encoder().encode(
-        [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
-         (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
-    )  # fmt: skip
-    frames = [_frame(1, 4, 1, block)]
+    frames = [_frame(1, 4, 1, _infer_headers())]
     at = 0
     while at < len(message):
         size = rng.choice([1, 4, 5, 9, 100, 16_384, 200_000, 1 << 20])
@@ -200,24 +214,12 @@ def test_what_comes_before_tritons_connection_is_up_reaches_it(
         await connect(self)
 
     monkeypatch.setattr(grpc_relay.ClientSide, "_connect", slow_connect)
-    triton = _Triton()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    guard = GrpcGuard("127.0.0.1", port, triton.port, max_message_bytes=8 << 20)
-    guard.start()
-    try:
+    with _guard_before_triton() as (guard, triton):
         assert isinstance(guard._loop, uvloop.Loop) if uvloop is not None else True
         message = _message([1, 4], 16)
-        block = hpack.Encoder().encode(
-            [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
-             (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
-        )  # fmt: skip
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(_PREFACE + _frame(4, 0, 0) + _frame(1, 4, 1, block) + _frame(0, 1, 1, message))
+        call = _frame(1, 4, 1, _infer_headers()) + _frame(0, 1, 1, message)
+        with socket.create_connection(("127.0.0.1", guard.port), timeout=10) as sock:
+            sock.sendall(_PREFACE + _frame(4, 0, 0) + call)
             assert _wait(lambda: len(triton.stream_data(1)[0]) >= len(message))
             assert bytes(triton.got).startswith(_PREFACE + _frame(4, 0, 0))
             assert triton.stream_data(1) == (message, False)
-    finally:
-        guard.close()
-        triton.close()
